@@ -1,0 +1,1 @@
+"""The control loop (observe, decide, act), its state store and audit log."""

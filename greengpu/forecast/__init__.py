@@ -1,0 +1,1 @@
+"""Capacity forecasting (statsmodels models, backtests, capacity sizing). Pure: no I/O."""

@@ -1,0 +1,136 @@
+"""Policy types: what the decision core is allowed and asked to do. Pure data, no I/O.
+
+The YAML keys that fill these are documented in docs/POLICIES.md; loading and validation live in
+greengpu.config.policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+VICTIM_ORDERS = ("least-lost-work", "newest-first")
+CAPPING_MODES = ("efficiency", "clocks", "fixed", "off")
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+@dataclass(frozen=True)
+class FairSharePolicy:
+    """Weighted fair share: order tenants by (allocated + usage_weight * decayed usage) / weight."""
+
+    usage_half_life_s: float = 7 * 86_400.0
+    usage_weight: float = 0.0
+    """How many GPUs one GPU-hour of decayed past usage counts as (0: only current allocation)."""
+
+
+@dataclass(frozen=True)
+class PreemptionPolicy:
+    """When and how running jobs give way."""
+
+    enabled: bool = True
+    grace_s: float = 120.0
+    min_runtime_s: float = 300.0
+    max_per_job_per_hour: int = 2
+    victim_order: str = "least-lost-work"
+    max_attempts_per_cycle: int = 32
+    """Pending jobs per cycle for which a victim search is run (bounds the cycle time)."""
+    priority_preemption: bool = True
+    """Higher priority may preempt lower priority within a tenant or from tenants over quota."""
+    reclaim: bool = True
+    """A tenant under its nominal quota may preempt borrowed capacity."""
+
+
+@dataclass(frozen=True)
+class BackfillPolicy:
+    """Reservations for blocked jobs, and which smaller jobs may start around them."""
+
+    enabled: bool = True
+    reservations: int = 4
+    """How many blocked jobs (highest first) get a reserved start per cycle."""
+
+
+@dataclass(frozen=True)
+class SchedulerPolicy:
+    """Settings of the scheduling core."""
+
+    fair_share: FairSharePolicy = field(default_factory=FairSharePolicy)
+    preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
+    backfill: BackfillPolicy = field(default_factory=BackfillPolicy)
+    age_boost_per_hour: float = 1.0
+    """Priority points a job gains per hour of waiting, so that no job waits forever."""
+    age_boost_max: float = 10.0
+    whole_node_reserve: int = 0
+    """Whole free nodes per GPU model that only jobs of at least a node's GPUs may take."""
+    borrow_non_interruptible: bool = False
+    """Whether jobs that cannot be preempted may run on borrowed quota (then reclaim could fail)."""
+
+
+@dataclass(frozen=True)
+class ClassCapping:
+    """How one workload class is capped."""
+
+    mode: str = "off"
+    max_slowdown: float = 0.05
+    clock_fraction: float = 1.0
+    limit_w: float | None = None
+
+
+@dataclass(frozen=True)
+class CappingPolicy:
+    """Lever 1: GPU power and clock capping per workload class."""
+
+    enabled: bool = False
+    classes: Mapping[str, ClassCapping] = field(default_factory=dict)
+    idle_to_min_limit: bool = False
+    switch_to_clocks_when_not_binding: bool = True
+
+
+@dataclass(frozen=True)
+class SleepWindow:
+    """Days and hours (local wall clock of the site) in which idle nodes may sleep."""
+
+    days: tuple[str, ...] = WEEKDAYS
+    start_minute: int = 0
+    end_minute: int = 24 * 60
+    """End of the window in minutes after midnight; below start means the window crosses midnight."""
+
+
+@dataclass(frozen=True)
+class SleepPolicy:
+    """Lever 2: off-hours sleep of idle nodes."""
+
+    enabled: bool = False
+    idle_timeout_s: float = 1800.0
+    idle_util_threshold: float = 0.2
+    windows: tuple[SleepWindow, ...] = (SleepWindow(),)
+    warm_reserve_gpus: int = 0
+    use_forecast: bool = False
+    priority_aware: bool = True
+    max_suspends_per_min: int = 10
+    max_wakes_per_min: int = 60
+    min_asleep_s: float = 600.0
+    min_awake_s: float = 1200.0
+    wake_timeout_s: float = 600.0
+    wake_retries: int = 3
+
+
+@dataclass(frozen=True)
+class SpotPolicy:
+    """Lever 3: which classes may go to spot capacity."""
+
+    enabled: bool = False
+    classes: tuple[str, ...] = ("training", "batch")
+    require_checkpointing: bool = True
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A whole policy: the scheduler settings and the four levers."""
+
+    name: str
+    description: str = ""
+    interval_s: float = 60.0
+    scheduler: SchedulerPolicy = field(default_factory=SchedulerPolicy)
+    capping: CappingPolicy = field(default_factory=CappingPolicy)
+    sleep: SleepPolicy = field(default_factory=SleepPolicy)
+    spot: SpotPolicy = field(default_factory=SpotPolicy)

@@ -1,0 +1,1 @@
+"""Reports: check summary, plan, monthly cost and CO2."""

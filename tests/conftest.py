@@ -1,0 +1,26 @@
+"""Shared fixtures: paths to the repository, its examples and the public data beside the checkout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("GREENGPU_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def shared_data_or_skip(relative: str) -> Path:
+    """A file under ../shared/data; skips (never in CI) when the public data is not beside the checkout."""
+    path = SHARED_DATA / relative
+    if not path.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{path} is missing in CI: the public data must be beside the checkout")
+        pytest.skip(f"public data {path} not present (it lives in ../shared/data beside a developer checkout)")
+    return path
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
