@@ -306,6 +306,8 @@ class KillJob:
 
     job_id: str
     reason: str
+    for_job_id: str | None = None
+    """The pending job this makes room for, when the kill is a preemption."""
 
 
 @dataclass(frozen=True)

@@ -24,3 +24,8 @@ def shared_data_or_skip(relative: str) -> Path:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+import sys  # noqa: E402
+
+# Shared test helpers (tests/helpers/schedkit.py) are imported by name from every test folder.
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))

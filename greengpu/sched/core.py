@@ -1,0 +1,252 @@
+"""One scheduling cycle: a snapshot and a policy in, actions out. Pure: no I/O, no clock, no randomness.
+
+The cycle, in order:
+1. victims whose checkpoint grace has run out are killed (KillJob) and their GPUs freed; the
+   nodes of victims still stopping stay held for the job they make room for;
+2. pending jobs are taken in queue order (priority with age boost, fair share, age);
+3. each job is checked against its tenant's quota, then placed best-fit on nodes that are neither
+   held nor reserved; a job that ends before a reservation starts may backfill reserved nodes;
+4. a job that does not fit may preempt (minimal, checkpoint-aware victim set) when it would then
+   fit; otherwise the highest blocked jobs get reservations so that backfill cannot starve them.
+A gang is placed whole or not at all, and a waiting job holds no GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from greengpu.model import (
+    Action,
+    ClusterSnapshot,
+    GpuSlot,
+    KillJob,
+    PendingJob,
+    PlaceJob,
+    PreemptJob,
+    RunningJob,
+)
+from greengpu.policy import SchedulerPolicy
+from greengpu.sched.backfill import Reservation, ends_by_node, reserve
+from greengpu.sched.order import fair_share, queue_order
+from greengpu.sched.placement import allowed_models, place
+from greengpu.sched.preemption import VictimFinder
+from greengpu.sched.quota import QuotaLedger
+from greengpu.sched.state import PlacementState
+
+WAIT_NO_MODEL = "no GPU of an allowed model in the cluster"
+WAIT_QUOTA = "quota"
+WAIT_CAPACITY = "no free GPUs that fit"
+WAIT_PREEMPTING = "waiting for preempted jobs to checkpoint and stop"
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    """What one cycle decided, and why the rest waits."""
+
+    actions: tuple[Action, ...]
+    waiting: Mapping[str, str] = field(default_factory=dict)
+    reservations: tuple[Reservation, ...] = ()
+
+
+class _Cycle:
+    def __init__(self, snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float) -> None:
+        self.snapshot = snapshot
+        self.policy = policy
+        self.now_s = snapshot.time_s
+        self.interval_s = interval_s
+        self.state = PlacementState(snapshot)
+        cluster = snapshot.cluster
+        model_of_node = {n.name: cluster.node_types[n.type_name].gpu_model for n in cluster.nodes}
+        memory_of_node = {n.name: cluster.node_types[n.type_name].gpu_memory_gb for n in cluster.nodes}
+        self.ledger = QuotaLedger(cluster, model_of_node, memory_of_node, policy.borrow_non_interruptible)
+        for running in snapshot.running:
+            self.ledger.charge(running)
+        self.weights = {name: t.weight for name, t in cluster.tenants.items()}
+        self.usage = snapshot.tenant_usage_gpu_s
+        self.actions: list[Action] = []
+        self.waiting: dict[str, str] = {}
+        self.reservations: list[Reservation] = []
+        self.reserved_nodes: dict[int, float] = {}
+        self.held_for: dict[str, set[int]] = {}
+        self.holder_of: dict[int, str] = {}
+        self.stopping_for: dict[str, list[RunningJob]] = {}
+        self.finder = VictimFinder(self.state, self.ledger, policy.preemption, self.now_s, snapshot.running)
+        self._ends: dict[int, list[tuple[float, tuple[GpuSlot, ...]]]] | None = None
+
+    # -------------------------------------------------------------- helpers
+
+    def share_of(self, tenant: str) -> float:
+        return fair_share(self.ledger.total_units.get(tenant, 0), self.usage.get(tenant, 0.0),
+                          self.weights.get(tenant, 1.0), self.policy.fair_share.usage_weight)
+
+    def _hold(self, job_id: str, nodes: set[int] | frozenset[int]) -> None:
+        for node in nodes:
+            if node not in self.holder_of:
+                self.holder_of[node] = job_id
+                self.held_for.setdefault(job_id, set()).add(node)
+
+    def _excluded_for(self, job_id: str) -> set[int]:
+        own = self.held_for.get(job_id, set())
+        excluded = {n for n in self.holder_of if n not in own}
+        excluded.update(n for n in self.reserved_nodes if n not in own)
+        return excluded
+
+    def _stop(self, victim: RunningJob, for_job_id: str, reason: str) -> None:
+        self.finder.stopping.add(victim.job.job_id)
+        self.state.release(victim.slots)
+        self.ledger.charge(victim, -1)
+        self.actions.append(KillJob(victim.job.job_id, reason, for_job_id or None))
+
+    # -------------------------------------------------------------- steps
+
+    def expire_grace(self, pending_ids: set[str]) -> None:
+        grace_s = self.policy.preemption.grace_s
+        for running in self.snapshot.running:
+            if running.preempt_signalled_s is None:
+                continue
+            self.finder.stopping.add(running.job.job_id)
+            beneficiary = running.preempted_for
+            nodes = {self.state.index[n] for n in running.nodes if n in self.state.index}
+            if beneficiary is not None and beneficiary in pending_ids:
+                self._hold(beneficiary, nodes)
+                self.stopping_for.setdefault(beneficiary, []).append(running)
+            if self.now_s >= running.preempt_signalled_s + grace_s:
+                self._stop(running, beneficiary or "", "checkpoint grace expired")
+
+    def admit(self, pending: PendingJob, slots: tuple[GpuSlot, ...], backfilled: bool) -> bool:
+        job = pending.job
+        node = self.state.index[slots[0].node]
+        model = self.state.model[node]
+        problem = self.ledger.admission_problem(job, model, job.units)
+        if problem is None:
+            units_by_node: dict[str, int] = {}
+            for slot in slots:
+                units_by_node[slot.node] = units_by_node.get(slot.node, 0) + slot.units
+            problem = self.ledger.memory_problem(job, self.ledger.job_memory_gb(job, units_by_node, units_by_node))
+        if problem is not None:
+            self.waiting[job.job_id] = f"{WAIT_QUOTA}: {problem}"
+            return False
+        self.state.allocate(slots)
+        running = RunningJob(job=job, slots=slots, start_time_s=self.now_s,
+                             expected_end_s=self.now_s + job.duration_s)
+        self.ledger.charge(running)
+        for node_index in self.held_for.pop(job.job_id, set()):
+            self.holder_of.pop(node_index, None)
+        self.actions.append(PlaceJob(job.job_id, slots, backfilled))
+        return True
+
+    def quota_blocked(self, pending: PendingJob) -> str | None:
+        job = pending.job
+        models = allowed_models(self.state, job)
+        if not models:
+            return WAIT_NO_MODEL
+        problems = [self.ledger.admission_problem(job, m, job.units) for m in models]
+        if all(p is not None for p in problems):
+            return f"{WAIT_QUOTA}: {problems[0]}"
+        return None
+
+    def try_backfill(self, pending: PendingJob, excluded: set[int]) -> bool:
+        if not self.reserved_nodes:
+            return False
+        ends_at = self.now_s + pending.job.duration_s
+        usable = {n for n, start in self.reserved_nodes.items() if ends_at <= start and n not in self.holder_of}
+        if not usable:
+            return False
+        slots = place(self.state, pending.job, excluded=excluded - usable, only=usable)
+        return slots is not None and self.admit(pending, slots, backfilled=True)
+
+    def waits_for_victims(self, pending: PendingJob, excluded: set[int]) -> bool:
+        victims = self.stopping_for.get(pending.job.job_id)
+        if not victims:
+            return False
+        still_running = [v for v in victims if v.job.job_id in self.finder.stopping and v.slots
+                         and self._holds_slots(v)]
+        for victim in still_running:
+            self.state.release(victim.slots)
+        try:
+            return place(self.state, pending.job, excluded=excluded) is not None
+        finally:
+            for victim in still_running:
+                self.state.allocate(victim.slots)
+
+    def _holds_slots(self, victim: RunningJob) -> bool:
+        # A victim killed this cycle has already given its slots back.
+        return not any(isinstance(a, KillJob) and a.job_id == victim.job.job_id for a in self.actions)
+
+    def try_preempt(self, pending: PendingJob, excluded: set[int]) -> bool:
+        choice = self.finder.find(pending, excluded)
+        if choice is None:
+            return False
+        job = pending.job
+        grace_s = self.policy.preemption.grace_s
+        for victim in choice.victims:
+            if grace_s <= 0:
+                self._stop(victim, job.job_id, f"preempted for {job.job_id} (no grace)")
+            else:
+                self.finder.stopping.add(victim.job.job_id)
+                self.actions.append(PreemptJob(victim.job.job_id, job.job_id, grace_s,
+                                               f"preempted for {job.job_id} (priority {job.priority})"))
+                self.stopping_for.setdefault(job.job_id, []).append(victim)
+        self._hold(job.job_id, choice.nodes)
+        if grace_s <= 0:
+            slots = place(self.state, job, excluded=self._excluded_for(job.job_id))
+            if slots is not None and self.admit(pending, slots, backfilled=False):
+                return True
+        self.waiting[job.job_id] = WAIT_PREEMPTING
+        return True
+
+    def try_reserve(self, pending: PendingJob, excluded: set[int]) -> None:
+        if self._ends is None:
+            self._ends = ends_by_node(self.state, self.snapshot.running, self.now_s, self.interval_s)
+        reservation = reserve(self.state, pending.job, self._ends, excluded, self.now_s)
+        if reservation is None or reservation.start_s <= self.now_s:
+            return  # a job that could start now is held back by policy (e.g. whole-node reserve), not capacity
+        self.reservations.append(reservation)
+        for node in reservation.nodes:
+            self.reserved_nodes[node] = min(self.reserved_nodes.get(node, reservation.start_s), reservation.start_s)
+
+    # -------------------------------------------------------------- the cycle
+
+    def run(self) -> CycleResult:
+        pending = self.snapshot.pending
+        self.expire_grace({p.job.job_id for p in pending})
+        policy = self.policy
+        attempts_left = policy.preemption.max_attempts_per_cycle if policy.preemption.enabled else 0
+        reservations_left = policy.backfill.reservations if policy.backfill.enabled else 0
+        whole_node_reserve = policy.whole_node_reserve
+        for item in queue_order(pending, self.now_s, policy, self.share_of):
+            job = item.job
+            blocked = self.quota_blocked(item)
+            if blocked is not None:
+                self.waiting[job.job_id] = blocked
+                continue
+            excluded = self._excluded_for(job.job_id) if (self.holder_of or self.reserved_nodes) else set()
+            slots = place(self.state, job, excluded=excluded, whole_node_reserve=whole_node_reserve)
+            if slots is not None:
+                self.admit(item, slots, backfilled=False)
+                continue
+            if self.try_backfill(item, excluded):
+                continue
+            if self.waits_for_victims(item, excluded):
+                self.waiting[job.job_id] = WAIT_PREEMPTING
+                continue
+            if attempts_left > 0:
+                attempts_left -= 1
+                if self.try_preempt(item, excluded):
+                    continue
+            self.waiting[job.job_id] = WAIT_CAPACITY
+            if reservations_left > 0:
+                reservations_left -= 1
+                self.try_reserve(item, excluded)
+        return CycleResult(tuple(self.actions), self.waiting, tuple(self.reservations))
+
+
+def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0) -> CycleResult:
+    """Run one scheduling cycle on `snapshot` under `policy`: actions plus why the rest waits."""
+    return _Cycle(snapshot, policy, interval_s).run()
+
+
+def schedule(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0) -> tuple[Action, ...]:
+    """The actions of one scheduling cycle."""
+    return schedule_cycle(snapshot, policy, interval_s).actions

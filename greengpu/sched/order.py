@@ -1,0 +1,66 @@
+"""Queue order: priority (with an age boost), then weighted fair share between tenants, then age.
+
+Fair share is evaluated as the cycle goes, not once at its start: after each admission the
+tenant's share grows, so GPUs freed in one cycle are spread over tenants by weight instead of
+all going to whichever tenant was lowest when the cycle began.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from greengpu.model import GPU_UNITS, PendingJob
+from greengpu.policy import SchedulerPolicy
+
+
+def effective_priority(pending: PendingJob, now_s: float, policy: SchedulerPolicy) -> float:
+    """Priority plus whole age-boost steps earned by waiting, capped at `age_boost_max`."""
+    job = pending.job
+    waited_h = max(0.0, now_s - job.submit_time_s) / 3600.0
+    boost = min(policy.age_boost_max, math.floor(waited_h * policy.age_boost_per_hour))
+    return job.priority + boost
+
+
+def fair_share(allocated_units: int, usage_gpu_s: float, weight: float, usage_weight: float) -> float:
+    """(allocated GPUs + usage_weight x decayed GPU-hours) / weight: lower goes first."""
+    return (allocated_units / GPU_UNITS + usage_weight * usage_gpu_s / 3600.0) / weight
+
+
+def decay_usage(previous_gpu_s: float, allocated_gpus: float, elapsed_s: float, half_life_s: float) -> float:
+    """Decayed usage after `elapsed_s` more seconds at `allocated_gpus` (for bodies that keep history)."""
+    factor: float = 0.5 ** (elapsed_s / half_life_s)
+    return previous_gpu_s * factor + allocated_gpus * elapsed_s
+
+
+def queue_order(
+    pending: Sequence[PendingJob],
+    now_s: float,
+    policy: SchedulerPolicy,
+    share_of: Callable[[str], float],
+) -> Iterator[PendingJob]:
+    """Yield pending jobs in scheduling order; `share_of(tenant)` is read live between yields."""
+    levels: dict[float, dict[str, deque[PendingJob]]] = {}
+    keyed = sorted(
+        ((-effective_priority(p, now_s, policy), p.job.submit_time_s, p.job.job_id, p) for p in pending),
+        key=lambda item: item[:3],
+    )
+    for neg_priority, _, _, item in keyed:
+        levels.setdefault(-neg_priority, {}).setdefault(item.job.tenant, deque()).append(item)
+    for priority in sorted(levels, reverse=True):
+        queues = levels[priority]
+        heap = [(share_of(t), q[0].job.submit_time_s, t) for t, q in queues.items()]
+        heapq.heapify(heap)
+        while heap:
+            _, _, tenant = heapq.heappop(heap)
+            queue = queues[tenant]
+            yield queue.popleft()
+            if queue:
+                heapq.heappush(heap, (share_of(tenant), queue[0].job.submit_time_s, tenant))
+
+
+def tenant_weights(weights: Mapping[str, float]) -> Callable[[str], float]:
+    """Weight lookup with 1.0 for tenants not in the inventory."""
+    return lambda tenant: weights.get(tenant, 1.0)

@@ -1,0 +1,218 @@
+"""Checkpoint-aware preemption: the smallest set of eligible victims that lets a pending job fit.
+
+A running job may be a victim of pending job J only if all of these hold:
+- it can be interrupted, has run at least `min_runtime_s`, was preempted fewer than
+  `max_per_job_per_hour` times in the last hour, and is not already being stopped;
+- it did not itself preempt J before (no ping-pong);
+- either it belongs to J's tenant and has lower priority, or its tenant is above its nominal
+  quota (borrowing) and J has higher priority or J's tenant is reclaiming its own nominal quota.
+
+Victims are ranked by priority, then by the work they would lose (GPU-seconds since their last
+checkpoint) or, for comparison, newest first. Gangs are evicted whole: a victim frees every slot
+it holds. The chosen set is pruned until removing any victim would stop J from fitting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from greengpu.model import GPU_UNITS, Job, PendingJob, RunningJob
+from greengpu.policy import PreemptionPolicy
+from greengpu.sched.placement import allowed_models, chunks_for, place
+from greengpu.sched.quota import QuotaLedger
+from greengpu.sched.state import PlacementState
+
+HOUR_S = 3600.0
+
+
+def last_checkpoint_s(victim: RunningJob, now_s: float) -> float:
+    """The time of the victim's last checkpoint (its start when it never checkpointed)."""
+    start = victim.start_time_s
+    if victim.last_checkpoint_s is not None:
+        return max(start, min(victim.last_checkpoint_s, now_s))
+    interval = victim.job.checkpoint_interval_s
+    if interval:
+        return start + math.floor(max(0.0, now_s - start) / interval) * interval
+    return start
+
+
+def lost_gpu_s(victim: RunningJob, now_s: float) -> float:
+    """GPU-seconds of work the victim would redo if stopped now."""
+    return max(0.0, now_s - last_checkpoint_s(victim, now_s)) * victim.job.gpus
+
+
+def victim_rank(victim: RunningJob, now_s: float, order: str) -> tuple[float, float, str]:
+    """Sort key: lower priority first, then least work lost (or newest first)."""
+    if order == "newest-first":
+        return (victim.job.priority, -victim.start_time_s, victim.job.job_id)
+    return (victim.job.priority, lost_gpu_s(victim, now_s), victim.job.job_id)
+
+
+@dataclass(frozen=True)
+class VictimChoice:
+    """The victims chosen for one pending job and the nodes they free."""
+
+    victims: tuple[RunningJob, ...]
+    nodes: frozenset[int]
+    lost_gpu_s: float
+
+
+class VictimFinder:
+    """Finds minimal victim sets within one scheduling cycle."""
+
+    def __init__(self, state: PlacementState, ledger: QuotaLedger, policy: PreemptionPolicy, now_s: float,
+                 running: Sequence[RunningJob]) -> None:
+        self.state = state
+        self.ledger = ledger
+        self.policy = policy
+        self.now_s = now_s
+        self.running = running
+        self.stopping: set[str] = set()
+        """Jobs already asked to stop (earlier cycles or this one)."""
+
+    def _model_of(self, victim: RunningJob) -> str:
+        node = self.state.index.get(victim.slots[0].node) if victim.slots else None
+        return self.state.model[node] if node is not None else ""
+
+    def eligible(self, victim: RunningJob, pending: PendingJob, reclaiming: bool) -> bool:
+        """Whether `victim` may be preempted for `pending` (rules in the module docstring)."""
+        job = pending.job
+        vjob = victim.job
+        policy = self.policy
+        if vjob.job_id in self.stopping or victim.preempt_signalled_s is not None or not vjob.interruptible:
+            return False
+        if self.now_s - victim.start_time_s < policy.min_runtime_s:
+            return False
+        recent = sum(1 for r in victim.preemptions if self.now_s - r.time_s < HOUR_S)
+        if recent >= policy.max_per_job_per_hour:
+            return False
+        if any(r.by_job_id == vjob.job_id for r in pending.preemptions):
+            return False  # no ping-pong: the victim once preempted this job
+        if vjob.tenant == job.tenant:
+            return policy.priority_preemption and vjob.priority < job.priority
+        if self.ledger.over_nominal_units(vjob.tenant, self._model_of(victim)) <= 0:
+            return False  # another tenant within its guarantee is never touched
+        if policy.reclaim and reclaiming:
+            return True
+        return policy.priority_preemption and vjob.priority < job.priority
+
+    def _fits_on_node(self, node: int, job: Job, count: int, released: Iterable[RunningJob]) -> bool:
+        free = list(self.state.gpu_free[node])
+        name = self.state.names[node]
+        for victim in released:
+            for slot in victim.slots:
+                if slot.node == name:
+                    free[slot.gpu_index] += slot.units
+        if job.is_fractional:
+            return any(f >= job.units for f in free)
+        return sum(1 for f in free if f == GPU_UNITS) >= count
+
+    def _node_victims(self, node: int, job: Job, count: int, candidates: list[RunningJob]) -> list[RunningJob] | None:
+        """Greedy by rank until the job fits on `node`, then drop every victim not needed."""
+        if self._fits_on_node(node, job, count, ()):
+            return []
+        chosen: list[RunningJob] = []
+        over: dict[str, int] = {}
+        for victim in candidates:
+            tenant = victim.job.tenant
+            if tenant != job.tenant:
+                # Never push a lending tenant below its nominal quota by this eviction set.
+                if tenant not in over:
+                    over[tenant] = self.ledger.over_nominal_units(tenant, self._model_of(victim))
+                if over[tenant] <= 0:
+                    continue
+                over[tenant] -= victim.job.units
+            chosen.append(victim)
+            if self._fits_on_node(node, job, count, chosen):
+                break
+        else:
+            return None
+        for victim in list(reversed(chosen)):
+            trial = [v for v in chosen if v is not victim]
+            if self._fits_on_node(node, job, count, trial):
+                chosen = trial
+        return chosen
+
+    def find(self, pending: PendingJob, excluded: Collection[int]) -> VictimChoice | None:
+        """The cheapest eligible victim set that lets `pending` fit, or None."""
+        job = pending.job
+        state = self.state
+        models = allowed_models(state, job)
+        if not models:
+            return None
+        reclaiming = any(self.ledger.within_nominal_after(job, m, job.units) for m in models)
+        eligible = [r for r in self.running if self.eligible(r, pending, reclaiming)]
+        if not eligible:
+            return None
+        order = self.policy.victim_order
+        eligible.sort(key=lambda r: victim_rank(r, self.now_s, order))
+        per_node: dict[int, list[RunningJob]] = {}
+        for victim in eligible:
+            for name in victim.nodes:
+                node = state.index.get(name)
+                if node is not None and node not in excluded and state.schedulable[node] \
+                        and state.model[node] in models:
+                    per_node.setdefault(node, []).append(victim)
+        best: tuple[tuple[float, ...], int, list[RunningJob]] | None = None
+        scored: list[tuple[tuple[float, ...], int, list[RunningJob]]] = []
+        multi_chunks = None
+        if not job.is_fractional:
+            for model in models:
+                chunks = chunks_for(job, state.node_size_by_model[model])
+                if chunks is not None and len(chunks) > 1:
+                    multi_chunks = chunks
+                    break
+        count = max(multi_chunks) if multi_chunks else job.whole_gpus
+        nodes = set(per_node)
+        if multi_chunks:  # free nodes count too: a gang may combine them with evicted ones
+            nodes |= {n for n in range(len(state.names)) if n not in excluded and state.schedulable[n]
+                      and state.model[n] in models and state.free_whole[n] >= count}
+        for node in sorted(nodes):
+            victims = self._node_victims(node, job, count, per_node.get(node, []))
+            if victims is None:
+                continue
+            score = self._score(victims)
+            entry = (score, node, victims)
+            scored.append(entry)
+            if best is None or entry[:2] < best[:2]:
+                best = entry
+        if best is None:
+            return None
+        if multi_chunks is None:
+            picked = [best]
+        else:
+            scored.sort(key=lambda e: (e[0], e[1]))
+            picked = scored[: len(multi_chunks)]
+            if len(picked) < len(multi_chunks):
+                return None
+        victims_by_id: dict[str, RunningJob] = {}
+        for _, _, victims in picked:
+            for victim in victims:
+                victims_by_id[victim.job.job_id] = victim
+        chosen = tuple(victims_by_id.values())
+        freed_nodes = frozenset(state.index[n] for v in chosen for n in v.nodes if n in state.index)
+        target_nodes = frozenset(node for _, node, _ in picked)
+        if not self._fits_after(job, chosen, excluded, target_nodes):
+            return None
+        return VictimChoice(chosen, freed_nodes | target_nodes, sum(lost_gpu_s(v, self.now_s) for v in chosen))
+
+    def _score(self, victims: list[RunningJob]) -> tuple[float, ...]:
+        if not victims:
+            return (-math.inf, 0, 0.0)
+        top_priority = max(v.job.priority for v in victims)
+        if self.policy.victim_order == "newest-first":
+            return (top_priority, len(victims), -min(v.start_time_s for v in victims))
+        return (top_priority, len(victims), sum(lost_gpu_s(v, self.now_s) for v in victims))
+
+    def _fits_after(self, job: Job, victims: tuple[RunningJob, ...], excluded: Collection[int],
+                    nodes: frozenset[int]) -> bool:
+        """Only when the job will then fit: check by releasing the victims in the real index."""
+        for victim in victims:
+            self.state.release(victim.slots)
+        try:
+            return place(self.state, job, excluded=excluded, only=nodes) is not None
+        finally:
+            for victim in victims:
+                self.state.allocate(victim.slots)
