@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 GPU_UNITS = 1000
 """Milli-GPU units in one whole GPU."""
@@ -171,7 +172,7 @@ class Job:
     """For multi-node jobs: GPUs on each node; None: as few nodes as possible."""
     gpu_memory_gb: float | None = None
 
-    @property
+    @cached_property
     def units(self) -> int:
         """The request in milli-GPUs."""
         return gpus_to_units(self.gpus)
@@ -181,7 +182,7 @@ class Job:
         """True when the job asks for a share of one GPU."""
         return self.gpus < 1.0
 
-    @property
+    @cached_property
     def whole_gpus(self) -> int:
         """Whole GPUs requested (1 for a fractional request's one shared GPU)."""
         return max(1, int(math.ceil(self.gpus - 1e-9)))

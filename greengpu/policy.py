@@ -32,7 +32,7 @@ class PreemptionPolicy:
     min_runtime_s: float = 300.0
     max_per_job_per_hour: int = 2
     victim_order: str = "least-lost-work"
-    max_attempts_per_cycle: int = 32
+    max_attempts_per_cycle: int = 8
     """Pending jobs per cycle for which a victim search is run (bounds the cycle time)."""
     priority_preemption: bool = True
     """Higher priority may preempt lower priority within a tenant or from tenants over quota."""

@@ -19,8 +19,8 @@ from greengpu.policy import SchedulerPolicy
 def effective_priority(pending: PendingJob, now_s: float, policy: SchedulerPolicy) -> float:
     """Priority plus whole age-boost steps earned by waiting, capped at `age_boost_max`."""
     job = pending.job
-    waited_h = max(0.0, now_s - job.submit_time_s) / 3600.0
-    boost = min(policy.age_boost_max, math.floor(waited_h * policy.age_boost_per_hour))
+    waited_s = max(0.0, now_s - job.submit_time_s)
+    boost = min(policy.age_boost_max, math.floor(waited_s * (policy.age_boost_per_hour / 3600.0)))
     return job.priority + boost
 
 
@@ -43,12 +43,28 @@ def queue_order(
 ) -> Iterator[PendingJob]:
     """Yield pending jobs in scheduling order; `share_of(tenant)` is read live between yields."""
     levels: dict[float, dict[str, deque[PendingJob]]] = {}
-    keyed = sorted(
-        ((-effective_priority(p, now_s, policy), p.job.submit_time_s, p.job.job_id, p) for p in pending),
-        key=lambda item: item[:3],
-    )
+    # Inlined effective_priority() without function calls: this runs for every pending job, every cycle.
+    boost_per_s = policy.age_boost_per_hour / 3600.0
+    boost_max = policy.age_boost_max
+    floor = math.floor
+    keyed = [
+        (-(j.priority + (0 if (w := (now_s - j.submit_time_s) * boost_per_s) <= 0
+                         else boost_max if w >= boost_max else floor(w))),
+         j.submit_time_s, j.job_id, p)
+        for p in pending
+        for j in (p.job,)
+    ]
+    keyed.sort()  # job_id is unique, so the PendingJob itself is never compared
+    level: dict[str, deque[PendingJob]] = {}
+    current: float | None = None
     for neg_priority, _, _, item in keyed:
-        levels.setdefault(-neg_priority, {}).setdefault(item.job.tenant, deque()).append(item)
+        if neg_priority != current:
+            current = neg_priority
+            level = levels.setdefault(-neg_priority, {})
+        queue = level.get(item.job.tenant)
+        if queue is None:
+            queue = level[item.job.tenant] = deque()
+        queue.append(item)
     for priority in sorted(levels, reverse=True):
         queues = levels[priority]
         heap = [(share_of(t), q[0].job.submit_time_s, t) for t, q in queues.items()]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection
 
-from greengpu.model import GPU_UNITS, GpuSlot, Job
+from greengpu.model import GpuSlot, Job
 from greengpu.sched.state import PlacementState
 
 Slots = tuple[GpuSlot, ...]
@@ -113,9 +113,41 @@ def _assign_chunks(chunks: list[int], candidates: list[tuple[int, int]]) -> list
     return assignment
 
 
+def _place_whole_nodes(state: PlacementState, count: int, model: str,
+                       excluded: Collection[int]) -> list[int] | None:
+    """`count` whole free nodes: inside the tightest domain that has enough, else the roomiest domains first."""
+    domains = state.whole_by_domain[model]
+    if sum(len(members) for members in domains.values()) < count:
+        return None
+
+    def usable(members: set[int], limit: int) -> list[int]:
+        found: list[int] = []
+        for node in sorted(members) if len(members) <= 4 * limit else members:
+            if node not in excluded:
+                found.append(node)
+                if len(found) == limit:
+                    break
+        return found
+
+    for _, domain in sorted((len(m), d) for d, m in domains.items() if len(m) >= count):
+        found = usable(domains[domain], count)
+        if len(found) == count:
+            return found
+    chosen: list[int] = []
+    for _, domain in sorted((-len(m), d) for d, m in domains.items()):
+        chosen.extend(usable(domains[domain], count - len(chosen)))
+        if len(chosen) == count:
+            return chosen
+    return None
+
+
 def _place_gang(
     state: PlacementState, chunks: list[int], model: str, excluded: Collection[int], only: Collection[int] | None,
 ) -> list[tuple[int, int]] | None:
+    size = state.node_size_by_model[model]
+    if only is None and model in state.uniform_models and all(chunk == size for chunk in chunks):
+        nodes = _place_whole_nodes(state, len(chunks), model, excluded)
+        return None if nodes is None else [(node, size) for node in nodes]
     smallest = min(chunks)
     buckets = state.buckets[model]
     # Fail fast on counts before building any candidate list: this is the common case when full.

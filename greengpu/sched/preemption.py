@@ -71,6 +71,9 @@ class VictimFinder:
         self.running = running
         self.stopping: set[str] = set()
         """Jobs already asked to stop (earlier cycles or this one)."""
+        self._by_tenant: dict[str, list[RunningJob]] | None = None
+        self._over: set[str] = set()
+        self._over_version = -1
 
     def _model_of(self, victim: RunningJob) -> str:
         node = self.state.index.get(victim.slots[0].node) if victim.slots else None
@@ -143,7 +146,13 @@ class VictimFinder:
         if not models:
             return None
         reclaiming = any(self.ledger.within_nominal_after(job, m, job.units) for m in models)
-        eligible = [r for r in self.running if self.eligible(r, pending, reclaiming)]
+        # Only the job's own tenant and tenants above their nominal quota can lose jobs: look there.
+        by_tenant = self._running_by_tenant()
+        if self._over_version != self.ledger.version:
+            self._over = self.ledger.tenants_over_nominal()
+            self._over_version = self.ledger.version
+        tenants = [t for t in by_tenant if t == job.tenant or t in self._over]
+        eligible = [r for t in tenants for r in by_tenant[t] if self.eligible(r, pending, reclaiming)]
         if not eligible:
             return None
         order = self.policy.victim_order
@@ -197,6 +206,13 @@ class VictimFinder:
         if not self._fits_after(job, chosen, excluded, target_nodes):
             return None
         return VictimChoice(chosen, freed_nodes | target_nodes, sum(lost_gpu_s(v, self.now_s) for v in chosen))
+
+    def _running_by_tenant(self) -> dict[str, list[RunningJob]]:
+        if self._by_tenant is None:
+            self._by_tenant = {}
+            for running in self.running:
+                self._by_tenant.setdefault(running.job.tenant, []).append(running)
+        return self._by_tenant
 
     def _score(self, victims: list[RunningJob]) -> tuple[float, ...]:
         if not victims:

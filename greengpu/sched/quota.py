@@ -29,6 +29,9 @@ class QuotaLedger:
         self.total_units: dict[str, int] = {}
         self.memory_gb: dict[str, float] = {}
         self._tenants: dict[str, Tenant] = {}
+        self._nominal: dict[tuple[str, str], int] = {}
+        self.version = 0
+        """Bumped on every charge, so callers can cache figures derived from usage."""
 
     def tenant(self, name: str) -> Tenant:
         """The tenant (cached); unknown tenants have no quota."""
@@ -44,9 +47,11 @@ class QuotaLedger:
 
     def nominal_units(self, tenant: Tenant, key: str) -> int:
         """The tenant's guaranteed milli-GPUs for `key`."""
-        if key == ANY_MODEL:
-            return int(round(tenant.quota_gpus * GPU_UNITS))
-        return int(round(tenant.quota_gpus_by_model.get(key, 0.0) * GPU_UNITS))
+        cached = self._nominal.get((tenant.name, key))
+        if cached is None:
+            quota = tenant.quota_gpus if key == ANY_MODEL else tenant.quota_gpus_by_model.get(key, 0.0)
+            cached = self._nominal[(tenant.name, key)] = int(round(quota * GPU_UNITS))
+        return cached
 
     def limit_units(self, tenant: Tenant, key: str) -> float:
         """Nominal plus borrowing limit (infinite when the tenant may borrow any idle capacity)."""
@@ -63,6 +68,11 @@ class QuotaLedger:
         tenant = self.tenant(tenant_name)
         key = self.key(tenant, model)
         return max(0, self.used(tenant_name, key) - self.nominal_units(tenant, key))
+
+    def tenants_over_nominal(self) -> set[str]:
+        """Tenants borrowing on at least one quota key."""
+        return {tenant for (tenant, key), used in self.used_units.items()
+                if used > self.nominal_units(self.tenant(tenant), key)}
 
     def job_memory_gb(self, job: Job, nodes: Iterable[str], units_by_node: dict[str, int]) -> float:
         """GPU memory the job holds: its request, or its share of each GPU's memory."""
@@ -106,6 +116,7 @@ class QuotaLedger:
 
     def charge(self, running: RunningJob, sign: int = 1) -> None:
         """Add (sign=1) or remove (sign=-1) a running job's GPUs and memory from its tenant."""
+        self.version += 1
         job = running.job
         tenant = self.tenant(job.tenant)
         by_node: dict[str, int] = {}

@@ -29,6 +29,8 @@ class PlacementState:
         self.gpu_free: list[list[int]] = []
         self.free_whole: list[int] = []
         self.node_size_by_model: dict[str, int] = {}
+        self.free_units_total = 0
+        """Free milli-GPUs on schedulable nodes, kept current by allocate and release."""
         for node in cluster.nodes:
             node_type = cluster.node_types[node.type_name]
             self.index[node.name] = len(self.names)
@@ -40,15 +42,24 @@ class PlacementState:
             self.schedulable.append(snapshot.node_state(node.name).schedulable)
             self.gpu_free.append([GPU_UNITS] * node_type.gpus)
             self.free_whole.append(node_type.gpus)
+            if self.schedulable[-1]:
+                self.free_units_total += node_type.gpus * GPU_UNITS
             known = self.node_size_by_model.get(node_type.gpu_model, 0)
             self.node_size_by_model[node_type.gpu_model] = max(known, node_type.gpus)
         self.models: tuple[str, ...] = tuple(sorted(self.node_size_by_model))
+        sizes_seen: dict[str, set[int]] = {}
+        for model, size in zip(self.model, self.size, strict=True):
+            sizes_seen.setdefault(model, set()).add(size)
+        self.uniform_models: frozenset[str] = frozenset(m for m, sizes in sizes_seen.items() if len(sizes) == 1)
+        """Models whose nodes all have the same GPU count (whole-node gang placement takes a fast path)."""
         for running in snapshot.running:
             self._take(running.slots)
         self.buckets: dict[str, list[set[int]]] = {
             m: [set() for _ in range(size + 1)] for m, size in self.node_size_by_model.items()
         }
         self.shared: dict[str, list[tuple[int, int, int]]] = {m: [] for m in self.models}
+        self.whole_by_domain: dict[str, dict[str, set[int]]] = {m: {} for m in self.models}
+        """Schedulable nodes with every GPU free, per model and topology domain (for gang placement)."""
         for node_index in range(len(self.names)):
             self._index_node(node_index)
 
@@ -61,6 +72,8 @@ class PlacementState:
         whole = self.free_whole[node]
         if whole:
             self.buckets[model][whole].add(node)
+            if whole == self.size[node]:
+                self.whole_by_domain[model].setdefault(self.domain[node], set()).add(node)
         shared = self.shared[model]
         for gpu, free in enumerate(self.gpu_free[node]):
             if 0 < free < GPU_UNITS:
@@ -73,6 +86,8 @@ class PlacementState:
         whole = self.free_whole[node]
         if whole:
             self.buckets[model][whole].discard(node)
+            if whole == self.size[node]:
+                self.whole_by_domain[model][self.domain[node]].discard(node)
         shared = self.shared[model]
         for gpu, free in enumerate(self.gpu_free[node]):
             if 0 < free < GPU_UNITS:
@@ -89,6 +104,8 @@ class PlacementState:
             if free[slot.gpu_index] == GPU_UNITS:
                 self.free_whole[node] -= 1
             free[slot.gpu_index] -= slot.units
+            if self.schedulable[node]:
+                self.free_units_total -= slot.units
 
     def _give(self, slots: Iterable[GpuSlot]) -> None:
         for slot in slots:
@@ -99,6 +116,8 @@ class PlacementState:
             free[slot.gpu_index] += slot.units
             if free[slot.gpu_index] == GPU_UNITS:
                 self.free_whole[node] += 1
+            if self.schedulable[node]:
+                self.free_units_total += slot.units
 
     # ------------------------------------------------------------------ updates
 
