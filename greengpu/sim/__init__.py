@@ -1,0 +1,1 @@
+"""The simulator body: trace readers, discrete-event replay, simulated nodes."""
