@@ -237,10 +237,18 @@ class RunningJob:
     last_checkpoint_s: float | None = None
     """A checkpoint the body saw; otherwise one is assumed every checkpoint_interval_s."""
 
-    @property
+    @cached_property
     def nodes(self) -> tuple[str, ...]:
         """The nodes this job runs on, in slot order, without repeats."""
         return tuple(dict.fromkeys(s.node for s in self.slots))
+
+    @cached_property
+    def units_by_node(self) -> dict[str, int]:
+        """Milli-GPUs held on each node (computed once: schedulers read it every cycle)."""
+        result: dict[str, int] = {}
+        for slot in self.slots:
+            result[slot.node] = result.get(slot.node, 0) + slot.units
+        return result
 
 
 @dataclass(frozen=True)

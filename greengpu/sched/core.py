@@ -30,11 +30,10 @@ from greengpu.model import (
 )
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.backfill import Reservation, ends_by_node, reserve
+from greengpu.sched.books import Books, books_for, forget_books
 from greengpu.sched.order import fair_share, queue_order
 from greengpu.sched.placement import allowed_models, place
 from greengpu.sched.preemption import VictimFinder
-from greengpu.sched.quota import QuotaLedger
-from greengpu.sched.state import PlacementState
 
 WAIT_NO_MODEL = "no GPU of an allowed model in the cluster"
 WAIT_QUOTA = "quota"
@@ -52,18 +51,17 @@ class CycleResult:
 
 
 class _Cycle:
-    def __init__(self, snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float, books: Books) -> None:
         self.snapshot = snapshot
         self.policy = policy
         self.now_s = snapshot.time_s
         self.interval_s = interval_s
-        self.state = PlacementState(snapshot)
+        self.books = books
+        self.state = books.state
+        self.ledger = books.ledger
+        self.started: list[RunningJob] = []
+        self.stopped: list[str] = []
         cluster = snapshot.cluster
-        model_of_node = {n.name: cluster.node_types[n.type_name].gpu_model for n in cluster.nodes}
-        memory_of_node = {n.name: cluster.node_types[n.type_name].gpu_memory_gb for n in cluster.nodes}
-        self.ledger = QuotaLedger(cluster, model_of_node, memory_of_node, policy.borrow_non_interruptible)
-        for running in snapshot.running:
-            self.ledger.charge(running)
         self.weights = {name: t.weight for name, t in cluster.tenants.items()}
         self.usage = snapshot.tenant_usage_gpu_s
         self.actions: list[Action] = []
@@ -158,6 +156,7 @@ class _Cycle:
         self.finder.stopping.add(victim.job.job_id)
         self._release(victim.slots)
         self._charge(victim, -1)
+        self.stopped.append(victim.job.job_id)
         self.actions.append(KillJob(victim.job.job_id, reason, for_job_id or None))
 
     # -------------------------------------------------------------- steps
@@ -193,6 +192,7 @@ class _Cycle:
         running = RunningJob(job=job, slots=slots, start_time_s=self.now_s,
                              expected_end_s=self.now_s + job.duration_s)
         self._charge(running, 1)
+        self.started.append(running)
         own = self.held_for.pop(job.job_id, None)
         if own:
             self._excluded_shared = None
@@ -344,15 +344,27 @@ class _Cycle:
         return CycleResult(tuple(self.actions), self.waiting, tuple(self.reservations))
 
 
-def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0) -> CycleResult:
-    """Run one scheduling cycle on `snapshot` under `policy`: actions plus why the rest waits."""
+def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0,
+                   incremental: bool = True) -> CycleResult:
+    """Run one scheduling cycle on `snapshot` under `policy`: actions plus why the rest waits.
+
+    `incremental=False` builds the free-GPU index and quota ledger from scratch instead of updating
+    the remembered ones (the results are identical; see greengpu.sched.books).
+    """
     # A cycle allocates hundreds of thousands of short-lived tuples but builds no reference cycles, so
     # the cyclic collector only re-walks the (large, long-lived) snapshot: measured at ~40% of a
     # 50,000-job cycle. Pause it for the cycle; reference counting still frees everything.
     was_enabled = gc.isenabled()
     gc.disable()
+    books = books_for(snapshot, policy.borrow_non_interruptible, incremental)
     try:
-        return _Cycle(snapshot, policy, interval_s).run()
+        cycle = _Cycle(snapshot, policy, interval_s, books)
+        result = cycle.run()
+        books.commit(cycle.started, cycle.stopped)
+        return result
+    except BaseException:
+        forget_books(snapshot.cluster)
+        raise
     finally:
         if was_enabled:
             gc.enable()

@@ -14,6 +14,7 @@ Rules, in order:
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Collection
 
 from greengpu.model import GpuSlot, Job
@@ -70,9 +71,14 @@ def _best_single_node(
             bucket = buckets[free]
             if whole_node_reserve and free == len(buckets) - 1 and count < free and len(bucket) <= whole_node_reserve:
                 continue  # the last whole nodes are kept for jobs of a node or more
-            for node in bucket:
-                if node not in excluded:
-                    return node
+            # The lowest node index, not set iteration order: decisions must not depend on the
+            # history of the index (fresh and difference-updated books decide identically).
+            best_node = min(bucket)
+            if best_node not in excluded:
+                return best_node
+            usable = [node for node in bucket if node not in excluded]
+            if usable:
+                return min(usable)
     return None
 
 
@@ -121,13 +127,8 @@ def _place_whole_nodes(state: PlacementState, count: int, model: str,
         return None
 
     def usable(members: set[int], limit: int) -> list[int]:
-        found: list[int] = []
-        for node in sorted(members) if len(members) <= 4 * limit else members:
-            if node not in excluded:
-                found.append(node)
-                if len(found) == limit:
-                    break
-        return found
+        # Lowest indexes first, so the choice does not depend on set iteration order.
+        return heapq.nsmallest(limit, (node for node in members if node not in excluded))
 
     for _, domain in sorted((len(m), d) for d, m in domains.items() if len(m) >= count):
         found = usable(domains[domain], count)

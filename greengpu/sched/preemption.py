@@ -74,23 +74,33 @@ class VictimFinder:
         self._by_tenant: dict[str, list[RunningJob]] | None = None
         self._over: set[str] = set()
         self._over_version = -1
+        self._yielding_cache: dict[str, list[RunningJob]] = {}
 
     def _model_of(self, victim: RunningJob) -> str:
         node = self.state.index.get(victim.slots[0].node) if victim.slots else None
         return self.state.model[node] if node is not None else ""
 
-    def eligible(self, victim: RunningJob, pending: PendingJob, reclaiming: bool) -> bool:
-        """Whether `victim` may be preempted for `pending` (rules in the module docstring)."""
-        job = pending.job
+    def _may_ever_yield(self, victim: RunningJob) -> bool:
+        """The checks that do not depend on the pending job (cached per tenant for the cycle)."""
         vjob = victim.job
         policy = self.policy
-        if vjob.job_id in self.stopping or victim.preempt_signalled_s is not None or not vjob.interruptible:
+        if victim.preempt_signalled_s is not None or not vjob.interruptible:
             return False
         if self.now_s - victim.start_time_s < policy.min_runtime_s:
             return False
         recent = sum(1 for r in victim.preemptions if self.now_s - r.time_s < HOUR_S)
-        if recent >= policy.max_per_job_per_hour:
+        return recent < policy.max_per_job_per_hour
+
+    def eligible(self, victim: RunningJob, pending: PendingJob, reclaiming: bool) -> bool:
+        """Whether `victim` may be preempted for `pending` (rules in the module docstring)."""
+        if victim.job.job_id in self.stopping or not self._may_ever_yield(victim):
             return False
+        return self._eligible_for(victim, pending, reclaiming)
+
+    def _eligible_for(self, victim: RunningJob, pending: PendingJob, reclaiming: bool) -> bool:
+        job = pending.job
+        vjob = victim.job
+        policy = self.policy
         if any(r.by_job_id == vjob.job_id for r in pending.preemptions):
             return False  # no ping-pong: the victim once preempted this job
         if vjob.tenant == job.tenant:
@@ -152,7 +162,7 @@ class VictimFinder:
             self._over = self.ledger.tenants_over_nominal()
             self._over_version = self.ledger.version
         tenants = [t for t in by_tenant if t == job.tenant or t in self._over]
-        eligible = [r for t in tenants for r in by_tenant[t] if self.eligible(r, pending, reclaiming)]
+        eligible = self._eligible_victims(pending, tenants, by_tenant, reclaiming)
         if not eligible:
             return None
         order = self.policy.victim_order
@@ -206,6 +216,42 @@ class VictimFinder:
         if not self._fits_after(job, chosen, excluded, target_nodes):
             return None
         return VictimChoice(chosen, freed_nodes | target_nodes, sum(lost_gpu_s(v, self.now_s) for v in chosen))
+
+    def _eligible_victims(self, pending: PendingJob, tenants: list[str], by_tenant: dict[str, list[RunningJob]],
+                          reclaiming: bool) -> list[RunningJob]:
+        """`eligible()` for many victims at once, with the per-job and per-tenant checks hoisted."""
+        job = pending.job
+        policy = self.policy
+        banned = {r.by_job_id for r in pending.preemptions}  # no ping-pong
+        stopping = self.stopping
+        found: list[RunningJob] = []
+        for tenant in tenants:
+            candidates = self._yielding(tenant, by_tenant)
+            if tenant == job.tenant:
+                if not policy.priority_preemption:
+                    continue
+                found.extend(r for r in candidates if r.job.priority < job.priority
+                             and r.job.job_id not in stopping and r.job.job_id not in banned)
+                continue
+            per_model = bool(self.ledger.tenant(tenant).quota_gpus_by_model)
+            if not per_model and self.ledger.over_nominal_units(tenant, "") <= 0:
+                continue
+            take_any = policy.reclaim and reclaiming
+            for victim in candidates:
+                vjob = victim.job
+                if vjob.job_id in stopping or vjob.job_id in banned:
+                    continue
+                if per_model and self.ledger.over_nominal_units(tenant, self._model_of(victim)) <= 0:
+                    continue
+                if take_any or (policy.priority_preemption and vjob.priority < job.priority):
+                    found.append(victim)
+        return found
+
+    def _yielding(self, tenant: str, by_tenant: dict[str, list[RunningJob]]) -> list[RunningJob]:
+        found = self._yielding_cache.get(tenant)
+        if found is None:
+            found = self._yielding_cache[tenant] = [r for r in by_tenant[tenant] if self._may_ever_yield(r)]
+        return found
 
     def _running_by_tenant(self) -> dict[str, list[RunningJob]]:
         if self._by_tenant is None:

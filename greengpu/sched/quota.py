@@ -118,23 +118,29 @@ class QuotaLedger:
         """Add (sign=1) or remove (sign=-1) a running job's GPUs and memory from its tenant."""
         self.version += 1
         job = running.job
-        tenant = self.tenant(job.tenant)
-        by_node: dict[str, int] = {}
-        for slot in running.slots:
-            by_node[slot.node] = by_node.get(slot.node, 0) + slot.units
-        for model, units in self._units_by_model(by_node.items()).items():
-            key = (job.tenant, self.key(tenant, model))
-            self.used_units[key] = self.used_units.get(key, 0) + sign * units
-        total = sum(by_node.values())
-        self.total_units[job.tenant] = self.total_units.get(job.tenant, 0) + sign * total
-        memory = self.job_memory_gb(job, by_node, by_node)
-        self.memory_gb[job.tenant] = self.memory_gb.get(job.tenant, 0.0) + sign * memory
+        name = job.tenant
+        tenant = self.tenant(name)
+        by_node = running.units_by_node
+        used = self.used_units
+        if tenant.quota_gpus_by_model:
+            for model, units in self._units_by_model(by_node.items()).items():
+                key = (name, model)
+                used[key] = used.get(key, 0) + sign * units
+        else:
+            key = (name, ANY_MODEL)
+            used[key] = used.get(key, 0) + sign * job.units
+        self.total_units[name] = self.total_units.get(name, 0) + sign * job.units
+        if tenant.max_gpu_memory_gb is not None or job.gpu_memory_gb is not None:
+            memory = self.job_memory_gb(job, by_node, by_node)
+            self.memory_gb[name] = self.memory_gb.get(name, 0.0) + sign * memory
 
     def violations(self) -> list[str]:
         """Tenants above nominal plus borrowing limit."""
         found = []
         for (tenant_name, key), used in sorted(self.used_units.items()):
             tenant = self.tenant(tenant_name)
+            if tenant.borrow_limit_gpus is None:
+                continue  # may borrow any idle capacity: no limit to break
             if used > self.limit_units(tenant, key):
                 found.append(f"tenant {tenant_name} holds {used / GPU_UNITS:g} GPUs on {key}, "
                              f"above quota plus borrowing {self.limit_units(tenant, key) / GPU_UNITS:g}")

@@ -10,48 +10,84 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from greengpu.model import GPU_UNITS, ClusterSnapshot, GpuSlot, RunningJob
+from greengpu.model import GPU_UNITS, Cluster, ClusterSnapshot, GpuSlot, RunningJob
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """The fixed shape of a cluster, computed once per Cluster and shared by every cycle's state."""
+
+    names: list[str]
+    index: dict[str, int]
+    model: list[str]
+    domain: list[str]
+    size: list[int]
+    memory_gb: list[float]
+    node_size_by_model: dict[str, int]
+    models: tuple[str, ...]
+    uniform_models: frozenset[str]
+    """Models whose nodes all have the same GPU count (whole-node gang placement takes a fast path)."""
+    model_of_node: dict[str, str]
+    memory_of_node: dict[str, float]
+
+
+_LAYOUTS: dict[int, tuple[Cluster, ClusterLayout]] = {}
+
+
+def cluster_layout(cluster: Cluster) -> ClusterLayout:
+    """The layout of `cluster` (memoised per Cluster object: it is immutable)."""
+    cached = _LAYOUTS.get(id(cluster))
+    if cached is not None and cached[0] is cluster:
+        return cached[1]
+    names = [n.name for n in cluster.nodes]
+    types = [cluster.node_types[n.type_name] for n in cluster.nodes]
+    node_size_by_model: dict[str, int] = {}
+    sizes_seen: dict[str, set[int]] = {}
+    for t in types:
+        node_size_by_model[t.gpu_model] = max(node_size_by_model.get(t.gpu_model, 0), t.gpus)
+        sizes_seen.setdefault(t.gpu_model, set()).add(t.gpus)
+    layout = ClusterLayout(
+        names=names, index={name: i for i, name in enumerate(names)}, model=[t.gpu_model for t in types],
+        domain=[n.domain for n in cluster.nodes], size=[t.gpus for t in types],
+        memory_gb=[t.gpu_memory_gb for t in types], node_size_by_model=node_size_by_model,
+        models=tuple(sorted(node_size_by_model)),
+        uniform_models=frozenset(m for m, sizes in sizes_seen.items() if len(sizes) == 1),
+        model_of_node={n.name: t.gpu_model for n, t in zip(cluster.nodes, types, strict=True)},
+        memory_of_node={n.name: t.gpu_memory_gb for n, t in zip(cluster.nodes, types, strict=True)},
+    )
+    if len(_LAYOUTS) > 64:
+        _LAYOUTS.clear()  # the cache holds its Cluster alive: keep it small
+    _LAYOUTS[id(cluster)] = (cluster, layout)
+    return layout
 
 
 class PlacementState:
     """Free GPUs per node and GPU, with bucket indexes for best-fit lookups. Mutable, one per cycle."""
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
-        cluster = snapshot.cluster
-        self.names: list[str] = []
-        self.index: dict[str, int] = {}
-        self.model: list[str] = []
-        self.domain: list[str] = []
-        self.size: list[int] = []
-        self.memory_gb: list[float] = []
-        self.schedulable: list[bool] = []
-        self.gpu_free: list[list[int]] = []
-        self.free_whole: list[int] = []
-        self.node_size_by_model: dict[str, int] = {}
-        self.free_units_total = 0
+        layout = cluster_layout(snapshot.cluster)
+        # The layout is shared and read-only; only the free-capacity lists below are per cycle.
+        self.names = layout.names
+        self.index = layout.index
+        self.model = layout.model
+        self.domain = layout.domain
+        self.size = layout.size
+        self.memory_gb = layout.memory_gb
+        self.node_size_by_model = layout.node_size_by_model
+        self.models = layout.models
+        self.uniform_models = layout.uniform_models
+        states = snapshot.node_states
+        if states:
+            self.schedulable = [states[name].schedulable if name in states else True for name in self.names]
+        else:
+            self.schedulable = [True] * len(self.names)
+        self.gpu_free: list[list[int]] = [[GPU_UNITS] * size for size in self.size]
+        self.free_whole: list[int] = list(self.size)
+        schedulable_gpus = sum(size for size, ok in zip(self.size, self.schedulable, strict=True) if ok)
+        self.free_units_total = schedulable_gpus * GPU_UNITS
         """Free milli-GPUs on schedulable nodes, kept current by allocate and release."""
-        for node in cluster.nodes:
-            node_type = cluster.node_types[node.type_name]
-            self.index[node.name] = len(self.names)
-            self.names.append(node.name)
-            self.model.append(node_type.gpu_model)
-            self.domain.append(node.domain)
-            self.size.append(node_type.gpus)
-            self.memory_gb.append(node_type.gpu_memory_gb)
-            self.schedulable.append(snapshot.node_state(node.name).schedulable)
-            self.gpu_free.append([GPU_UNITS] * node_type.gpus)
-            self.free_whole.append(node_type.gpus)
-            if self.schedulable[-1]:
-                self.free_units_total += node_type.gpus * GPU_UNITS
-            known = self.node_size_by_model.get(node_type.gpu_model, 0)
-            self.node_size_by_model[node_type.gpu_model] = max(known, node_type.gpus)
-        self.models: tuple[str, ...] = tuple(sorted(self.node_size_by_model))
-        sizes_seen: dict[str, set[int]] = {}
-        for model, size in zip(self.model, self.size, strict=True):
-            sizes_seen.setdefault(model, set()).add(size)
-        self.uniform_models: frozenset[str] = frozenset(m for m, sizes in sizes_seen.items() if len(sizes) == 1)
-        """Models whose nodes all have the same GPU count (whole-node gang placement takes a fast path)."""
         for running in snapshot.running:
             self._take(running.slots)
         self.buckets: dict[str, list[set[int]]] = {
@@ -138,6 +174,16 @@ class PlacementState:
         self._give(slots)
         for node in touched:
             self._index_node(node)
+
+    def set_schedulable(self, node: int, schedulable: bool) -> None:
+        """Mark a node as usable (awake, not drained) or not, keeping indexes and totals current."""
+        if self.schedulable[node] == schedulable:
+            return
+        self._unindex_node(node)
+        free = sum(self.gpu_free[node])
+        self.free_units_total += free if schedulable else -free
+        self.schedulable[node] = schedulable
+        self._index_node(node)
 
     # ------------------------------------------------------------------ queries
 

@@ -59,7 +59,9 @@ def placed(actions: tuple[Action, ...]) -> dict[str, PlaceJob]:
 class Driver:
     """Runs cycles: finish due jobs, schedule, apply, check invariants."""
 
-    def __init__(self, cluster: Cluster, policy: SchedulerPolicy | None = None, interval_s: float = 60.0) -> None:
+    def __init__(self, cluster: Cluster, policy: SchedulerPolicy | None = None, interval_s: float = 60.0,
+                 cross_check: bool = True) -> None:
+        self.cross_check = cross_check
         self.policy = policy or SchedulerPolicy()
         self.interval_s = interval_s
         self.snapshot = ClusterSnapshot(time_s=0.0, cluster=cluster)
@@ -94,7 +96,13 @@ class Driver:
         if auto_finish:
             due = [r.job.job_id for r in self.snapshot.running if r.expected_end_s <= self.now_s]
             self.finish(*due)
+        if self.cross_check:
+            # The remembered, difference-updated books must decide exactly as books built afresh.
+            fresh = schedule_cycle(self.snapshot, self.policy, self.interval_s, incremental=False)
         result = schedule_cycle(self.snapshot, self.policy, self.interval_s)
+        if self.cross_check:
+            assert result.actions == fresh.actions
+            assert dict(result.waiting) == dict(fresh.waiting)
         self.snapshot = apply_scheduler_actions(self.snapshot, result.actions)
         for action in result.actions:
             if isinstance(action, PlaceJob):

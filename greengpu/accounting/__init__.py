@@ -1,0 +1,1 @@
+"""Accounting: energy, cost and CO2 meters; the SQLite ledger."""

@@ -1,0 +1,87 @@
+"""Which idle nodes may sleep now: windows, idle timeout, anti-flapping, warm reserve, rate limit.
+
+Pure: the body passes what it observed (per node: power state, since when, whether it holds work,
+since when it is idle) and gets back the nodes to suspend. Waking is decided by asking the
+scheduling core where pending work would go if sleeping nodes were up (see sim.engine and the
+daemon), so a wake never happens for a node the core would not use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from greengpu.model import PowerState, SleepNode
+from greengpu.policy import WEEKDAYS, SleepPolicy, SleepWindow
+
+DAY_S = 86_400
+
+
+def in_window(time_s: float, windows: Sequence[SleepWindow], utc_offset_s: float = 0.0) -> bool:
+    """Whether local time `time_s + utc_offset_s` falls in any window (a window may cross midnight)."""
+    local = time_s + utc_offset_s
+    day_index = int(local // DAY_S + 3) % 7  # 1970-01-01 was a Thursday (index 3 from Monday)
+    minute = int(local % DAY_S // 60)
+    today = WEEKDAYS[day_index]
+    yesterday = WEEKDAYS[(day_index - 1) % 7]
+    for window in windows:
+        start, end = window.start_minute, window.end_minute
+        if start < end:
+            if today in window.days and start <= minute < end:
+                return True
+        else:  # crosses midnight: [start, 24:00) on the day named, [00:00, end) the day after
+            if today in window.days and minute >= start:
+                return True
+            if yesterday in window.days and minute < end:
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the sleep planner needs to know of one node."""
+
+    name: str
+    gpus: int
+    power: PowerState
+    power_since_s: float
+    busy: bool
+    idle_since_s: float | None
+    """When the node last became free of work; None while it holds work."""
+
+
+def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, *, blocked_pending: bool,
+                  suspends_last_minute: int, utc_offset_s: float = 0.0) -> list[SleepNode]:
+    """The idle nodes to suspend now, in a stable order (longest idle first)."""
+    if not policy.enabled or not in_window(now_s, policy.windows, utc_offset_s):
+        return []
+    if policy.priority_aware and blocked_pending:
+        return []  # work is waiting for capacity: putting capacity to sleep now would only delay it
+    budget = policy.max_suspends_per_min - suspends_last_minute
+    if budget <= 0:
+        return []
+    free_awake_gpus = sum(n.gpus for n in nodes if n.power is PowerState.AWAKE and not n.busy)
+    candidates = sorted(
+        (n for n in nodes
+         if n.power is PowerState.AWAKE and not n.busy and n.idle_since_s is not None
+         and now_s - n.idle_since_s >= policy.idle_timeout_s
+         and now_s - n.power_since_s >= policy.min_awake_s),
+        key=lambda n: (n.idle_since_s, n.name),
+    )
+    chosen: list[SleepNode] = []
+    for node in candidates:
+        if len(chosen) >= budget:
+            break
+        if free_awake_gpus - node.gpus < policy.warm_reserve_gpus:
+            continue
+        free_awake_gpus -= node.gpus
+        chosen.append(SleepNode(node.name, f"idle {now_s - (node.idle_since_s or now_s):.0f} s"))
+    return chosen
+
+
+def warm_reserve_shortfall_gpus(nodes: Sequence[NodeView], policy: SleepPolicy) -> int:
+    """Free GPUs missing from the warm reserve (awake or waking nodes without work count)."""
+    if not policy.enabled or policy.warm_reserve_gpus <= 0:
+        return 0
+    ready = sum(n.gpus for n in nodes if n.power in (PowerState.AWAKE, PowerState.WAKING) and not n.busy)
+    return max(0, policy.warm_reserve_gpus - ready)

@@ -1,0 +1,551 @@
+"""The discrete-event simulator: replay a job trace through the same decision core the daemon runs.
+
+Virtual clock, events in a heap: arrivals, finishes, wake and suspend completions, exact idle-timeout
+checks, grace expiries and control ticks. At each point in time where something changed, one
+scheduling cycle runs (`greengpu.sched.core.schedule_cycle`), then the sleep planner
+(`greengpu.energy.sleep`). Waking asks the core itself: a second, hypothetical cycle in which
+sleeping nodes count as up shows which nodes blocked jobs would go to, and exactly those are woken
+(a whole free node for a gang, never two halves). Power is integrated piecewise between events.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from greengpu.accounting.meter import EnergyMeter
+from greengpu.energy.sleep import NodeView, plan_suspends, warm_reserve_shortfall_gpus
+from greengpu.model import (
+    GPU_UNITS,
+    Cluster,
+    ClusterSnapshot,
+    Job,
+    KillJob,
+    NodeState,
+    PendingJob,
+    PlaceJob,
+    PowerState,
+    PreemptionRecord,
+    PreemptJob,
+    RunningJob,
+)
+from greengpu.policy import BackfillPolicy, Policy, PreemptionPolicy
+from greengpu.sched.core import WAIT_CAPACITY, schedule_cycle
+from greengpu.sched.invariants import check_invariants
+from greengpu.sched.preemption import last_checkpoint_s
+from greengpu.sched.quota import QuotaLedger
+from greengpu.sched.state import cluster_layout
+
+FULL_CHECK_EVERY = 2000
+"""Cycles between full invariant checks (every cycle checks what its own placements could break)."""
+SUSPEND_S = 30.0
+"""Seconds from the suspend command to the node drawing sleep power (it draws idle power meanwhile)."""
+CLASS_WAIT_SLA_S = {"inference": 300.0, "interactive": 300.0}
+"""Longest wait before an inference or interactive job counts as an SLA violation."""
+
+_ARRIVE, _FINISH, _WAKE_DONE, _SUSPEND_DONE, _IDLE_CHECK, _TICK = range(6)
+
+
+@dataclass
+class _Node:
+    name: str
+    gpus: int
+    gpu_idle_w: float
+    gpu_busy_w: float
+    host_idle_w: float
+    host_sleep_w: float
+    boot_s: float
+    power: PowerState = PowerState.AWAKE
+    power_since_s: float = 0.0
+    jobs: int = 0
+    busy_gpus: set[int] = field(default_factory=set)
+    gpu_users: dict[int, int] = field(default_factory=dict)
+    idle_since_s: float | None = 0.0
+    idle_token: int = 0
+
+    def draw_w(self) -> tuple[float, float]:
+        """(GPU watts, host watts) in the node's current state."""
+        if self.power is PowerState.ASLEEP:
+            return 0.0, self.host_sleep_w
+        if self.power is PowerState.FAILED:
+            return 0.0, 0.0
+        busy = len(self.busy_gpus)
+        return busy * self.gpu_busy_w + (self.gpus - busy) * self.gpu_idle_w, self.host_idle_w
+
+
+@dataclass
+class SimResult:
+    """The figures of one simulated policy (CONTRACTS.md section 4)."""
+
+    values: dict[str, Any]
+
+
+class Simulation:
+    """One replay of `jobs` on `cluster` under `policy`."""
+
+    def __init__(self, cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
+                 check_every_cycle: bool = True, progress: Callable[[int, int], None] | None = None) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.jobs = list(jobs)
+        self.until_s = until_s
+        self.check_every_cycle = check_every_cycle
+        self.progress = progress
+        self.meter = EnergyMeter(cluster.site)
+        self.nodes: dict[str, _Node] = {}
+        for node in cluster.nodes:
+            t = cluster.node_types[node.type_name]
+            self.nodes[node.name] = _Node(node.name, t.gpus, t.gpu_idle_w, t.gpu_max_w, t.host_idle_w,
+                                          t.host_sleep_w, t.boot_s)
+        self.node_states: dict[str, NodeState] = {}
+        self.running: dict[str, RunningJob] = {}
+        self.pending: dict[str, PendingJob] = {}
+        self.events: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self.now_s = 0.0
+        self.gpu_w = 0.0
+        self.host_w = 0.0
+        self.allocated_gpus = 0.0
+        self.gpu_hours_allocated = 0.0
+        self.first_start: dict[str, float] = {}
+        self.run_s: dict[str, float] = {}
+        self.segment_start: dict[str, float] = {}
+        self.attempt: dict[str, int] = {}
+        self.completed: set[str] = set()
+        self.last_finish_s = 0.0
+        self.preemptions = 0
+        self.lost_gpu_s = 0.0
+        self.sleep_s = 0.0
+        self.wakes = 0
+        self.violations = 0
+        self.violation_examples: list[str] = []
+        self.cycles = 0
+        self.suspend_times: deque[float] = deque()
+        self.wake_times: deque[float] = deque()
+        self._dirty = False
+        self._sleep_check = False
+        self._tick_pending = False
+        self._blocked = False
+        self.asleep_nodes = 0
+        self.arrivals_left = 0
+        self.stopping: set[str] = set()
+        layout = cluster_layout(cluster)
+        # The simulator's own quota books (independent of the core's) for the invariant checks.
+        self.ledger = QuotaLedger(cluster, layout.model_of_node, layout.memory_of_node, True)
+        self.gpu_units: dict[tuple[str, int], int] = {}
+
+    # ------------------------------------------------------------------ events and power
+
+    def _push(self, time_s: float, kind: int, data: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (time_s, self._seq, kind, data))
+
+    def _advance(self, to_s: float) -> None:
+        if to_s <= self.now_s:
+            return
+        dt = to_s - self.now_s
+        self.meter.add(self.now_s, to_s, self.gpu_w, self.host_w)
+        self.gpu_hours_allocated += self.allocated_gpus * dt / 3600.0
+        self.sleep_s += self.asleep_nodes * dt
+        self.now_s = to_s
+
+    def _set_node(self, node: _Node, change: Callable[[], None]) -> None:
+        gpu_before, host_before = node.draw_w()
+        change()
+        gpu_after, host_after = node.draw_w()
+        self.gpu_w += gpu_after - gpu_before
+        self.host_w += host_after - host_before
+
+    def _set_power(self, node: _Node, power: PowerState) -> None:
+        self.asleep_nodes += (power is PowerState.ASLEEP) - (node.power is PowerState.ASLEEP)
+
+        def change() -> None:
+            node.power = power
+            node.power_since_s = self.now_s
+
+        self._set_node(node, change)
+        if power is PowerState.AWAKE:
+            self.node_states.pop(node.name, None)
+        else:
+            self.node_states[node.name] = NodeState(power=power, since_s=self.now_s)
+
+    # ------------------------------------------------------------------ jobs
+
+    def _start(self, action: PlaceJob) -> None:
+        waiting = self.pending.pop(action.job_id)
+        job = waiting.job
+        self.running[job.job_id] = RunningJob(job=job, slots=action.slots, start_time_s=self.now_s,
+                                              expected_end_s=self.now_s + job.duration_s,
+                                              preemptions=waiting.preemptions)
+        self.first_start.setdefault(job.job_id, self.now_s)
+        self.segment_start[job.job_id] = self.now_s
+        self.attempt[job.job_id] = self.attempt.get(job.job_id, 0) + 1
+        self._push(self.now_s + job.duration_s, _FINISH, (job.job_id, self.attempt[job.job_id]))
+        self.allocated_gpus += job.gpus
+        self.ledger.charge(self.running[job.job_id])
+        for slot in action.slots:
+            node = self.nodes[slot.node]
+
+            def change(node: _Node = node, gpu: int = slot.gpu_index) -> None:
+                node.gpu_users[gpu] = node.gpu_users.get(gpu, 0) + 1
+                node.busy_gpus.add(gpu)
+
+            self._set_node(node, change)
+            key = (slot.node, slot.gpu_index)
+            self.gpu_units[key] = self.gpu_units.get(key, 0) + slot.units
+        for name in dict.fromkeys(s.node for s in action.slots):
+            node = self.nodes[name]
+            node.jobs += 1
+            node.idle_since_s = None
+            node.idle_token += 1
+
+    def _stop(self, job_id: str) -> RunningJob:
+        running = self.running.pop(job_id)
+        self.ledger.charge(running, -1)
+        self.run_s[job_id] = self.run_s.get(job_id, 0.0) + self.now_s - self.segment_start.pop(job_id)
+        self.allocated_gpus -= running.job.gpus
+        for slot in running.slots:
+            node = self.nodes[slot.node]
+
+            def change(node: _Node = node, gpu: int = slot.gpu_index) -> None:
+                node.gpu_users[gpu] -= 1
+                if node.gpu_users[gpu] == 0:
+                    del node.gpu_users[gpu]
+                    node.busy_gpus.discard(gpu)
+
+            self._set_node(node, change)
+            self.gpu_units[(slot.node, slot.gpu_index)] -= slot.units
+        for name in dict.fromkeys(s.node for s in running.slots):
+            node = self.nodes[name]
+            node.jobs -= 1
+            if node.jobs == 0:
+                node.idle_since_s = self.now_s
+                node.idle_token += 1
+                self._schedule_idle_check(node)
+        return running
+
+    def _kill(self, action: KillJob) -> None:
+        victim = self.running[action.job_id]
+        by = action.for_job_id or victim.preempted_for
+        checkpoint_s = last_checkpoint_s(victim, self.now_s)
+        self.lost_gpu_s += (self.now_s - checkpoint_s) * victim.job.gpus
+        self._stop(action.job_id)
+        self.stopping.discard(action.job_id)
+        self.preemptions += 1
+        history = victim.preemptions + ((PreemptionRecord(self.now_s, by),) if by else ())
+        saved_s = checkpoint_s - victim.start_time_s
+        remaining = replace(victim.job, duration_s=max(1.0, victim.job.duration_s - saved_s))
+        self.pending[victim.job.job_id] = PendingJob(remaining, preemptions=history)
+
+    # ------------------------------------------------------------------ sleep and wake
+
+    def _schedule_idle_check(self, node: _Node) -> None:
+        sleep = self.policy.sleep
+        if not sleep.enabled or node.idle_since_s is None:
+            return
+        due = max(node.idle_since_s + sleep.idle_timeout_s, node.power_since_s + sleep.min_awake_s)
+        self._push(max(due, self.now_s), _IDLE_CHECK, (node.name, node.idle_token))
+
+    def _views(self) -> list[NodeView]:
+        return [NodeView(n.name, n.gpus, n.power, n.power_since_s, n.jobs > 0, n.idle_since_s)
+                for n in self.nodes.values()]
+
+    def _recent(self, times: deque[float]) -> int:
+        while times and times[0] <= self.now_s - 60.0:
+            times.popleft()
+        return len(times)
+
+    def _plan_suspends(self, blocked: bool) -> None:
+        views = self._views()
+        for action in plan_suspends(self.now_s, views, self.policy.sleep, blocked_pending=blocked,
+                                    suspends_last_minute=self._recent(self.suspend_times)):
+            node = self.nodes[action.node]
+            self._set_power(node, PowerState.SUSPENDING)
+            self.suspend_times.append(self.now_s)
+            self._push(self.now_s + SUSPEND_S, _SUSPEND_DONE, node.name)
+        # Nodes still idle but not allowed to sleep now (window, reserve, rate) are looked at again later.
+        for node in self.nodes.values():
+            if node.power is PowerState.AWAKE and node.jobs == 0 and node.idle_since_s is not None \
+                    and self.now_s - node.idle_since_s >= self.policy.sleep.idle_timeout_s:
+                self._push(self.now_s + self.policy.interval_s, _IDLE_CHECK, (node.name, node.idle_token))
+
+    def _wake(self, node: _Node, reason: str) -> None:
+        self._set_power(node, PowerState.WAKING)
+        self.wakes += 1
+        self.wake_times.append(self.now_s)
+        self._push(self.now_s + node.boot_s, _WAKE_DONE, node.name)
+
+    def _plan_wakes(self, waiting: dict[str, str]) -> None:
+        sleep = self.policy.sleep
+        budget = sleep.max_wakes_per_min - self._recent(self.wake_times)
+        if budget <= 0:
+            return
+        sleeping = [n for n in self.nodes.values() if n.power is PowerState.ASLEEP
+                    and self.now_s - n.power_since_s >= sleep.min_asleep_s]
+        if not sleeping:
+            return
+        blocked = [p for job_id, p in self.pending.items() if waiting.get(job_id) == WAIT_CAPACITY]
+        if blocked:
+            # Ask the core where the blocked jobs would go if sleeping (and waking) nodes were up.
+            hypothetical = ClusterSnapshot(
+                time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
+                pending=tuple(blocked),
+                node_states={name: state for name, state in self.node_states.items()
+                             if state.power not in (PowerState.ASLEEP, PowerState.WAKING)},
+            )
+            quiet = replace(self.policy.scheduler, preemption=PreemptionPolicy(enabled=False),
+                            backfill=BackfillPolicy(enabled=False))
+            result = schedule_cycle(hypothetical, quiet, self.policy.interval_s)
+            for action in result.actions:
+                if not isinstance(action, PlaceJob):
+                    continue
+                for name in dict.fromkeys(s.node for s in action.slots):
+                    node = self.nodes[name]
+                    if node.power is PowerState.ASLEEP and budget > 0 \
+                            and self.now_s - node.power_since_s >= sleep.min_asleep_s:
+                        self._wake(node, f"needed by {action.job_id}")
+                        budget -= 1
+        shortfall = warm_reserve_shortfall_gpus(self._views(), sleep)
+        for node in sorted(sleeping, key=lambda n: n.name):
+            if shortfall <= 0 or budget <= 0:
+                break
+            if node.power is PowerState.ASLEEP:
+                self._wake(node, "warm reserve")
+                shortfall -= node.gpus
+                budget -= 1
+
+    def _ensure_tick(self) -> None:
+        if not self._tick_pending:
+            self._tick_pending = True
+            interval = self.policy.interval_s
+            self._push((math.floor(self.now_s / interval) + 1) * interval, _TICK, None)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _cycle(self) -> None:
+        self.cycles += 1
+        snapshot = ClusterSnapshot(time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
+                                   pending=tuple(self.pending.values()), node_states=self.node_states)
+        result = schedule_cycle(snapshot, self.policy.scheduler, self.policy.interval_s)
+        grace_s = self.policy.scheduler.preemption.grace_s
+        for action in result.actions:
+            if isinstance(action, KillJob):
+                self._kill(action)
+            elif isinstance(action, PreemptJob):
+                victim = self.running[action.job_id]
+                self.running[action.job_id] = replace(victim, preempt_signalled_s=self.now_s,
+                                                      preempted_for=action.for_job_id)
+                self.stopping.add(action.job_id)
+                self._push(self.now_s + grace_s, _TICK, "grace")
+            elif isinstance(action, PlaceJob):
+                self._start(action)
+        if self.check_every_cycle:
+            placed = [self.running[a.job_id] for a in result.actions if isinstance(a, PlaceJob)]
+            self._record(self._check_placements(placed))
+            if self.cycles % FULL_CHECK_EVERY == 0:
+                self._record(check_invariants(ClusterSnapshot(
+                    time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
+                    node_states=self.node_states)))
+        if self.policy.sleep.enabled:
+            self._blocked = any(reason == WAIT_CAPACITY for reason in result.waiting.values())
+            self._plan_wakes(dict(result.waiting))
+            self._plan_suspends(self._blocked)
+            self._sleep_check = False
+        if self.pending:
+            self._ensure_tick()  # retry: age boost, grace expiry, backfill windows
+
+    def _record(self, problems: list[str]) -> None:
+        if problems:
+            self.violations += len(problems)
+            self.violation_examples.extend(problems[: max(0, 5 - len(self.violation_examples))])
+
+    def _check_placements(self, placed: list[RunningJob]) -> list[str]:
+        """The invariants a cycle's placements could break, checked against the simulator's own books.
+
+        A full check_invariants() over every running job also runs every FULL_CHECK_EVERY cycles and
+        at the end; this incremental one keeps 'at every event' affordable on 64k-job traces.
+        """
+        problems: list[str] = []
+        for running in placed:
+            job = running.job
+            if sum(s.units for s in running.slots) != job.units:
+                problems.append(f"partial gang: {job.job_id}")
+            for slot in running.slots:
+                key = (slot.node, slot.gpu_index)
+                if self.gpu_units.get(key, 0) > GPU_UNITS:
+                    problems.append(f"over-committed GPU {slot.node}:{slot.gpu_index}")
+                if self.nodes[slot.node].power is not PowerState.AWAKE:
+                    problems.append(f"{job.job_id} placed on {slot.node}, which is {self.nodes[slot.node].power}")
+        if placed:
+            problems.extend(self.ledger.violations())
+        return problems
+
+    def run(self) -> SimResult:
+        """Replay every job; return the figures."""
+        started = time.perf_counter()
+        was_enabled = gc.isenabled()
+        gc.disable()  # the replay builds no reference cycles; the collector would re-walk every job
+        try:
+            self._run()
+        finally:
+            if was_enabled:
+                gc.enable()
+        return self._result(time.perf_counter() - started)
+
+    def _run(self) -> None:
+        if not self.jobs:
+            return
+        origin_s = self.jobs[0].submit_time_s
+        self.now_s = origin_s
+        for node in self.nodes.values():
+            node.idle_since_s = origin_s
+            node.power_since_s = origin_s - 86_400.0  # awake long before the trace starts
+            gpu_w, host_w = node.draw_w()
+            self.gpu_w += gpu_w
+            self.host_w += host_w
+            self._schedule_idle_check(node)
+        for index, job in enumerate(self.jobs):
+            self._push(job.submit_time_s, _ARRIVE, index)
+        self.arrivals_left = len(self.jobs)
+        end_s = origin_s + self.until_s if self.until_s is not None else math.inf
+        processed = 0
+        while self.events:
+            time_s = self.events[0][0]
+            if time_s > end_s:
+                break
+            self._advance(time_s)
+            while self.events and self.events[0][0] == time_s:
+                _, _, kind, data = heapq.heappop(self.events)
+                processed += 1
+                self._handle(kind, data)
+            if self._dirty and (self.pending or any(r.preempt_signalled_s is not None for r in self._signalled())):
+                self._dirty = False
+                self._cycle()
+            elif self._dirty:
+                self._dirty = False  # nothing waits: a cycle could not place anything
+                self._sleep_check = self._sleep_check or self.policy.sleep.enabled
+            elif self._sleep_check:
+                self._sleep_check = False
+                self._plan_suspends(self._blocked)
+            if self.progress is not None and processed % 5000 < 8:
+                self.progress(len(self.completed), len(self.jobs))
+            if not self.pending and not self.running and self.arrivals_left == 0:
+                break
+        if end_s < math.inf:
+            self._advance(end_s)
+        if self.check_every_cycle:
+            self._record(check_invariants(ClusterSnapshot(
+                time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
+                node_states=self.node_states)))
+
+    def _signalled(self) -> list[RunningJob]:
+        return [self.running[j] for j in self.stopping if j in self.running]
+
+    def _handle(self, kind: int, data: Any) -> None:
+        if kind == _ARRIVE:
+            job = self.jobs[data]
+            self.pending[job.job_id] = PendingJob(job)
+            self.arrivals_left -= 1
+            self._dirty = True
+        elif kind == _FINISH:
+            job_id, attempt = data
+            if job_id in self.running and self.attempt.get(job_id) == attempt:
+                self._stop(job_id)
+                self.completed.add(job_id)
+                self.last_finish_s = self.now_s
+                self._dirty = True
+        elif kind == _WAKE_DONE:
+            node = self.nodes[data]
+            if node.power is PowerState.WAKING:
+                self._set_power(node, PowerState.AWAKE)
+                node.idle_since_s = self.now_s
+                node.idle_token += 1
+                self._schedule_idle_check(node)
+                self._dirty = True
+        elif kind == _SUSPEND_DONE:
+            node = self.nodes[data]
+            if node.power is PowerState.SUSPENDING:
+                self._set_power(node, PowerState.ASLEEP)
+                self._dirty = bool(self.pending)
+        elif kind == _IDLE_CHECK:
+            name, token = data
+            node = self.nodes[name]
+            if node.idle_token == token and node.power is PowerState.AWAKE and node.jobs == 0:
+                self._sleep_check = True
+        elif kind == _TICK:
+            if data is None:
+                self._tick_pending = False
+            self._dirty = True
+
+    # ------------------------------------------------------------------ results
+
+    def _result(self, wall_s: float) -> SimResult:
+        jobs = self.jobs
+        waits: list[float] = []
+        by_class: dict[str, list[float]] = {}
+        sla = 0
+        slowdowns: list[float] = []
+        for job in jobs:
+            start = self.first_start.get(job.job_id)
+            if start is None:
+                continue
+            wait = start - job.submit_time_s
+            waits.append(wait)
+            by_class.setdefault(job.job_class, []).append(wait)
+            limit = CLASS_WAIT_SLA_S.get(job.job_class)
+            if limit is not None and wait > limit:
+                sla += 1
+            if job.job_id in self.completed:
+                slowdowns.append(self.run_s[job.job_id] / job.duration_s)
+        origin = jobs[0].submit_time_s if jobs else 0.0
+        span_s = (self.now_s - origin) if jobs else 0.0
+        values: dict[str, Any] = {
+            "policy": self.policy.name,
+            "jobs": len(jobs),
+            "jobs_completed": len(self.completed),
+            "makespan_s": (self.last_finish_s - origin) if self.completed else 0.0,
+            "energy_kwh": self.meter.facility_energy_kwh,
+            "gpu_energy_kwh": self.meter.gpu_energy_kwh,
+            "cost": self.meter.cost,
+            "co2_kg": self.meter.co2_g / 1000.0,
+            "wait_s": wait_stats(waits),
+            "wait_s_by_class": {c: wait_stats(v) for c, v in sorted(by_class.items())},
+            "gpu_hours_allocated": self.gpu_hours_allocated,
+            "gpu_hours_capacity": self.cluster.total_gpus * span_s / 3600.0,
+            "slowdown_mean": (sum(slowdowns) / len(slowdowns)) if slowdowns else None,
+            "preemptions": self.preemptions,
+            "lost_gpu_hours": self.lost_gpu_s / 3600.0,
+            "node_sleep_hours": self.sleep_s / 3600.0,
+            "wakes": self.wakes,
+            "sla_violations": sla,
+            "invariant_violations": self.violations,
+            "sim_wall_s": wall_s,
+            "pue": self.cluster.site.pue,
+            "currency": self.cluster.site.currency,
+            "scheduling_cycles": self.cycles,
+        }
+        return SimResult(values)
+
+
+def wait_stats(waits: Sequence[float]) -> dict[str, float | None]:
+    """p50, p95, p99 and mean of waits (nearest-rank percentiles); nulls when there are none."""
+    if not waits:
+        return {"p50": None, "p95": None, "p99": None, "mean": None}
+    ordered = sorted(waits)
+
+    def rank(q: float) -> float:
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+    return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99), "mean": sum(ordered) / len(ordered)}
+
+
+def simulate(cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
+             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Replay `jobs` under `policy`; the result keys of CONTRACTS.md section 4."""
+    return Simulation(cluster, policy, jobs, until_s=until_s, progress=progress).run().values

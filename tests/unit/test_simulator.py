@@ -1,0 +1,86 @@
+"""Hand-computable simulator scenarios: exact energy, cost, CO2; idle-timeout sleep and wake; hourly tariff."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from schedkit import job
+
+from greengpu.config.policy import load_policy
+from greengpu.model import Cluster, Node, NodeType, Site, TimeSeries
+from greengpu.sim.engine import simulate
+
+T0 = 1_700_000_000.0  # a Tuesday, 22:13 UTC
+ONE_GPU = NodeType(name="one", gpus=1, gpu_model="A100", gpu_idle_w=50, gpu_max_w=300, gpu_min_limit_w=100,
+                   host_idle_w=100, host_sleep_w=10, boot_s=180)
+
+
+def one_node(site: Site | None = None) -> Cluster:
+    return Cluster(site=site or Site(pue=1.5, price_per_kwh=0.2, carbon_g_per_kwh=400),
+                   node_types={"one": ONE_GPU}, nodes=(Node("n1", "one"),), tenants={})
+
+
+def kwh(watts: float, seconds: float) -> float:
+    return watts * seconds / 3_600_000
+
+
+def test_one_node_one_job_exact_energy_cost_co2() -> None:
+    result = simulate(one_node(), load_policy("always-on"), [job("j", gpus=1, duration_s=3600, submit_time_s=T0)])
+    assert result["jobs_completed"] == 1
+    assert result["gpu_energy_kwh"] == pytest.approx(0.3)  # 300 W for one hour
+    assert result["energy_kwh"] == pytest.approx((0.3 + 0.1) * 1.5)
+    assert result["cost"] == pytest.approx(0.6 * 0.2)
+    assert result["co2_kg"] == pytest.approx(0.6 * 0.4)
+    assert result["wait_s"] == {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0}
+    assert result["makespan_s"] == 3600
+    assert result["gpu_hours_allocated"] == pytest.approx(1.0)
+    assert result["invariant_violations"] == 0
+
+
+def test_idle_timeout_suspends_after_exactly_its_timeout_and_pays_the_boot_delay() -> None:
+    jobs = [job("a", duration_s=600, submit_time_s=T0), job("b", duration_s=600, submit_time_s=T0 + 5000)]
+    result = simulate(one_node(), load_policy("idle-timeout"), jobs)
+    suspend_at = 600 + 1800  # idle from 600 s, SuspendTime 30 min
+    asleep_at = suspend_at + 30  # the suspend itself takes 30 s at idle power
+    assert result["wakes"] == 1
+    assert result["node_sleep_hours"] == pytest.approx((5000 - asleep_at) / 3600)
+    assert result["wait_s"]["p95"] == 180  # b waits exactly the boot time
+    assert result["makespan_s"] == 5000 + 180 + 600
+    gpu = kwh(300, 600) + kwh(50, asleep_at - 600) + kwh(50, 180) + kwh(300, 600)
+    host = kwh(100, asleep_at) + kwh(10, 5000 - asleep_at) + kwh(100, 180 + 600)
+    assert result["gpu_energy_kwh"] == pytest.approx(gpu)
+    assert result["energy_kwh"] == pytest.approx((gpu + host) * 1.5)
+    always_on = simulate(one_node(), load_policy("always-on"), jobs)
+    assert always_on["energy_kwh"] > result["energy_kwh"]
+    assert always_on["wait_s"]["p95"] == 0
+
+
+def test_hourly_tariff_is_charged_hour_by_hour() -> None:
+    hour0, hour1 = 0.10, 0.30
+    tariff = TimeSeries(times_s=(T0 - 600, T0 + 3000, T0 + 6600), values=(hour0, hour1, hour0))
+    site = Site(pue=1.0, tariff=tariff, carbon_g_per_kwh=0)
+    result = simulate(one_node(site), load_policy("always-on"), [job("j", duration_s=7200, submit_time_s=T0)])
+    draw_kw = 0.4  # 300 W GPU + 100 W host
+    expected = draw_kw * (3000 / 3600) * hour0 + draw_kw * 1.0 * hour1 + draw_kw * (600 / 3600) * hour0
+    assert result["cost"] == pytest.approx(expected)
+    flat = simulate(one_node(replace(site, tariff=None, price_per_kwh=hour0)), load_policy("always-on"),
+                    [job("j", duration_s=7200, submit_time_s=T0)])
+    assert flat["cost"] < result["cost"]
+
+
+def test_same_inputs_same_results_bit_for_bit() -> None:
+    jobs = [job(f"j{i}", gpus=1, duration_s=100 + 37 * i, submit_time_s=T0 + 11 * i) for i in range(40)]
+    first = simulate(one_node(), load_policy("default"), jobs)
+    second = simulate(one_node(), load_policy("default"), jobs)
+    first.pop("sim_wall_s")
+    second.pop("sim_wall_s")
+    assert first == second
+
+
+def test_until_stops_the_clock() -> None:
+    jobs = [job("a", duration_s=3600, submit_time_s=T0), job("b", duration_s=60, submit_time_s=T0 + 7200)]
+    result = simulate(one_node(), load_policy("always-on"), jobs, until_s=1800)
+    assert result["jobs_completed"] == 0
+    assert result["gpu_energy_kwh"] == pytest.approx(kwh(300, 1800))
+    assert result["gpu_hours_allocated"] == pytest.approx(0.5)
