@@ -25,12 +25,12 @@ class Reservation:
     start_s: float
 
 
-def ends_by_node(state: PlacementState, running: Collection[RunningJob], now_s: float,
-                 interval_s: float) -> dict[int, list[tuple[float, tuple[GpuSlot, ...]]]]:
-    """Per node, the expected ends of its running jobs (overdue ones end after one more interval)."""
+def ends_by_node(state: PlacementState,
+                 running: Collection[RunningJob]) -> dict[int, list[tuple[float, tuple[GpuSlot, ...]]]]:
+    """Per node, the expected ends of its running jobs, earliest first (raw: overdue ends are in the past)."""
     result: dict[int, list[tuple[float, tuple[GpuSlot, ...]]]] = {}
     for job in running:
-        end_s = job.expected_end_s if job.expected_end_s > now_s else now_s + interval_s
+        end_s = job.expected_end_s
         for name in job.nodes:
             node = state.index.get(name)
             if node is not None:
@@ -40,21 +40,25 @@ def ends_by_node(state: PlacementState, running: Collection[RunningJob], now_s: 
     return result
 
 
-def _earliest_free_s(state: PlacementState, node: int, count: int, now_s: float,
+def _earliest_free_s(state: PlacementState, node: int, count: int, now_s: float, soonest_s: float,
                      ends: list[tuple[float, tuple[GpuSlot, ...]]]) -> float | None:
-    if state.free_whole[node] >= count:
+    """When `count` GPUs of `node` are free; an overdue job is taken to end at `soonest_s`."""
+    whole = state.free_whole[node]
+    if whole >= count:
         return now_s
     free = list(state.gpu_free[node])
     for end_s, slots in ends:
         for slot in slots:
             free[slot.gpu_index] += slot.units
-        if sum(1 for f in free if f == GPU_UNITS) >= count:
-            return end_s
+            if free[slot.gpu_index] == GPU_UNITS:
+                whole += 1
+        if whole >= count:
+            return max(end_s, soonest_s)  # ends are sorted, so clamping keeps the order
     return None
 
 
 def reserve(state: PlacementState, job: Job, ends: dict[int, list[tuple[float, tuple[GpuSlot, ...]]]],
-            excluded: Collection[int], now_s: float) -> Reservation | None:
+            excluded: Collection[int], now_s: float, interval_s: float) -> Reservation | None:
     """The earliest nodes and start time for `job`, or None (fractional jobs need no reservation)."""
     if job.is_fractional:
         return None
@@ -70,7 +74,7 @@ def reserve(state: PlacementState, job: Job, ends: dict[int, list[tuple[float, t
                 continue
             if state.size[node] < count:
                 continue
-            start_s = _earliest_free_s(state, node, count, now_s, ends.get(node, []))
+            start_s = _earliest_free_s(state, node, count, now_s, now_s + interval_s, ends.get(node, []))
             if start_s is not None:
                 times.append((start_s, node))
         if len(times) < len(chunks):

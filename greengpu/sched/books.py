@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from greengpu.model import Cluster, ClusterSnapshot, RunningJob
+from greengpu.model import Cluster, ClusterSnapshot, GpuSlot, RunningJob
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.state import PlacementState, cluster_layout
 
@@ -26,6 +26,11 @@ class Books:
     ledger: QuotaLedger
     running: dict[str, RunningJob]
     unschedulable: set[int]
+    version: int = 0
+    """Bumped whenever the held running jobs change (caches derived from them check it)."""
+    last_running: tuple[RunningJob, ...] | None = None
+    """The snapshot tuple the books were last brought up to date with (skip the diff when reused)."""
+    ends_cache: tuple[int, dict[int, list[tuple[float, tuple[GpuSlot, ...]]]]] | None = None
 
     def commit(self, started: list[RunningJob], stopped: list[str]) -> None:
         """Record the jobs a cycle placed and killed (it already changed the state and ledger)."""
@@ -33,9 +38,12 @@ class Books:
             self.running.pop(job_id, None)
         for running in started:
             self.running[running.job.job_id] = running
+        if started or stopped:
+            self.version += 1
+            self.last_running = None
 
 
-_BOOKS: dict[int, Books] = {}
+_BOOKS: dict[tuple[int, str], Books] = {}
 
 
 def fresh_books(snapshot: ClusterSnapshot, borrow_non_interruptible: bool) -> Books:
@@ -52,35 +60,26 @@ def fresh_books(snapshot: ClusterSnapshot, borrow_non_interruptible: bool) -> Bo
     return Books(cluster, borrow_non_interruptible, state, ledger, running, unschedulable)
 
 
-def books_for(snapshot: ClusterSnapshot, borrow_non_interruptible: bool, incremental: bool = True) -> Books:
-    """Books for `snapshot`: the remembered ones brought up to date, or fresh ones."""
+def books_for(snapshot: ClusterSnapshot, borrow_non_interruptible: bool, incremental: bool = True,
+              purpose: str = "main") -> Books:
+    """Books for `snapshot`: the remembered ones brought up to date, or fresh ones.
+
+    `purpose` keeps separate books for callers whose snapshots differ systematically (the wake
+    planner's what-if cycles see sleeping nodes as up), so they do not undo each other's work.
+    """
     cluster = snapshot.cluster
     if not incremental:
         return fresh_books(snapshot, borrow_non_interruptible)
-    books = _BOOKS.get(id(cluster))
+    books = _BOOKS.get((id(cluster), purpose))
     if books is None or books.cluster is not cluster or books.borrow_non_interruptible != borrow_non_interruptible:
         books = fresh_books(snapshot, borrow_non_interruptible)
         if len(_BOOKS) > 16:
             _BOOKS.clear()
-        _BOOKS[id(cluster)] = books
+        _BOOKS[(id(cluster), purpose)] = books
         return books
-    state, ledger = books.state, books.ledger
-    current = {r.job.job_id: r for r in snapshot.running}
-    held_jobs = books.running
-    for job_id, held in list(held_jobs.items()):
-        now = current.get(job_id)
-        if now is held:
-            continue
-        if now is None or now.slots != held.slots or now.job.units != held.job.units:
-            state.release(held.slots)
-            ledger.charge(held, -1)
-            del held_jobs[job_id]
-    if len(held_jobs) != len(current) or any(held_jobs.get(k) is not v for k, v in current.items()):
-        for job_id, now in current.items():
-            if job_id not in held_jobs:
-                state.allocate(now.slots)
-                ledger.charge(now)
-            held_jobs[job_id] = now  # same slots: keep the newest object (its other fields may differ)
+    state = books.state
+    if snapshot.running is not books.last_running:
+        _update_running(books, snapshot.running)
     states = snapshot.node_states
     index = state.index
     candidates = books.unschedulable | {index[name] for name in states if name in index}
@@ -96,6 +95,30 @@ def books_for(snapshot: ClusterSnapshot, borrow_non_interruptible: bool, increme
     return books
 
 
+def _update_running(books: Books, running: tuple[RunningJob, ...]) -> None:
+    state, ledger = books.state, books.ledger
+    current = {r.job.job_id: r for r in running}
+    held_jobs = books.running
+    for job_id, held in list(held_jobs.items()):
+        now = current.get(job_id)
+        if now is held:
+            continue
+        if now is None or now.slots != held.slots or now.job.units != held.job.units:
+            state.release(held.slots)
+            ledger.charge(held, -1)
+            del held_jobs[job_id]
+            books.version += 1
+    if len(held_jobs) != len(current) or any(held_jobs.get(k) is not v for k, v in current.items()):
+        for job_id, now in current.items():
+            if job_id not in held_jobs:
+                state.allocate(now.slots)
+                ledger.charge(now)
+                books.version += 1
+            held_jobs[job_id] = now  # same slots: keep the newest object (its other fields may differ)
+    books.last_running = running
+
+
 def forget_books(cluster: Cluster) -> None:
     """Drop the remembered books of `cluster` (after an error, or to force a fresh build)."""
-    _BOOKS.pop(id(cluster), None)
+    for key in [k for k in _BOOKS if k[0] == id(cluster)]:
+        del _BOOKS[key]

@@ -264,8 +264,13 @@ class _Cycle:
 
     def try_reserve(self, pending: PendingJob, excluded: set[int]) -> None:
         if self._ends is None:
-            self._ends = ends_by_node(self.state, self.snapshot.running, self.now_s, self.interval_s)
-        reservation = reserve(self.state, pending.job, self._ends, excluded, self.now_s)
+            cached = self.books.ends_cache
+            if cached is not None and cached[0] == self.books.version:
+                self._ends = cached[1]
+            else:
+                self._ends = ends_by_node(self.state, self.snapshot.running)
+                self.books.ends_cache = (self.books.version, self._ends)
+        reservation = reserve(self.state, pending.job, self._ends, excluded, self.now_s, self.interval_s)
         if reservation is None or reservation.start_s <= self.now_s:
             return  # a job that could start now is held back by policy (e.g. whole-node reserve), not capacity
         self.reservations.append(reservation)
@@ -345,18 +350,19 @@ class _Cycle:
 
 
 def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0,
-                   incremental: bool = True) -> CycleResult:
+                   incremental: bool = True, purpose: str = "main") -> CycleResult:
     """Run one scheduling cycle on `snapshot` under `policy`: actions plus why the rest waits.
 
     `incremental=False` builds the free-GPU index and quota ledger from scratch instead of updating
-    the remembered ones (the results are identical; see greengpu.sched.books).
+    the remembered ones (the results are identical; see greengpu.sched.books). `purpose` names a
+    separate set of remembered books for what-if cycles (the wake planner's).
     """
     # A cycle allocates hundreds of thousands of short-lived tuples but builds no reference cycles, so
     # the cyclic collector only re-walks the (large, long-lived) snapshot: measured at ~40% of a
     # 50,000-job cycle. Pause it for the cycle; reference counting still frees everything.
     was_enabled = gc.isenabled()
     gc.disable()
-    books = books_for(snapshot, policy.borrow_non_interruptible, incremental)
+    books = books_for(snapshot, policy.borrow_non_interruptible, incremental, purpose)
     try:
         cycle = _Cycle(snapshot, policy, interval_s, books)
         result = cycle.run()

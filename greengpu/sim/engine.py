@@ -15,7 +15,7 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -135,6 +135,8 @@ class Simulation:
         self.asleep_nodes = 0
         self.arrivals_left = 0
         self.stopping: set[str] = set()
+        self._running_version = 0
+        self._running_cache: tuple[int, tuple[RunningJob, ...]] | None = None
         layout = cluster_layout(cluster)
         # The simulator's own quota books (independent of the core's) for the invariant checks.
         self.ledger = QuotaLedger(cluster, layout.model_of_node, layout.memory_of_node, True)
@@ -183,6 +185,7 @@ class Simulation:
         self.running[job.job_id] = RunningJob(job=job, slots=action.slots, start_time_s=self.now_s,
                                               expected_end_s=self.now_s + job.duration_s,
                                               preemptions=waiting.preemptions)
+        self._running_version += 1
         self.first_start.setdefault(job.job_id, self.now_s)
         self.segment_start[job.job_id] = self.now_s
         self.attempt[job.job_id] = self.attempt.get(job.job_id, 0) + 1
@@ -207,6 +210,7 @@ class Simulation:
 
     def _stop(self, job_id: str) -> RunningJob:
         running = self.running.pop(job_id)
+        self._running_version += 1
         self.ledger.charge(running, -1)
         self.run_s[job_id] = self.run_s.get(job_id, 0.0) + self.now_s - self.segment_start.pop(job_id)
         self.allocated_gpus -= running.job.gpus
@@ -281,7 +285,7 @@ class Simulation:
         self.wake_times.append(self.now_s)
         self._push(self.now_s + node.boot_s, _WAKE_DONE, node.name)
 
-    def _plan_wakes(self, waiting: dict[str, str]) -> None:
+    def _plan_wakes(self, waiting: Mapping[str, str]) -> None:
         sleep = self.policy.sleep
         budget = sleep.max_wakes_per_min - self._recent(self.wake_times)
         if budget <= 0:
@@ -294,14 +298,14 @@ class Simulation:
         if blocked:
             # Ask the core where the blocked jobs would go if sleeping (and waking) nodes were up.
             hypothetical = ClusterSnapshot(
-                time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
+                time_s=self.now_s, cluster=self.cluster, running=self._running_tuple(),
                 pending=tuple(blocked),
                 node_states={name: state for name, state in self.node_states.items()
                              if state.power not in (PowerState.ASLEEP, PowerState.WAKING)},
             )
             quiet = replace(self.policy.scheduler, preemption=PreemptionPolicy(enabled=False),
                             backfill=BackfillPolicy(enabled=False))
-            result = schedule_cycle(hypothetical, quiet, self.policy.interval_s)
+            result = schedule_cycle(hypothetical, quiet, self.policy.interval_s, purpose="wake-planner")
             for action in result.actions:
                 if not isinstance(action, PlaceJob):
                     continue
@@ -311,7 +315,7 @@ class Simulation:
                             and self.now_s - node.power_since_s >= sleep.min_asleep_s:
                         self._wake(node, f"needed by {action.job_id}")
                         budget -= 1
-        shortfall = warm_reserve_shortfall_gpus(self._views(), sleep)
+        shortfall = warm_reserve_shortfall_gpus(self._views(), sleep) if sleep.warm_reserve_gpus > 0 else 0
         for node in sorted(sleeping, key=lambda n: n.name):
             if shortfall <= 0 or budget <= 0:
                 break
@@ -330,7 +334,7 @@ class Simulation:
 
     def _cycle(self) -> None:
         self.cycles += 1
-        snapshot = ClusterSnapshot(time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
+        snapshot = ClusterSnapshot(time_s=self.now_s, cluster=self.cluster, running=self._running_tuple(),
                                    pending=tuple(self.pending.values()), node_states=self.node_states)
         result = schedule_cycle(snapshot, self.policy.scheduler, self.policy.interval_s)
         grace_s = self.policy.scheduler.preemption.grace_s
@@ -342,6 +346,7 @@ class Simulation:
                 self.running[action.job_id] = replace(victim, preempt_signalled_s=self.now_s,
                                                       preempted_for=action.for_job_id)
                 self.stopping.add(action.job_id)
+                self._running_version += 1
                 self._push(self.now_s + grace_s, _TICK, "grace")
             elif isinstance(action, PlaceJob):
                 self._start(action)
@@ -354,9 +359,10 @@ class Simulation:
                     node_states=self.node_states)))
         if self.policy.sleep.enabled:
             self._blocked = any(reason == WAIT_CAPACITY for reason in result.waiting.values())
-            self._plan_wakes(dict(result.waiting))
-            self._plan_suspends(self._blocked)
-            self._sleep_check = False
+            self._plan_wakes(result.waiting)
+            if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
+                self._sleep_check = False
+                self._plan_suspends(self._blocked)
         if self.pending:
             self._ensure_tick()  # retry: age boost, grace expiry, backfill windows
 
@@ -429,7 +435,6 @@ class Simulation:
                 self._cycle()
             elif self._dirty:
                 self._dirty = False  # nothing waits: a cycle could not place anything
-                self._sleep_check = self._sleep_check or self.policy.sleep.enabled
             elif self._sleep_check:
                 self._sleep_check = False
                 self._plan_suspends(self._blocked)
@@ -443,6 +448,12 @@ class Simulation:
             self._record(check_invariants(ClusterSnapshot(
                 time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
                 node_states=self.node_states)))
+
+    def _running_tuple(self) -> tuple[RunningJob, ...]:
+        """The running jobs as one tuple, rebuilt only when they change (the core skips its diff then)."""
+        if self._running_cache is None or self._running_cache[0] != self._running_version:
+            self._running_cache = (self._running_version, tuple(self.running.values()))
+        return self._running_cache[1]
 
     def _signalled(self) -> list[RunningJob]:
         return [self.running[j] for j in self.stopping if j in self.running]
