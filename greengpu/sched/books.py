@@ -9,7 +9,7 @@ is identical to a fresh build (a property test checks this); any exception drops
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from greengpu.model import Cluster, ClusterSnapshot, GpuSlot, RunningJob
 from greengpu.sched.quota import QuotaLedger
@@ -31,13 +31,18 @@ class Books:
     last_running: tuple[RunningJob, ...] | None = None
     """The snapshot tuple the books were last brought up to date with (skip the diff when reused)."""
     ends_cache: tuple[int, dict[int, list[tuple[float, tuple[GpuSlot, ...]]]]] | None = None
+    by_id: dict[int, RunningJob] = field(default_factory=dict)
+    """The RunningJob objects in `running` by id() (they are kept alive, so ids stay unique)."""
 
     def commit(self, started: list[RunningJob], stopped: list[str]) -> None:
         """Record the jobs a cycle placed and killed (it already changed the state and ledger)."""
         for job_id in stopped:
-            self.running.pop(job_id, None)
+            gone = self.running.pop(job_id, None)
+            if gone is not None:
+                self.by_id.pop(id(gone), None)
         for running in started:
             self.running[running.job.job_id] = running
+            self.by_id[id(running)] = running
         if started or stopped:
             self.version += 1
             self.last_running = None
@@ -57,7 +62,9 @@ def fresh_books(snapshot: ClusterSnapshot, borrow_non_interruptible: bool) -> Bo
         ledger.charge(job)
         running[job.job.job_id] = job
     unschedulable = {i for i, ok in enumerate(state.schedulable) if not ok}
-    return Books(cluster, borrow_non_interruptible, state, ledger, running, unschedulable)
+    books = Books(cluster, borrow_non_interruptible, state, ledger, running, unschedulable)
+    books.by_id = {id(r): r for r in running.values()}
+    return books
 
 
 def books_for(snapshot: ClusterSnapshot, borrow_non_interruptible: bool, incremental: bool = True,
@@ -96,25 +103,35 @@ def books_for(snapshot: ClusterSnapshot, borrow_non_interruptible: bool, increme
 
 
 def _update_running(books: Books, running: tuple[RunningJob, ...]) -> None:
+    """Bring the books to `running` by object identity: set differences in C, Python work per change only.
+
+    Held objects stay referenced by the books, so their ids cannot be reused while they are compared.
+    """
     state, ledger = books.state, books.ledger
-    current = {r.job.job_id: r for r in running}
     held_jobs = books.running
-    for job_id, held in list(held_jobs.items()):
-        now = current.get(job_id)
-        if now is held:
-            continue
-        if now is None or now.slots != held.slots or now.job.units != held.job.units:
+    by_id = books.by_id
+    current_ids = set(map(id, running))
+    gone_ids = by_id.keys() - current_ids
+    new_ids = current_ids - by_id.keys()
+    if gone_ids or new_ids:
+        arriving = {r.job.job_id: r for r in running if id(r) in new_ids}
+        for obj_id in gone_ids:
+            held = by_id.pop(obj_id)
+            job_id = held.job.job_id
+            now = arriving.get(job_id)
+            if now is not None and now.slots == held.slots and now.job.units == held.job.units:
+                continue  # the same allocation in a new object (e.g. a preemption signal): swapped below
             state.release(held.slots)
             ledger.charge(held, -1)
             del held_jobs[job_id]
             books.version += 1
-    if len(held_jobs) != len(current) or any(held_jobs.get(k) is not v for k, v in current.items()):
-        for job_id, now in current.items():
+        for job_id, now in arriving.items():
             if job_id not in held_jobs:
                 state.allocate(now.slots)
                 ledger.charge(now)
                 books.version += 1
-            held_jobs[job_id] = now  # same slots: keep the newest object (its other fields may differ)
+            held_jobs[job_id] = now
+            by_id[id(now)] = now
     books.last_running = running
 
 

@@ -25,6 +25,7 @@ from greengpu.model import (
     KillJob,
     PendingJob,
     PlaceJob,
+    PowerState,
     PreemptJob,
     RunningJob,
 )
@@ -32,13 +33,15 @@ from greengpu.policy import SchedulerPolicy
 from greengpu.sched.backfill import Reservation, ends_by_node, reserve
 from greengpu.sched.books import Books, books_for, forget_books
 from greengpu.sched.order import fair_share, queue_order
-from greengpu.sched.placement import allowed_models, place
+from greengpu.sched.placement import allowed_models, chunks_for, place
 from greengpu.sched.preemption import VictimFinder
 
 WAIT_NO_MODEL = "no GPU of an allowed model in the cluster"
 WAIT_QUOTA = "quota"
 WAIT_CAPACITY = "no free GPUs that fit"
 WAIT_PREEMPTING = "waiting for preempted jobs to checkpoint and stop"
+WAIT_WAKE = "waiting for sleeping nodes to wake"
+WAKEABLE = (PowerState.ASLEEP, PowerState.WAKING, PowerState.SUSPENDING)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class _Cycle:
         self._shapes: dict[tuple[object, ...], tuple[object, ...]] = {}
         self.attempts_left = 0
         self.reservations_left = 0
+        self._wakeable: dict[str, list[int]] | None = None
 
     # -------------------------------------------------------------- helpers
 
@@ -298,6 +302,10 @@ class _Cycle:
         if self.waits_for_victims(item, excluded):
             self.waiting[job.job_id] = WAIT_PREEMPTING
             return
+        if self.fits_after_wake(job, models):
+            # Sleeping capacity can take it: waking costs a boot, preempting costs someone's work.
+            self.waiting[job.job_id] = WAIT_WAKE
+            return
         if self.attempts_left > 0:
             self.attempts_left -= 1
             if self.try_preempt(item, excluded):
@@ -306,6 +314,33 @@ class _Cycle:
         if self.reservations_left > 0:
             self.reservations_left -= 1
             self.try_reserve(item, excluded)
+
+    def fits_after_wake(self, job: Job, models: tuple[str, ...]) -> bool:
+        """Whether nodes that are asleep or on their way (all idle, by construction) could hold the job."""
+        if self._wakeable is None:
+            self._wakeable = {}
+            layout_model, layout_size = self.state.model, self.state.size
+            for name, node_state in self.snapshot.node_states.items():
+                node = self.state.index.get(name)
+                if node is not None and node_state.power in WAKEABLE and not node_state.drained:
+                    self._wakeable.setdefault(layout_model[node], []).append(layout_size[node])
+            for sizes in self._wakeable.values():
+                sizes.sort(reverse=True)
+        if not self._wakeable:
+            return False
+        for model in models:
+            sizes = self._wakeable.get(model, [])
+            if not sizes:
+                continue
+            if job.is_fractional:
+                return True
+            chunks = chunks_for(job, self.state.node_size_by_model[model])
+            if chunks is None:
+                continue
+            ordered = sorted(chunks, reverse=True)
+            if len(ordered) <= len(sizes) and all(size >= chunk for size, chunk in zip(sizes, ordered, strict=False)):
+                return True
+        return False
 
     def _nothing_left_to_try(self) -> bool:
         """True when no free GPU is usable by an ordinary job and no preemption or reservation is left."""

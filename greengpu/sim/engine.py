@@ -36,7 +36,7 @@ from greengpu.model import (
     RunningJob,
 )
 from greengpu.policy import BackfillPolicy, Policy, PreemptionPolicy
-from greengpu.sched.core import WAIT_CAPACITY, schedule_cycle
+from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, schedule_cycle
 from greengpu.sched.invariants import check_invariants
 from greengpu.sched.preemption import last_checkpoint_s
 from greengpu.sched.quota import QuotaLedger
@@ -287,6 +287,8 @@ class Simulation:
 
     def _plan_wakes(self, waiting: Mapping[str, str]) -> None:
         sleep = self.policy.sleep
+        if self.asleep_nodes == 0:
+            return
         budget = sleep.max_wakes_per_min - self._recent(self.wake_times)
         if budget <= 0:
             return
@@ -294,7 +296,7 @@ class Simulation:
                     and self.now_s - n.power_since_s >= sleep.min_asleep_s]
         if not sleeping:
             return
-        blocked = [p for job_id, p in self.pending.items() if waiting.get(job_id) == WAIT_CAPACITY]
+        blocked = [p for job_id, p in self.pending.items() if waiting.get(job_id) in (WAIT_CAPACITY, WAIT_WAKE)]
         if blocked:
             # Ask the core where the blocked jobs would go if sleeping (and waking) nodes were up.
             hypothetical = ClusterSnapshot(
@@ -358,7 +360,7 @@ class Simulation:
                     time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
                     node_states=self.node_states)))
         if self.policy.sleep.enabled:
-            self._blocked = any(reason == WAIT_CAPACITY for reason in result.waiting.values())
+            self._blocked = any(reason in (WAIT_CAPACITY, WAIT_WAKE) for reason in result.waiting.values())
             self._plan_wakes(result.waiting)
             if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
                 self._sleep_check = False
