@@ -75,3 +75,15 @@ def test_simulate_unknown_policy_is_bad_input(tmp_path: Path, capsys: pytest.Cap
     trace.write_text(TRACE)
     assert main(["simulate", "--trace", str(trace), "--cluster", str(REPO / "examples" / "lab-a100.cluster.yaml"),
                  "--policy", "nope"]) == 2
+
+
+def test_readme_example_week_of_the_lab(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", "--trace", str(REPO / "examples" / "lab-a100.week.trace.csv"),
+                 "--cluster", str(REPO / "examples" / "lab-a100.cluster.yaml"), "--policy", "always-on",
+                 "--policy", str(REPO / "policies" / "lab-a100.yaml"), "--json"])
+    assert code == 0
+    always_on, lab = json.loads(capsys.readouterr().out)["results"]
+    assert lab["invariant_violations"] == 0 and always_on["invariant_violations"] == 0
+    assert lab["jobs_completed"] == always_on["jobs_completed"] == always_on["jobs"]
+    assert lab["energy_kwh"] < 0.8 * always_on["energy_kwh"]  # nights and the weekend asleep
+    assert lab["wait_s"]["p95"] <= always_on["wait_s"]["p95"] + 300  # at most one boot more
