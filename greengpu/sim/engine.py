@@ -136,6 +136,7 @@ class Simulation:
         self.arrivals_left = 0
         self.stopping: set[str] = set()
         self._running_version = 0
+        self._last_wake_plan: tuple[frozenset[str], int, int] | None = None
         self._running_cache: tuple[int, tuple[RunningJob, ...]] | None = None
         layout = cluster_layout(cluster)
         # The simulator's own quota books (independent of the core's) for the invariant checks.
@@ -297,7 +298,13 @@ class Simulation:
         if not sleeping:
             return
         blocked = [p for job_id, p in self.pending.items() if waiting.get(job_id) in (WAIT_CAPACITY, WAIT_WAKE)]
-        if blocked:
+        # The what-if cycle is a whole scheduling cycle: skip it when neither the blocked jobs nor the
+        # sleeping and waking nodes changed since the last one. Blocked jobs could not use the awake
+        # nodes, so the answer would be the same wakes (already under way).
+        waking = sum(1 for state in self.node_states.values() if state.power is PowerState.WAKING)
+        plan_key = (frozenset(p.job.job_id for p in blocked), self.asleep_nodes, waking)
+        if blocked and plan_key != self._last_wake_plan:
+            self._last_wake_plan = plan_key
             # Ask the core where the blocked jobs would go if sleeping (and waking) nodes were up.
             hypothetical = ClusterSnapshot(
                 time_s=self.now_s, cluster=self.cluster, running=self._running_tuple(),
