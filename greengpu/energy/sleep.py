@@ -37,6 +37,24 @@ def in_window(time_s: float, windows: Sequence[SleepWindow], utc_offset_s: float
     return False
 
 
+def next_window_start_s(time_s: float, windows: Sequence[SleepWindow], utc_offset_s: float = 0.0) -> float | None:
+    """The first time after `time_s` at which a window opens (None when there is no window)."""
+    local = time_s + utc_offset_s
+    day_start = local - local % DAY_S
+    first_day = int(local // DAY_S + 3) % 7
+    best: float | None = None
+    for offset in range(8):
+        weekday = WEEKDAYS[(first_day + offset) % 7]
+        for window in windows:
+            if weekday in window.days:
+                start = day_start + offset * DAY_S + window.start_minute * 60
+                if start > local and (best is None or start < best):
+                    best = start
+        if best is not None:
+            break
+    return None if best is None else best - utc_offset_s
+
+
 @dataclass(frozen=True)
 class NodeView:
     """What the sleep planner needs to know of one node."""

@@ -20,7 +20,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from greengpu.accounting.meter import EnergyMeter
-from greengpu.energy.sleep import NodeView, plan_suspends, warm_reserve_shortfall_gpus
+from greengpu.energy.sleep import (
+    NodeView,
+    in_window,
+    next_window_start_s,
+    plan_suspends,
+    warm_reserve_shortfall_gpus,
+)
 from greengpu.model import (
     GPU_UNITS,
     Cluster,
@@ -136,7 +142,8 @@ class Simulation:
         self.arrivals_left = 0
         self.stopping: set[str] = set()
         self._running_version = 0
-        self._last_wake_plan: tuple[frozenset[str], int, int] | None = None
+        self._last_wake_plan: tuple[frozenset[str], int, int, int] | None = None
+        self._recheck_at = -math.inf
         self._running_cache: tuple[int, tuple[RunningJob, ...]] | None = None
         layout = cluster_layout(cluster)
         # The simulator's own quota books (independent of the core's) for the invariant checks.
@@ -274,11 +281,24 @@ class Simulation:
             self._set_power(node, PowerState.SUSPENDING)
             self.suspend_times.append(self.now_s)
             self._push(self.now_s + SUSPEND_S, _SUSPEND_DONE, node.name)
-        # Nodes still idle but not allowed to sleep now (window, reserve, rate) are looked at again later.
-        for node in self.nodes.values():
-            if node.power is PowerState.AWAKE and node.jobs == 0 and node.idle_since_s is not None \
-                    and self.now_s - node.idle_since_s >= self.policy.sleep.idle_timeout_s:
-                self._push(self.now_s + self.policy.interval_s, _IDLE_CHECK, (node.name, node.idle_token))
+        # Nodes still idle but not allowed to sleep now are looked at again when that can change: at the
+        # next window opening, or at the next tick when work was waiting or the rate limit held them.
+        # (One held by the warm reserve is looked at again when another node's idle timeout comes due.)
+        deferred = any(
+            node.power is PowerState.AWAKE and node.jobs == 0 and node.idle_since_s is not None
+            and self.now_s - node.idle_since_s >= self.policy.sleep.idle_timeout_s
+            for node in self.nodes.values())
+        if not deferred:
+            return
+        sleep = self.policy.sleep
+        recheck: float | None = None
+        if not in_window(self.now_s, sleep.windows):
+            recheck = next_window_start_s(self.now_s, sleep.windows)
+        elif (sleep.priority_aware and blocked) or self._recent(self.suspend_times) >= sleep.max_suspends_per_min:
+            recheck = self.now_s + self.policy.interval_s
+        if recheck is not None and (self._recheck_at <= self.now_s or recheck < self._recheck_at):
+            self._recheck_at = recheck
+            self._push(recheck, _IDLE_CHECK, None)
 
     def _wake(self, node: _Node, reason: str) -> None:
         self._set_power(node, PowerState.WAKING)
@@ -301,8 +321,11 @@ class Simulation:
         # The what-if cycle is a whole scheduling cycle: skip it when neither the blocked jobs nor the
         # sleeping and waking nodes changed since the last one. Blocked jobs could not use the awake
         # nodes, so the answer would be the same wakes (already under way).
+        # Re-planned at least once per control interval too: min_asleep_s and the wake rate limit
+        # change with time alone.
         waking = sum(1 for state in self.node_states.values() if state.power is PowerState.WAKING)
-        plan_key = (frozenset(p.job.job_id for p in blocked), self.asleep_nodes, waking)
+        plan_key = (frozenset(p.job.job_id for p in blocked), self.asleep_nodes, waking,
+                    int(self.now_s // self.policy.interval_s))
         if blocked and plan_key != self._last_wake_plan:
             self._last_wake_plan = plan_key
             # Ask the core where the blocked jobs would go if sleeping (and waking) nodes were up.
@@ -493,6 +516,8 @@ class Simulation:
             if node.power is PowerState.SUSPENDING:
                 self._set_power(node, PowerState.ASLEEP)
                 self._dirty = bool(self.pending)
+        elif kind == _IDLE_CHECK and data is None:
+            self._sleep_check = True  # the shared re-check of deferred idle nodes
         elif kind == _IDLE_CHECK:
             name, token = data
             node = self.nodes[name]
