@@ -114,3 +114,37 @@ def fast_canonical(path: Path) -> list[Job] | None:
             ids.tolist(), frame["tenant"].tolist(), _gpu_values(gpus), duration.tolist(), submit.tolist(),
             priority.tolist(), classes.tolist(), checkpoint, strict=True)
     ]
+
+
+_QOS_DEFAULT = 0
+
+
+def fast_sacct(path: Path) -> list[Job] | None:
+    """Jobs of a clean `sacct --parsable2` file, or None (ignored rows are counted by the exact reader)."""
+    from greengpu.sim.traces import QOS_PRIORITY
+
+    frame = _frame(path, "|")
+    if frame is None or frame.isna().any().any() or not _clean_lines(path, len(frame)):
+        return None
+    ids = frame["JobID"].str.strip()
+    gpus_text = frame["AllocTRES"].str.extract(r"gres/gpu(?::[^=,]+)?=(\d+)", expand=False)
+    elapsed = frame["Elapsed"].str.strip().str.extract(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
+    if elapsed[3].isna().any() or (ids == "").any():
+        return None
+    parts = elapsed.fillna("0").astype("int64")
+    duration = ((parts[0] * 24 + parts[1]) * 60 + parts[2]) * 60 + parts[3]
+    keep = ~ids.str.contains(".", regex=False) & gpus_text.notna()
+    gpus = pd.to_numeric(gpus_text.where(keep, "0"))
+    keep &= (gpus >= 1) & (duration > 0)
+    if not keep.all():
+        return None  # steps, CPU-only or never-run rows: the exact reader counts them as ignored
+    if ids.duplicated().any():
+        return None
+    submit = _seconds(frame["Submit"])
+    if submit is None:
+        return None
+    accounts = frame["Account"].str.strip().replace("", "unknown")
+    priority = [QOS_PRIORITY.get(q, _QOS_DEFAULT) for q in frame["QOS"].str.strip().str.lower().tolist()]
+    return [Job.trusted(job_id=f"slurm-{i}", tenant=a, gpus=int(g), duration_s=float(d), submit_time_s=s, priority=p)
+            for i, a, g, d, s, p in zip(ids.tolist(), accounts.tolist(), gpus.tolist(), duration.tolist(),
+                                        submit.tolist(), priority, strict=True)]

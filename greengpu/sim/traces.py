@@ -197,9 +197,9 @@ _READERS: dict[str, tuple[tuple[str, ...], str, Callable[[dict[str, str], int], 
 
 
 def _fast_readers() -> dict[str, Callable[[Path], list[Job] | None]]:
-    from greengpu.sim.fast_traces import fast_canonical, fast_philly
+    from greengpu.sim.fast_traces import fast_canonical, fast_philly, fast_sacct
 
-    return {"csv": fast_canonical, "philly": fast_philly}
+    return {"csv": fast_canonical, "philly": fast_philly, "sacct": fast_sacct}
 
 
 _FAST_READERS = _fast_readers()

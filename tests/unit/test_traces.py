@@ -154,3 +154,15 @@ def test_vectorised_and_exact_readers_agree_on_canonical(tmp_path: Path) -> None
     path = write(tmp_path, "jobs.csv", text)
     assert fast_canonical(path) is not None  # the vectorised path is really taken
     assert read_trace(path, "csv").jobs == read_trace(path, "csv", vectorised=False).jobs
+
+
+def test_vectorised_and_exact_readers_agree_on_clean_sacct(tmp_path: Path) -> None:
+    from greengpu.sim.fast_traces import fast_sacct
+
+    clean = "\n".join(line for line in SACCT.splitlines()
+                      if not any(mark in line for mark in ("1001.", "|1002|", "1002|", "1004|"))) + "\n"
+    path = write(tmp_path, "sacct.txt", clean)
+    assert fast_sacct(path) is not None  # the vectorised path is really taken
+    fast = read_trace(path, "sacct")
+    assert fast.jobs == read_trace(path, "sacct", vectorised=False).jobs
+    assert [j.job_id for j in fast.jobs] == ["slurm-1003", "slurm-1001", "slurm-1005_3"]
