@@ -10,18 +10,18 @@ from pathlib import Path
 from greengpu.errors import ConfigError
 from greengpu.model import TimeSeries
 
+_EPOCH_NAIVE = datetime(1970, 1, 1)
+
 
 def parse_time_s(text: str) -> float:
     """Parse an ISO 8601 timestamp (naive means UTC) or plain seconds into epoch seconds."""
     text = text.strip()
-    try:
+    if "-" not in text[1:]:  # plain seconds (a leading minus sign is allowed)
         return float(text)
-    except ValueError:
-        pass
     stamp = datetime.fromisoformat(text)
     if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return stamp.timestamp()
+        return (stamp - _EPOCH_NAIVE).total_seconds()
+    return stamp.astimezone(UTC).timestamp()
 
 
 def read_series_csv(path: Path, value_column: str, *, allow_negative: bool, shown_name: str) -> TimeSeries:

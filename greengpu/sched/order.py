@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from greengpu.model import GPU_UNITS, PendingJob
 from greengpu.policy import SchedulerPolicy
@@ -75,8 +75,3 @@ def queue_order(
             yield queue.popleft()
             if queue:
                 heapq.heappush(heap, (share_of(tenant), queue[0].job.submit_time_s, tenant))
-
-
-def tenant_weights(weights: Mapping[str, float]) -> Callable[[str], float]:
-    """Weight lookup with 1.0 for tenants not in the inventory."""
-    return lambda tenant: weights.get(tenant, 1.0)

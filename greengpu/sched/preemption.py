@@ -91,26 +91,6 @@ class VictimFinder:
         recent = sum(1 for r in victim.preemptions if self.now_s - r.time_s < HOUR_S)
         return recent < policy.max_per_job_per_hour
 
-    def eligible(self, victim: RunningJob, pending: PendingJob, reclaiming: bool) -> bool:
-        """Whether `victim` may be preempted for `pending` (rules in the module docstring)."""
-        if victim.job.job_id in self.stopping or not self._may_ever_yield(victim):
-            return False
-        return self._eligible_for(victim, pending, reclaiming)
-
-    def _eligible_for(self, victim: RunningJob, pending: PendingJob, reclaiming: bool) -> bool:
-        job = pending.job
-        vjob = victim.job
-        policy = self.policy
-        if any(r.by_job_id == vjob.job_id for r in pending.preemptions):
-            return False  # no ping-pong: the victim once preempted this job
-        if vjob.tenant == job.tenant:
-            return policy.priority_preemption and vjob.priority < job.priority
-        if self.ledger.over_nominal_units(vjob.tenant, self._model_of(victim)) <= 0:
-            return False  # another tenant within its guarantee is never touched
-        if policy.reclaim and reclaiming:
-            return True
-        return policy.priority_preemption and vjob.priority < job.priority
-
     def _fits_on_node(self, node: int, job: Job, count: int, released: Iterable[RunningJob]) -> bool:
         free = list(self.state.gpu_free[node])
         name = self.state.names[node]
@@ -219,7 +199,7 @@ class VictimFinder:
 
     def _eligible_victims(self, pending: PendingJob, tenants: list[str], by_tenant: dict[str, list[RunningJob]],
                           reclaiming: bool) -> list[RunningJob]:
-        """`eligible()` for many victims at once, with the per-job and per-tenant checks hoisted."""
+        """The victims that may yield to `pending` (rules in the module docstring), checks hoisted per tenant."""
         job = pending.job
         policy = self.policy
         banned = {r.by_job_id for r in pending.preemptions}  # no ping-pong

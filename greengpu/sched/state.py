@@ -12,7 +12,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from greengpu.model import GPU_UNITS, Cluster, ClusterSnapshot, GpuSlot, RunningJob
+from greengpu.model import GPU_UNITS, Cluster, ClusterSnapshot, GpuSlot
 
 
 @dataclass(frozen=True)
@@ -187,11 +187,6 @@ class PlacementState:
 
     # ------------------------------------------------------------------ queries
 
-    def whole_free_nodes(self, model: str) -> int:
-        """How many schedulable nodes of `model` have every GPU free."""
-        size = self.node_size_by_model[model]
-        return len(self.buckets[model][size])
-
     def free_gpu_indexes(self, node: int, count: int) -> list[int]:
         """The lowest `count` fully free GPU indexes of `node`."""
         found = [gpu for gpu, free in enumerate(self.gpu_free[node]) if free == GPU_UNITS]
@@ -205,14 +200,3 @@ class PlacementState:
     def total_free_units(self) -> int:
         """All free milli-GPUs on schedulable nodes."""
         return sum(sum(self.gpu_free[n]) for n in range(len(self.names)) if self.schedulable[n])
-
-
-def running_by_node(state: PlacementState, running: Iterable[RunningJob]) -> dict[int, list[RunningJob]]:
-    """The running jobs on each node index."""
-    result: dict[int, list[RunningJob]] = {}
-    for job in running:
-        for name in job.nodes:
-            node = state.index.get(name)
-            if node is not None:
-                result.setdefault(node, []).append(job)
-    return result

@@ -24,7 +24,7 @@ from greengpu.model import (
 )
 
 
-def _remaining_work(victim: RunningJob, now_s: float) -> Job:
+def remaining_work(victim: RunningJob, now_s: float) -> Job:
     """The victim's job with the work saved by its last checkpoint taken off its duration."""
     from greengpu.sched.preemption import last_checkpoint_s
 
@@ -63,7 +63,7 @@ def apply_scheduler_actions(snapshot: ClusterSnapshot, actions: Iterable[Action]
             if beneficiary is not None:
                 pending[beneficiary.job.job_id] = replace(
                     beneficiary, preempted_jobs=(*beneficiary.preempted_jobs, victim.job.job_id))
-            pending[victim.job.job_id] = PendingJob(_remaining_work(victim, now_s), preemptions=history)
+            pending[victim.job.job_id] = PendingJob(remaining_work(victim, now_s), preemptions=history)
         elif isinstance(action, PreemptJob):
             victim = running.get(action.job_id)
             if victim is None:

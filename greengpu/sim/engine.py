@@ -47,6 +47,7 @@ from greengpu.sched.invariants import check_invariants
 from greengpu.sched.preemption import last_checkpoint_s
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.state import cluster_layout
+from greengpu.sched.transitions import remaining_work
 
 FULL_CHECK_EVERY = 2000
 """Cycles between full invariant checks (every cycle checks what its own placements could break)."""
@@ -251,8 +252,7 @@ class Simulation:
         self.stopping.discard(action.job_id)
         self.preemptions += 1
         history = victim.preemptions + ((PreemptionRecord(self.now_s, by),) if by else ())
-        saved_s = checkpoint_s - victim.start_time_s
-        remaining = replace(victim.job, duration_s=max(1.0, victim.job.duration_s - saved_s))
+        remaining = remaining_work(victim, self.now_s)
         self.pending[victim.job.job_id] = PendingJob(remaining, preemptions=history)
 
     # ------------------------------------------------------------------ sleep and wake

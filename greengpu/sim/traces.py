@@ -13,10 +13,10 @@ import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from operator import attrgetter
 from pathlib import Path
 
+from greengpu.config.series import parse_time_s
 from greengpu.errors import BadInput
 from greengpu.model import JOB_CLASSES, Job
 
@@ -53,20 +53,6 @@ class TraceResult:
     notes: list[str] = field(default_factory=list)
 
 
-_EPOCH_NAIVE = datetime(1970, 1, 1)
-
-
-def parse_timestamp_s(text: str) -> float:
-    """ISO 8601 (naive means UTC) or plain seconds, to seconds."""
-    text = text.strip()
-    if "-" not in text[1:]:  # plain seconds (a leading minus sign is allowed)
-        return float(text)
-    stamp = datetime.fromisoformat(text)
-    if stamp.tzinfo is None:
-        return (stamp - _EPOCH_NAIVE).total_seconds()
-    return stamp.astimezone(UTC).timestamp()
-
-
 def _float(row: dict[str, str], column: str, *, positive: bool = False, minimum: float | None = None) -> float:
     raw = (row.get(column) or "").strip()
     try:
@@ -97,7 +83,7 @@ def _gpus(raw: str, column: str) -> float:
 def _time(row: dict[str, str], column: str) -> float:
     raw = (row.get(column) or "").strip()
     try:
-        return parse_timestamp_s(raw)
+        return parse_time_s(raw)
     except ValueError:
         raise BadRow(column, f"not a timestamp or seconds: {raw!r}") from None
 

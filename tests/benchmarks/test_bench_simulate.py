@@ -18,8 +18,9 @@ from conftest import REPO, shared_data_or_skip
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
+from greengpu.config.series import parse_time_s
 from greengpu.sim.engine import Simulation
-from greengpu.sim.traces import parse_timestamp_s, read_trace
+from greengpu.sim.traces import read_trace
 
 
 @pytest.mark.parametrize("policy_name", ["always-on", "idle-timeout", "default"])
@@ -57,7 +58,7 @@ def test_fidelity_busy_nodes_against_philly_node_sequence() -> None:
     real: dict[int, int] = {}
     with Path(sequence).open() as handle:
         for row in csv.DictReader(handle):
-            real[int(parse_timestamp_s(row["time"]) // 3600)] = int(row["active"])  # last minute of each hour
+            real[int(parse_time_s(row["time"]) // 3600)] = int(row["active"])  # last minute of each hour
     simulation = Simulation(cluster, load_policy("always-on"), jobs)
     samples: dict[int, int] = {}
     original = simulation._advance
