@@ -294,6 +294,8 @@ class ClusterSnapshot:
     running: tuple[RunningJob, ...] = ()
     pending: tuple[PendingJob, ...] = ()
     node_states: Mapping[str, NodeState] = field(default_factory=dict)
+    """Nodes not simply awake and schedulable. Treated as immutable: to change a node's state, pass a
+    new mapping (the core's remembered books skip re-reading a mapping they have already seen)."""
     tenant_usage_gpu_s: Mapping[str, float] = field(default_factory=dict)
     """Decayed past GPU usage per tenant (fair share with history); empty: none."""
 

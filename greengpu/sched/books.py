@@ -31,6 +31,9 @@ class Books:
     last_running: tuple[RunningJob, ...] | None = None
     """The snapshot tuple the books were last brought up to date with (skip the diff when reused)."""
     ends_cache: tuple[int, dict[int, list[tuple[float, tuple[GpuSlot, ...]]]]] | None = None
+    last_states: object = None
+    """The snapshot's node_states mapping last applied (skip the walk when the same object comes back;
+    callers replace the mapping rather than change it in place, as ClusterSnapshot asks)."""
     by_id: dict[int, RunningJob] = field(default_factory=dict)
     """The RunningJob objects in `running` by id() (they are kept alive, so ids stay unique)."""
 
@@ -71,8 +74,8 @@ def books_for(snapshot: ClusterSnapshot, borrow_non_interruptible: bool, increme
               purpose: str = "main") -> Books:
     """Books for `snapshot`: the remembered ones brought up to date, or fresh ones.
 
-    `purpose` keeps separate books for callers whose snapshots differ systematically (the wake
-    planner's what-if cycles see sleeping nodes as up), so they do not undo each other's work.
+    `purpose` keeps separate books for callers whose snapshots differ systematically (what-if cycles,
+    e.g. with some nodes taken as up), so they do not undo each other's work.
     """
     cluster = snapshot.cluster
     if not incremental:
@@ -88,6 +91,8 @@ def books_for(snapshot: ClusterSnapshot, borrow_non_interruptible: bool, increme
     if snapshot.running is not books.last_running:
         _update_running(books, snapshot.running)
     states = snapshot.node_states
+    if states is books.last_states:
+        return books
     index = state.index
     candidates = books.unschedulable | {index[name] for name in states if name in index}
     names = state.names
@@ -99,6 +104,7 @@ def books_for(snapshot: ClusterSnapshot, borrow_non_interruptible: bool, increme
             books.unschedulable.discard(node)
         else:
             books.unschedulable.add(node)
+    books.last_states = states
     return books
 
 

@@ -7,14 +7,17 @@ The cycle, in order:
 3. each job is checked against its tenant's quota, then placed best-fit on nodes that are neither
    held nor reserved; a job that ends before a reservation starts may backfill reserved nodes;
 4. a job that does not fit may preempt (minimal, checkpoint-aware victim set) when it would then
-   fit; otherwise the highest blocked jobs get reservations so that backfill cannot starve them.
+   fit; otherwise the highest blocked jobs get reservations so that backfill cannot starve them;
+5. jobs still blocked for capacity get room on waking or asleep nodes, and the asleep nodes that
+   room needs are woken (WakeNode; see greengpu.sched.wake).
 A gang is placed whole or not at all, and a waiting job holds no GPUs.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping
+import itertools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from greengpu.model import (
@@ -28,6 +31,7 @@ from greengpu.model import (
     PowerState,
     PreemptJob,
     RunningJob,
+    WakeNode,
 )
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.backfill import Reservation, ends_by_node, reserve
@@ -35,6 +39,7 @@ from greengpu.sched.books import Books, books_for, forget_books
 from greengpu.sched.order import fair_share, queue_order
 from greengpu.sched.placement import allowed_models, chunks_for, place
 from greengpu.sched.preemption import VictimFinder
+from greengpu.sched.wake import WakePlan
 
 WAIT_NO_MODEL = "no GPU of an allowed model in the cluster"
 WAIT_QUOTA = "quota"
@@ -366,11 +371,14 @@ class _Cycle:
             return models
 
         full = False
+        considered: list[PendingJob] = []
         for item in queue_order(pending, self.now_s, policy, self.share_of):
+            considered.append(item)
             self.consider(item, models_for(item.job))
             if item.job.job_id in self.waiting and self._nothing_left_to_try():
                 full = True
                 break
+        rest: list[PendingJob] = []
         if full:
             # The cluster is full for ordinary jobs: only jobs with held nodes (their victims were just
             # stopped) and jobs short enough to backfill reserved nodes can still start. Skip the rest.
@@ -379,9 +387,39 @@ class _Cycle:
             latest_s = self._latest_reserved_start_s
             special = [p for p in rest if p.job.job_id in self.held_for or self.now_s + p.job.duration_s <= latest_s]
             for item in queue_order(special, self.now_s, policy, self.share_of):
+                considered.append(item)
                 self.consider(item, models_for(item.job))
             self.waiting = {**dict.fromkeys((p.job.job_id for p in rest), WAIT_CAPACITY), **self.waiting}
+        self.plan_wakes(considered, rest, models_for)
         return CycleResult(tuple(self.actions), self.waiting, tuple(self.reservations))
+
+    def plan_wakes(self, considered: list[PendingJob], rest: list[PendingJob],
+                   models_for: Callable[[Job], tuple[str, ...]]) -> None:
+        """Give jobs blocked for capacity room on waking or asleep nodes; wake the asleep ones needed."""
+        if not self.snapshot.node_states:
+            return
+        blocked = (WAIT_CAPACITY, WAIT_WAKE)
+        if not any(reason in blocked for reason in self.waiting.values()):
+            return
+        plan = WakePlan(self.state, self.snapshot.node_states)
+        if not plan.has_room():
+            return
+        decided = {p.job.job_id for p in considered}
+        unconsidered = [p for p in rest if p.job.job_id not in decided]
+        later = queue_order(unconsidered, self.now_s, self.policy, self.share_of) if unconsidered else ()
+        excluded = self._excluded_for("")
+        room = True
+        for item in itertools.chain(considered, later):
+            job_id = item.job.job_id
+            if self.waiting.get(job_id) not in blocked:
+                continue
+            if room and plan.claim(item.job, models_for(item.job), excluded):
+                self.waiting[job_id] = WAIT_WAKE
+            else:
+                self.waiting[job_id] = WAIT_CAPACITY
+                room = room and plan.has_room()
+        for node, job_id in plan.to_wake.items():
+            self.actions.append(WakeNode(self.state.names[node], f"needed by {job_id}"))
 
 
 def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0,
@@ -390,7 +428,7 @@ def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_
 
     `incremental=False` builds the free-GPU index and quota ledger from scratch instead of updating
     the remembered ones (the results are identical; see greengpu.sched.books). `purpose` names a
-    separate set of remembered books for what-if cycles (the wake planner's).
+    separate set of remembered books for what-if cycles whose snapshots differ systematically.
     """
     # A cycle allocates hundreds of thousands of short-lived tuples but builds no reference cycles, so
     # the cyclic collector only re-walks the (large, long-lived) snapshot: measured at ~40% of a

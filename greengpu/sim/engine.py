@@ -15,7 +15,7 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,8 +40,9 @@ from greengpu.model import (
     PreemptionRecord,
     PreemptJob,
     RunningJob,
+    WakeNode,
 )
-from greengpu.policy import BackfillPolicy, Policy, PreemptionPolicy
+from greengpu.policy import Policy
 from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, schedule_cycle
 from greengpu.sched.invariants import check_invariants
 from greengpu.sched.preemption import last_checkpoint_s
@@ -143,7 +144,6 @@ class Simulation:
         self.arrivals_left = 0
         self.stopping: set[str] = set()
         self._running_version = 0
-        self._last_wake_plan: tuple[frozenset[str], int, int, int] | None = None
         self._recheck_at = -math.inf
         self._running_cache: tuple[int, tuple[RunningJob, ...]] | None = None
         layout = cluster_layout(cluster)
@@ -181,10 +181,13 @@ class Simulation:
             node.power_since_s = self.now_s
 
         self._set_node(node, change)
+        # A new mapping, never an in-place change: the core recognises a mapping it has already applied.
+        states = dict(self.node_states)
         if power is PowerState.AWAKE:
-            self.node_states.pop(node.name, None)
+            states.pop(node.name, None)
         else:
-            self.node_states[node.name] = NodeState(power=power, since_s=self.now_s)
+            states[node.name] = NodeState(power=power, since_s=self.now_s)
+        self.node_states = states
 
     # ------------------------------------------------------------------ jobs
 
@@ -306,52 +309,29 @@ class Simulation:
         self.wake_times.append(self.now_s)
         self._push(self.now_s + node.boot_s, _WAKE_DONE, node.name)
 
-    def _plan_wakes(self, waiting: Mapping[str, str]) -> None:
+    def _apply_wakes(self, wakes: list[WakeNode]) -> None:
+        """Wake the nodes the core asked for, within the wake rate limit and minimum asleep time.
+
+        A wake held back now is asked for again by a later cycle (the job stays blocked).
+        """
         sleep = self.policy.sleep
         if self.asleep_nodes == 0:
             return
         budget = sleep.max_wakes_per_min - self._recent(self.wake_times)
-        if budget <= 0:
+        for action in wakes:
+            node = self.nodes[action.node]
+            if budget <= 0:
+                break
+            if node.power is PowerState.ASLEEP and self.now_s - node.power_since_s >= sleep.min_asleep_s:
+                self._wake(node, action.reason)
+                budget -= 1
+        if sleep.warm_reserve_gpus <= 0:
             return
-        sleeping = [n for n in self.nodes.values() if n.power is PowerState.ASLEEP
-                    and self.now_s - n.power_since_s >= sleep.min_asleep_s]
-        if not sleeping:
-            return
-        blocked = [p for job_id, p in self.pending.items() if waiting.get(job_id) in (WAIT_CAPACITY, WAIT_WAKE)]
-        # The what-if cycle is a whole scheduling cycle: skip it when neither the blocked jobs nor the
-        # sleeping and waking nodes changed since the last one. Blocked jobs could not use the awake
-        # nodes, so the answer would be the same wakes (already under way).
-        # Re-planned at least once per control interval too: min_asleep_s and the wake rate limit
-        # change with time alone.
-        waking = sum(1 for state in self.node_states.values() if state.power is PowerState.WAKING)
-        plan_key = (frozenset(p.job.job_id for p in blocked), self.asleep_nodes, waking,
-                    int(self.now_s // self.policy.interval_s))
-        if blocked and plan_key != self._last_wake_plan:
-            self._last_wake_plan = plan_key
-            # Ask the core where the blocked jobs would go if sleeping (and waking) nodes were up.
-            hypothetical = ClusterSnapshot(
-                time_s=self.now_s, cluster=self.cluster, running=self._running_tuple(),
-                pending=tuple(blocked),
-                node_states={name: state for name, state in self.node_states.items()
-                             if state.power not in (PowerState.ASLEEP, PowerState.WAKING)},
-            )
-            quiet = replace(self.policy.scheduler, preemption=PreemptionPolicy(enabled=False),
-                            backfill=BackfillPolicy(enabled=False))
-            result = schedule_cycle(hypothetical, quiet, self.policy.interval_s, purpose="wake-planner")
-            for action in result.actions:
-                if not isinstance(action, PlaceJob):
-                    continue
-                for name in dict.fromkeys(s.node for s in action.slots):
-                    node = self.nodes[name]
-                    if node.power is PowerState.ASLEEP and budget > 0 \
-                            and self.now_s - node.power_since_s >= sleep.min_asleep_s:
-                        self._wake(node, f"needed by {action.job_id}")
-                        budget -= 1
-        shortfall = warm_reserve_shortfall_gpus(self._views(), sleep) if sleep.warm_reserve_gpus > 0 else 0
-        for node in sorted(sleeping, key=lambda n: n.name):
+        shortfall = warm_reserve_shortfall_gpus(self._views(), sleep)
+        for node in sorted(self.nodes.values(), key=lambda n: n.name):
             if shortfall <= 0 or budget <= 0:
                 break
-            if node.power is PowerState.ASLEEP:
+            if node.power is PowerState.ASLEEP and self.now_s - node.power_since_s >= sleep.min_asleep_s:
                 self._wake(node, "warm reserve")
                 shortfall -= node.gpus
                 budget -= 1
@@ -391,7 +371,7 @@ class Simulation:
                     node_states=self.node_states)))
         if self.policy.sleep.enabled:
             self._blocked = any(reason in (WAIT_CAPACITY, WAIT_WAKE) for reason in result.waiting.values())
-            self._plan_wakes(result.waiting)
+            self._apply_wakes([a for a in result.actions if isinstance(a, WakeNode)])
             if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
                 self._sleep_check = False
                 self._plan_suspends(self._blocked)
