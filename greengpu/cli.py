@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import click
@@ -94,6 +95,47 @@ def _print_check(cluster_file: str, summary: Any, policy_text: list[str]) -> Non
 
 
 @cli.command()
+@click.option("--ledger", "ledger_file", required=True, metavar="FILE.db", help="SQLite ledger written by "
+              "greengpu simulate --ledger or greengpu daemon.")
+@click.option("--month", required=True, metavar="YYYY-MM", help="UTC calendar month to report.")
+@click.option("--run", "run_id", type=int, default=None, metavar="N",
+              help="Which run of the ledger (needed when it holds several, e.g. one per simulated policy).")
+@click.option("--format", "output_format", type=click.Choice(["text", "json", "csv"]), default="text",
+              show_default=True)
+@click.option("--out", "out_file", default=None, metavar="FILE", help="Write the report here instead of stdout.")
+def report(ledger_file: str, month: str, run_id: int | None, output_format: str, out_file: str | None) -> None:
+    """Monthly GPU-hours, energy, cost and CO2 per tenant, plus idle, from a ledger.
+
+    Tenant rows plus idle add up to the totals to a cent and a gram; idle is what no tenant is
+    charged for (idle GPUs and hosts, sleeping hosts).
+    """
+    from greengpu.accounting.ledger import month_report
+    from greengpu.report.monthly import render
+
+    figures = month_report(Path(ledger_file), month, run_id)
+    text = render(figures, output_format)
+    if out_file is None:
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    try:
+        Path(out_file).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise BadInput(f"--out: cannot write {out_file}: {error.strerror}") from None
+
+
+def _ledger_path(name: str) -> Path:
+    """A ledger path that can be written, checked before any replay starts."""
+    from greengpu.accounting.ledger import runs
+
+    path = Path(name)
+    if path.is_dir() or not path.parent.is_dir():
+        raise BadInput(f"--ledger: cannot write a ledger at {name}")
+    if path.exists():
+        runs(path)  # an existing file must be a ledger of this schema: fail now, not after the replay
+    return path
+
+
+@cli.command()
 @click.option("--trace", "trace_file", required=True, metavar="FILE", help="Job trace (CONTRACTS.md section 1).")
 @click.option("--trace-format", type=click.Choice(["csv", "philly", "sacct"]), default="csv", show_default=True,
               help="csv: canonical columns; philly: the public Philly CSV; sacct: sacct --parsable2 output.")
@@ -106,8 +148,11 @@ def _print_check(cluster_file: str, summary: Any, policy_text: list[str]) -> Non
 @click.option("--skip-bad-rows", is_flag=True, help="Skip malformed trace rows (counted) instead of stopping.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed for randomised events (spot interruptions); the same inputs and seed give the same results.")
+@click.option("--ledger", "ledger_file", default=None, metavar="FILE.db",
+              help="Also record energy, cost and CO2 per job, tenant and node in this SQLite ledger (one run per "
+                   "policy; read it with greengpu report).")
 def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tuple[str, ...], as_json: bool,
-             until_s: float | None, skip_bad_rows: bool, seed: int) -> None:
+             until_s: float | None, skip_bad_rows: bool, seed: int, ledger_file: str | None) -> None:
     """Replay a job trace under one or more policies and compare energy, cost, CO2, waits and safety.
 
     The replay runs the same scheduling core as the daemon on a virtual clock. Figures are facility
@@ -116,7 +161,7 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
     """
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
-    from greengpu.sim.engine import simulate as run_simulation
+    from greengpu.sim.engine import Simulation
     from greengpu.sim.traces import read_trace
 
     cluster = load_cluster(cluster_file)
@@ -127,9 +172,17 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
     if not trace.jobs:
         raise BadInput(f"{trace_file}: no GPU jobs in the trace")
     results = []
+    ledger_path = _ledger_path(ledger_file) if ledger_file is not None else None
     for policy in loaded:
         with _progress(f"simulating {policy.name}", len(trace.jobs)) as report:
-            result = run_simulation(cluster, policy, trace.jobs, until_s=until_s, progress=report)
+            simulation = Simulation(cluster, policy, trace.jobs, until_s=until_s, progress=report,
+                                    attribute=ledger_path is not None)
+            result = simulation.run().values
+        if ledger_path is not None and simulation.attribution is not None:
+            from greengpu.accounting.ledger import write_run
+
+            result["ledger_run_id"] = write_run(ledger_path, simulation.attribution, kind="simulate",
+                                                policy=policy.name, source=str(trace_file))
         result["skipped_rows"] = trace.skipped
         result["seed"] = seed
         results.append(result)

@@ -8,6 +8,7 @@ hourly tariff is charged exactly, not at the rate of whichever hour the interval
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 
 from greengpu.model import Site, TimeSeries
@@ -32,6 +33,11 @@ class EnergyMeter:
     def __post_init__(self) -> None:
         merged = sorted(set(_breaks(self.site.tariff)) | set(_breaks(self.site.carbon)))
         self._breakpoints = merged
+
+    def next_break_after(self, time_s: float) -> float:
+        """The first time after `time_s` at which the price or the carbon intensity may change (inf: none)."""
+        index = bisect.bisect_right(self._breakpoints, time_s)
+        return self._breakpoints[index] if index < len(self._breakpoints) else math.inf
 
     def price_per_kwh(self, time_s: float) -> float:
         """Electricity price in force at `time_s`."""

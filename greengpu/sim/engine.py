@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from greengpu.accounting.attribution import Attribution
 from greengpu.accounting.meter import EnergyMeter
 from greengpu.energy.sleep import (
     NodeView,
@@ -76,6 +77,8 @@ class _Node:
     gpu_users: dict[int, int] = field(default_factory=dict)
     idle_since_s: float | None = 0.0
     idle_token: int = 0
+    draw_since_s: float = 0.0
+    """When the node's draw last changed (per-node metering for the ledger)."""
 
     def draw_w(self) -> tuple[float, float]:
         """(GPU watts, host watts) in the node's current state."""
@@ -98,7 +101,8 @@ class Simulation:
     """One replay of `jobs` on `cluster` under `policy`."""
 
     def __init__(self, cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
-                 check_every_cycle: bool = True, progress: Callable[[int, int], None] | None = None) -> None:
+                 check_every_cycle: bool = True, progress: Callable[[int, int], None] | None = None,
+                 attribute: bool = False) -> None:
         self.cluster = cluster
         self.policy = policy
         self.jobs = list(jobs)
@@ -106,6 +110,8 @@ class Simulation:
         self.check_every_cycle = check_every_cycle
         self.progress = progress
         self.meter = EnergyMeter(cluster.site)
+        self.attribution = Attribution(self.meter) if attribute else None
+        """Per hour, tenant, node and job usage, for --ledger (None: not asked for, costs nothing)."""
         self.nodes: dict[str, _Node] = {}
         for node in cluster.nodes:
             t = cluster.node_types[node.type_name]
@@ -168,10 +174,32 @@ class Simulation:
 
     def _set_node(self, node: _Node, change: Callable[[], None]) -> None:
         gpu_before, host_before = node.draw_w()
+        if self.attribution is not None:
+            self._meter_node(node, gpu_before, host_before)
         change()
         gpu_after, host_after = node.draw_w()
         self.gpu_w += gpu_after - gpu_before
         self.host_w += host_after - host_before
+
+    def _meter_node(self, node: _Node, gpu_w: float, host_w: float) -> None:
+        assert self.attribution is not None
+        if self.now_s > node.draw_since_s:
+            self.attribution.node_draw(node.name, node.gpus, node.draw_since_s, self.now_s, gpu_w, host_w,
+                                       node.power is PowerState.ASLEEP)
+        node.draw_since_s = self.now_s
+
+    def _charge_job(self, running: RunningJob, end_s: float) -> None:
+        """Charge a job's run segment to its tenant (ledger only)."""
+        assert self.attribution is not None
+        start_s = self.segment_start[running.job.job_id]
+        if end_s <= start_s:
+            return
+        units = running.units_by_node
+        nodes = {name: self.nodes[name] for name in units}
+        self.attribution.job_ran(running.job, dict(units), start_s, end_s,
+                                 {n: node.gpu_busy_w for n, node in nodes.items()},
+                                 {n: node.host_idle_w for n, node in nodes.items()},
+                                 {n: node.gpus for n, node in nodes.items()})
 
     def _set_power(self, node: _Node, power: PowerState) -> None:
         self.asleep_nodes += (power is PowerState.ASLEEP) - (node.power is PowerState.ASLEEP)
@@ -222,6 +250,8 @@ class Simulation:
 
     def _stop(self, job_id: str) -> RunningJob:
         running = self.running.pop(job_id)
+        if self.attribution is not None:
+            self._charge_job(running, self.now_s)
         self._running_version += 1
         self.ledger.charge(running, -1)
         self.run_s[job_id] = self.run_s.get(job_id, 0.0) + self.now_s - self.segment_start.pop(job_id)
@@ -424,6 +454,7 @@ class Simulation:
         for node in self.nodes.values():
             node.idle_since_s = origin_s
             node.power_since_s = origin_s - 86_400.0  # awake long before the trace starts
+            node.draw_since_s = origin_s
             gpu_w, host_w = node.draw_w()
             self.gpu_w += gpu_w
             self.host_w += host_w
@@ -456,6 +487,11 @@ class Simulation:
                 break
         if end_s < math.inf:
             self._advance(end_s)
+        if self.attribution is not None:
+            for node in self.nodes.values():
+                self._meter_node(node, *node.draw_w())
+            for running in self.running.values():
+                self._charge_job(running, self.now_s)
         if self.check_every_cycle:
             self._record(check_invariants(ClusterSnapshot(
                 time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
