@@ -1,0 +1,157 @@
+"""Lever 1, the decision: which power limit or locked clocks each GPU should run at. Pure.
+
+Per workload class the policy gives a mode:
+- `efficiency`: the power limit that needs the least energy per unit of work while running at
+  most `max_slowdown` slower than at the default limit. Chosen from a profile of (limit,
+  throughput, power) points: measured for the job when the agent has them (Zeus-style profiling),
+  otherwise predicted by the fitted power model (`power_model.TRAINING_CURVE`). The default limit is
+  always a candidate, so the pick never needs more energy than not capping, by the profile's account.
+- `clocks`: lock SM clocks at `clock_fraction` of the maximum; the fraction is raised when its
+  worst-case (compute-bound) slowdown would exceed the class's `max_slowdown` (the latency budget
+  of inference).
+- `fixed`: a limit in watts, clamped to the GPU's constraints (NVML refuses anything outside).
+- `off`: the default limit, clocks unlocked.
+A cap that does not bind (power stays under it and the SwPowerCap clock event reason is never set)
+saves nothing: with `switch_to_clocks_when_not_binding` the GPU is moved to locked clocks instead.
+Idle GPUs go to their minimum limit when `idle_to_min_limit` is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from greengpu.energy.power_model import TRAINING_CURVE, PowerCurve
+from greengpu.policy import CappingPolicy, ClassCapping
+
+PROFILE_STEP_W = 25.0
+"""Zeus profiles power limits in 25 W steps; so does the model-based profile."""
+BINDING_MARGIN = 0.95
+"""A cap binds when power reaches this fraction of it (NVML averages power over about a second)."""
+
+
+@dataclass(frozen=True)
+class LimitConstraints:
+    """What NVML allows for one GPU, in watts (nvmlDeviceGetPowerManagementLimitConstraints, default limit)."""
+
+    min_w: float
+    max_w: float
+    default_w: float
+
+    def clamp(self, limit_w: float) -> float:
+        """`limit_w` brought inside [min_w, max_w]."""
+        return min(max(limit_w, self.min_w), self.max_w)
+
+
+@dataclass(frozen=True)
+class ProfilePoint:
+    """One power limit tried: work per second and average power there."""
+
+    limit_w: float
+    throughput: float
+    power_w: float
+
+    @property
+    def energy_per_work_j(self) -> float:
+        return self.power_w / self.throughput
+
+
+@dataclass(frozen=True)
+class CapDecision:
+    """What to set on a GPU: a power limit (None: the default) and locked SM clocks (None: unlocked)."""
+
+    limit_w: float | None
+    locked_clock_mhz: int | None
+    reason: str
+    expected_slowdown: float = 0.0
+    """Expected run-time increase as a fraction (0.05: 5% slower), by the profile or the model."""
+
+
+def model_profile(constraints: LimitConstraints, curve: PowerCurve = TRAINING_CURVE,
+                  step_w: float = PROFILE_STEP_W) -> list[ProfilePoint]:
+    """The profile the power model predicts for a busy GPU, from the default limit down in `step_w` steps."""
+    points = []
+    limit = constraints.default_w
+    while limit >= constraints.min_w - 1e-9:
+        time_factor, power_factor = curve.at(limit / constraints.default_w)
+        points.append(ProfilePoint(limit, 1.0 / time_factor, constraints.default_w * power_factor))
+        limit -= step_w
+    return points
+
+
+def pick_limit(points: Sequence[ProfilePoint], max_slowdown: float) -> tuple[ProfilePoint, float]:
+    """The least-energy point within `max_slowdown` of the highest limit's speed, and its slowdown.
+
+    The highest limit (the default, uncapped) is the reference and always allowed; on equal energy
+    the higher limit wins (same energy, less slowdown).
+    """
+    if not points:
+        raise ValueError("an empty profile")
+    reference = max(points, key=lambda p: p.limit_w)
+    allowed = [p for p in points if reference.throughput / p.throughput - 1.0 <= max_slowdown + 1e-9]
+    best = min(allowed, key=lambda p: (p.energy_per_work_j, -p.limit_w))
+    return best, reference.throughput / best.throughput - 1.0
+
+
+def clock_fraction_within(budget: float, wanted_fraction: float) -> float:
+    """The lowest clock fraction, at least `wanted_fraction`, whose compute-bound slowdown stays in `budget`."""
+    return max(wanted_fraction, 1.0 / (1.0 + budget))
+
+
+def cap_binds(power_samples_w: Sequence[float], limit_w: float, sw_power_cap_seen: bool) -> bool:
+    """Whether a power limit is holding the GPU back: SwPowerCap was set, or power reached the limit."""
+    return sw_power_cap_seen or any(p >= BINDING_MARGIN * limit_w for p in power_samples_w)
+
+
+def _locked(max_clock_mhz: int, fraction: float) -> int:
+    return max(1, int(round(max_clock_mhz * fraction)))
+
+
+def decide(
+    job_class: str | None,
+    policy: CappingPolicy,
+    constraints: LimitConstraints,
+    max_clock_mhz: int,
+    profile: Sequence[ProfilePoint] | None = None,
+    cap_not_binding: bool = False,
+) -> CapDecision:
+    """The setting for one GPU running a job of `job_class` (None: the GPU is idle).
+
+    `profile` is the job's measured profile, if any; `cap_not_binding` reports that the limit set
+    earlier for this job never bound.
+    """
+    if not policy.enabled:
+        return CapDecision(None, None, "capping disabled")
+    if job_class is None:
+        if policy.idle_to_min_limit:
+            return CapDecision(constraints.min_w, None, "idle GPU at its minimum limit")
+        return CapDecision(None, None, "idle GPU, left at its default limit")
+    rule = policy.classes.get(job_class, ClassCapping())
+    if rule.mode == "off":
+        return CapDecision(None, None, f"class {job_class}: capping off")
+    if rule.mode == "fixed":
+        wanted = rule.limit_w if rule.limit_w is not None else constraints.default_w
+        limit = constraints.clamp(wanted)
+        bounds = f"{constraints.min_w:g}-{constraints.max_w:g} W"
+        note = "" if limit == wanted else f" (asked {wanted:g} W, clamped to {bounds})"
+        return CapDecision(limit, None, f"class {job_class}: fixed {limit:g} W{note}")
+    if rule.mode == "clocks" or (rule.mode == "efficiency" and cap_not_binding
+                                 and policy.switch_to_clocks_when_not_binding):
+        wanted = rule.clock_fraction if rule.mode == "clocks" else 1.0 / (1.0 + rule.max_slowdown)
+        fraction = clock_fraction_within(rule.max_slowdown, wanted)
+        why = "the power cap did not bind; " if rule.mode == "efficiency" else ""
+        raised = f" (raised from {wanted:.2f} to keep within {rule.max_slowdown:.0%})" if fraction > wanted else ""
+        return CapDecision(None, _locked(max_clock_mhz, fraction),
+                           f"class {job_class}: {why}SM clocks locked at {fraction:.2f} of max{raised}",
+                           expected_slowdown=1.0 / fraction - 1.0)
+    if rule.mode == "efficiency":
+        points = list(profile) if profile else model_profile(constraints)
+        best, slowdown = pick_limit(points, rule.max_slowdown)
+        limit = constraints.clamp(best.limit_w)
+        source = "measured profile" if profile else "power model"
+        if limit >= constraints.default_w:
+            return CapDecision(None, None, f"class {job_class}: no limit saves energy within "
+                               f"{rule.max_slowdown:.0%} ({source})")
+        return CapDecision(limit, None, f"class {job_class}: {limit:g} W, least energy within "
+                           f"{rule.max_slowdown:.0%} slowdown ({source})", expected_slowdown=slowdown)
+    raise ValueError(f"unknown capping mode {rule.mode!r}")
