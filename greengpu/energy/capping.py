@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from greengpu.energy.power_model import TRAINING_CURVE, PowerCurve
+from greengpu.energy.power_model import TRAINING_CURVE, PowerCurve, busy_gpu
+from greengpu.model import NodeType
 from greengpu.policy import CappingPolicy, ClassCapping
 
 PROFILE_STEP_W = 25.0
@@ -155,3 +156,25 @@ def decide(
         return CapDecision(limit, None, f"class {job_class}: {limit:g} W, least energy within "
                            f"{rule.max_slowdown:.0%} slowdown ({source})", expected_slowdown=slowdown)
     raise ValueError(f"unknown capping mode {rule.mode!r}")
+
+
+def constraints_of(node_type: NodeType) -> LimitConstraints:
+    """The limit constraints of a node type's GPUs (the inventory's figures; the default limit is the max)."""
+    return LimitConstraints(min_w=node_type.gpu_min_limit_w, max_w=node_type.gpu_max_w, default_w=node_type.gpu_max_w)
+
+
+def busy_effect(decision: CapDecision, node_type: NodeType) -> tuple[float, float]:
+    """(power in W, speed relative to uncapped) of a busy GPU of `node_type` under `decision`.
+
+    Power limits use the fitted power model. Locked clocks at fraction f are modelled as running
+    at the compute-bound worst case (speed f) with dynamic power scaling as f squared above idle:
+    an assumption (docs/CAPPING.md), not a fit.
+    """
+    if decision.locked_clock_mhz is not None:
+        speed = 1.0 / (1.0 + decision.expected_slowdown)
+        dynamic_w = node_type.gpu_max_w - node_type.gpu_idle_w
+        power_w = node_type.gpu_idle_w + dynamic_w * speed * speed
+        if decision.limit_w is not None:
+            power_w = min(power_w, decision.limit_w)
+        return power_w, speed
+    return busy_gpu(node_type, decision.limit_w)

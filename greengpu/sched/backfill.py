@@ -8,7 +8,8 @@ backfill, which uses time limits; here `duration_s` is the wall-time estimate).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import bisect
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from greengpu.model import GPU_UNITS, GpuSlot, Job, RunningJob
@@ -25,39 +26,82 @@ class Reservation:
     start_s: float
 
 
-def ends_by_node(state: PlacementState,
-                 running: Collection[RunningJob]) -> dict[int, list[tuple[float, tuple[GpuSlot, ...]]]]:
-    """Per node, the expected ends of its running jobs, earliest first (raw: overdue ends are in the past)."""
-    result: dict[int, list[tuple[float, tuple[GpuSlot, ...]]]] = {}
-    for job in running:
-        end_s = job.expected_end_s
+_Entry = tuple[float, str, tuple[GpuSlot, ...]]
+
+
+class NodeEnds:
+    """Per node, the expected ends of its running jobs, earliest first (raw: overdue ends are in the past).
+
+    Kept up to date job by job by the scheduler's remembered books, with a memo per node of when
+    `count` GPUs come free for a given free-GPU vector (exact: the key holds everything the answer
+    depends on besides the clock; a node's memo is dropped when its jobs change).
+    """
+
+    def __init__(self, state: PlacementState) -> None:
+        self.index = state.index
+        self.by_node: dict[int, list[_Entry]] = {}
+        self.memo: dict[int, dict[tuple[int, tuple[int, ...]], float | None]] = {}
+
+    def _entries(self, job: RunningJob) -> list[tuple[int, _Entry]]:
+        result = []
         for name in job.nodes:
-            node = state.index.get(name)
+            node = self.index.get(name)
             if node is not None:
-                result.setdefault(node, []).append((end_s, tuple(s for s in job.slots if s.node == name)))
-    for ends in result.values():
-        ends.sort(key=lambda e: e[0])
-    return result
+                result.append((node, (job.expected_end_s, job.job.job_id,
+                                      tuple(s for s in job.slots if s.node == name))))
+        return result
+
+    def add(self, job: RunningJob) -> None:
+        for node, entry in self._entries(job):
+            bisect.insort(self.by_node.setdefault(node, []), entry)
+            self.memo.pop(node, None)
+
+    def remove(self, job: RunningJob) -> None:
+        for node, entry in self._entries(job):
+            entries = self.by_node.get(node, [])
+            position = bisect.bisect_left(entries, entry)
+            if position < len(entries) and entries[position] == entry:
+                del entries[position]
+            self.memo.pop(node, None)
+
+    def earliest_free_s(self, state: PlacementState, node: int, count: int, now_s: float,
+                        soonest_s: float) -> float | None:
+        """When `count` GPUs of `node` are free; an overdue job is taken to end at `soonest_s`."""
+        whole = state.free_whole[node]
+        if whole >= count:
+            return now_s
+        free_now = tuple(state.gpu_free[node])
+        memo = self.memo.setdefault(node, {})
+        key = (count, free_now)
+        if key in memo:
+            raw = memo[key]
+        else:
+            raw = memo[key] = _raw_free_s(free_now, whole, count, self.by_node.get(node, []))
+        return None if raw is None else max(raw, soonest_s)  # ends are sorted, so clamping keeps the order
 
 
-def _earliest_free_s(state: PlacementState, node: int, count: int, now_s: float, soonest_s: float,
-                     ends: list[tuple[float, tuple[GpuSlot, ...]]]) -> float | None:
-    """When `count` GPUs of `node` are free; an overdue job is taken to end at `soonest_s`."""
-    whole = state.free_whole[node]
-    if whole >= count:
-        return now_s
-    free = list(state.gpu_free[node])
-    for end_s, slots in ends:
+def ends_by_node(state: PlacementState, running: Iterable[RunningJob]) -> NodeEnds:
+    """The expected ends of `running`, per node of `state`."""
+    ends = NodeEnds(state)
+    for job in running:
+        ends.add(job)
+    return ends
+
+
+def _raw_free_s(free_now: tuple[int, ...], whole: int, count: int, ends: list[_Entry]) -> float | None:
+    """The expected end after which `count` GPUs are whole-free, or None (not before every job ends)."""
+    free = list(free_now)
+    for end_s, _, slots in ends:
         for slot in slots:
             free[slot.gpu_index] += slot.units
             if free[slot.gpu_index] == GPU_UNITS:
                 whole += 1
         if whole >= count:
-            return max(end_s, soonest_s)  # ends are sorted, so clamping keeps the order
+            return end_s
     return None
 
 
-def reserve(state: PlacementState, job: Job, ends: dict[int, list[tuple[float, tuple[GpuSlot, ...]]]],
+def reserve(state: PlacementState, job: Job, ends: NodeEnds,
             excluded: Collection[int], now_s: float, interval_s: float) -> Reservation | None:
     """The earliest nodes and start time for `job`, or None (fractional jobs need no reservation)."""
     if job.is_fractional:
@@ -74,7 +118,7 @@ def reserve(state: PlacementState, job: Job, ends: dict[int, list[tuple[float, t
                 continue
             if state.size[node] < count:
                 continue
-            start_s = _earliest_free_s(state, node, count, now_s, now_s + interval_s, ends.get(node, []))
+            start_s = ends.earliest_free_s(state, node, count, now_s, now_s + interval_s)
             if start_s is not None:
                 times.append((start_s, node))
         if len(times) < len(chunks):

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from greengpu.model import Cluster, ClusterSnapshot, GpuSlot, RunningJob
+from greengpu.model import Cluster, ClusterSnapshot, RunningJob
+from greengpu.sched.backfill import NodeEnds
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.state import PlacementState, cluster_layout
 
@@ -30,7 +31,8 @@ class Books:
     """Bumped whenever the held running jobs change (caches derived from them check it)."""
     last_running: tuple[RunningJob, ...] | None = None
     """The snapshot tuple the books were last brought up to date with (skip the diff when reused)."""
-    ends_cache: tuple[int, dict[int, list[tuple[float, tuple[GpuSlot, ...]]]]] | None = None
+    ends: NodeEnds | None = None
+    """Expected ends per node for backfill reservations: built on first use, then kept up to date."""
     last_states: object = None
     """The snapshot's node_states mapping last applied (skip the walk when the same object comes back;
     callers replace the mapping rather than change it in place, as ClusterSnapshot asks)."""
@@ -43,9 +45,13 @@ class Books:
             gone = self.running.pop(job_id, None)
             if gone is not None:
                 self.by_id.pop(id(gone), None)
+                if self.ends is not None:
+                    self.ends.remove(gone)
         for running in started:
             self.running[running.job.job_id] = running
             self.by_id[id(running)] = running
+            if self.ends is not None:
+                self.ends.add(running)
         if started or stopped:
             self.version += 1
             self.last_running = None
@@ -126,15 +132,22 @@ def _update_running(books: Books, running: tuple[RunningJob, ...]) -> None:
             job_id = held.job.job_id
             now = arriving.get(job_id)
             if now is not None and now.slots == held.slots and now.job.units == held.job.units:
+                if books.ends is not None and now.expected_end_s != held.expected_end_s:
+                    books.ends.remove(held)
+                    books.ends.add(now)
                 continue  # the same allocation in a new object (e.g. a preemption signal): swapped below
             state.release(held.slots)
             ledger.charge(held, -1)
+            if books.ends is not None:
+                books.ends.remove(held)
             del held_jobs[job_id]
             books.version += 1
         for job_id, now in arriving.items():
             if job_id not in held_jobs:
                 state.allocate(now.slots)
                 ledger.charge(now)
+                if books.ends is not None:
+                    books.ends.add(now)
                 books.version += 1
             held_jobs[job_id] = now
             by_id[id(now)] = now

@@ -80,7 +80,6 @@ class _Cycle:
         self.holder_of: dict[int, str] = {}
         self.stopping_for: dict[str, list[RunningJob]] = {}
         self.finder = VictimFinder(self.state, self.ledger, policy.preemption, self.now_s, snapshot.running)
-        self._ends: dict[int, list[tuple[float, tuple[GpuSlot, ...]]]] | None = None
         self._shares: dict[str, float] = {}
         self._excluded_shared: set[int] | None = None
         self._latest_reserved_start_s = -1.0
@@ -272,14 +271,9 @@ class _Cycle:
         return True
 
     def try_reserve(self, pending: PendingJob, excluded: set[int]) -> None:
-        if self._ends is None:
-            cached = self.books.ends_cache
-            if cached is not None and cached[0] == self.books.version:
-                self._ends = cached[1]
-            else:
-                self._ends = ends_by_node(self.state, self.snapshot.running)
-                self.books.ends_cache = (self.books.version, self._ends)
-        reservation = reserve(self.state, pending.job, self._ends, excluded, self.now_s, self.interval_s)
+        if self.books.ends is None:
+            self.books.ends = ends_by_node(self.state, self.books.running.values())
+        reservation = reserve(self.state, pending.job, self.books.ends, excluded, self.now_s, self.interval_s)
         if reservation is None or reservation.start_s <= self.now_s:
             return  # a job that could start now is held back by policy (e.g. whole-node reserve), not capacity
         self.reservations.append(reservation)

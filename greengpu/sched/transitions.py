@@ -24,11 +24,14 @@ from greengpu.model import (
 )
 
 
-def remaining_work(victim: RunningJob, now_s: float) -> Job:
-    """The victim's job with the work saved by its last checkpoint taken off its duration."""
+def remaining_work(victim: RunningJob, now_s: float, speed: float = 1.0) -> Job:
+    """The victim's job with the work saved by its last checkpoint taken off its duration.
+
+    `speed` is the rate it ran at relative to uncapped (a capped job does less work per second).
+    """
     from greengpu.sched.preemption import last_checkpoint_s
 
-    saved_s = last_checkpoint_s(victim, now_s) - victim.start_time_s
+    saved_s = (last_checkpoint_s(victim, now_s) - victim.start_time_s) * speed
     return replace(victim.job, duration_s=max(1.0, victim.job.duration_s - saved_s))
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from greengpu.accounting.attribution import Attribution
 from greengpu.accounting.meter import EnergyMeter
+from greengpu.energy.capping import busy_effect, constraints_of, decide
 from greengpu.energy.sleep import (
     NodeView,
     in_window,
@@ -64,17 +65,17 @@ _ARRIVE, _FINISH, _WAKE_DONE, _SUSPEND_DONE, _IDLE_CHECK, _TICK = range(6)
 @dataclass
 class _Node:
     name: str
+    type_name: str
     gpus: int
     gpu_idle_w: float
-    gpu_busy_w: float
     host_idle_w: float
     host_sleep_w: float
     boot_s: float
     power: PowerState = PowerState.AWAKE
     power_since_s: float = 0.0
     jobs: int = 0
-    busy_gpus: set[int] = field(default_factory=set)
-    gpu_users: dict[int, int] = field(default_factory=dict)
+    gpu_users: dict[int, list[float]] = field(default_factory=dict)
+    """Per busy GPU, the busy watts of each job on it (capping differs by class; a shared GPU draws the most)."""
     idle_since_s: float | None = 0.0
     idle_token: int = 0
     draw_since_s: float = 0.0
@@ -86,8 +87,9 @@ class _Node:
             return 0.0, self.host_sleep_w
         if self.power is PowerState.FAILED:
             return 0.0, 0.0
-        busy = len(self.busy_gpus)
-        return busy * self.gpu_busy_w + (self.gpus - busy) * self.gpu_idle_w, self.host_idle_w
+        users = self.gpu_users
+        busy_w = sum(max(watts) for watts in users.values()) if users else 0.0
+        return busy_w + (self.gpus - len(users)) * self.gpu_idle_w, self.host_idle_w
 
 
 @dataclass
@@ -115,8 +117,11 @@ class Simulation:
         self.nodes: dict[str, _Node] = {}
         for node in cluster.nodes:
             t = cluster.node_types[node.type_name]
-            self.nodes[node.name] = _Node(node.name, t.gpus, t.gpu_idle_w, t.gpu_max_w, t.host_idle_w,
+            self.nodes[node.name] = _Node(node.name, node.type_name, t.gpus, t.gpu_idle_w, t.host_idle_w,
                                           t.host_sleep_w, t.boot_s)
+        self._capping: dict[tuple[str, str], tuple[float, float]] = {}
+        self.speed: dict[str, float] = {}
+        """Jobs running slower than uncapped, by job id (capping's slowdown)."""
         self.node_states: dict[str, NodeState] = {}
         self.running: dict[str, RunningJob] = {}
         self.pending: dict[str, PendingJob] = {}
@@ -197,9 +202,23 @@ class Simulation:
         units = running.units_by_node
         nodes = {name: self.nodes[name] for name in units}
         self.attribution.job_ran(running.job, dict(units), start_s, end_s,
-                                 {n: node.gpu_busy_w for n, node in nodes.items()},
+                                 {n: self._capped(running.job, node)[0] for n, node in nodes.items()},
                                  {n: node.host_idle_w for n, node in nodes.items()},
                                  {n: node.gpus for n, node in nodes.items()})
+
+    def _capped(self, job: Job, node: _Node) -> tuple[float, float]:
+        """(busy watts per GPU, speed) of `job` on `node` under the policy's capping (lever 1)."""
+        key = (node.type_name, job.job_class)
+        effect = self._capping.get(key)
+        if effect is None:
+            node_type = self.cluster.node_types[node.type_name]
+            if self.policy.capping.enabled:
+                decision = decide(job.job_class, self.policy.capping, constraints_of(node_type), max_clock_mhz=1000)
+                effect = busy_effect(decision, node_type)
+            else:
+                effect = (node_type.gpu_max_w, 1.0)
+            self._capping[key] = effect
+        return effect
 
     def _set_power(self, node: _Node, power: PowerState) -> None:
         self.asleep_nodes += (power is PowerState.ASLEEP) - (node.power is PowerState.ASLEEP)
@@ -222,22 +241,25 @@ class Simulation:
     def _start(self, action: PlaceJob) -> None:
         waiting = self.pending.pop(action.job_id)
         job = waiting.job
+        speed = min(self._capped(job, self.nodes[name])[1] for name in dict.fromkeys(s.node for s in action.slots))
+        if speed != 1.0:
+            self.speed[job.job_id] = speed
+        run_s = job.duration_s if speed == 1.0 else math.ceil(job.duration_s / speed)  # whole seconds, like the trace
         self.running[job.job_id] = RunningJob(job=job, slots=action.slots, start_time_s=self.now_s,
-                                              expected_end_s=self.now_s + job.duration_s,
+                                              expected_end_s=self.now_s + run_s,
                                               preemptions=waiting.preemptions)
         self._running_version += 1
         self.first_start.setdefault(job.job_id, self.now_s)
         self.segment_start[job.job_id] = self.now_s
         self.attempt[job.job_id] = self.attempt.get(job.job_id, 0) + 1
-        self._push(self.now_s + job.duration_s, _FINISH, (job.job_id, self.attempt[job.job_id]))
+        self._push(self.now_s + run_s, _FINISH, (job.job_id, self.attempt[job.job_id]))
         self.allocated_gpus += job.gpus
         self.ledger.charge(self.running[job.job_id])
         for slot in action.slots:
             node = self.nodes[slot.node]
 
             def change(node: _Node = node, gpu: int = slot.gpu_index) -> None:
-                node.gpu_users[gpu] = node.gpu_users.get(gpu, 0) + 1
-                node.busy_gpus.add(gpu)
+                node.gpu_users.setdefault(gpu, []).append(self._capped(job, node)[0])
 
             self._set_node(node, change)
             key = (slot.node, slot.gpu_index)
@@ -250,6 +272,7 @@ class Simulation:
 
     def _stop(self, job_id: str) -> RunningJob:
         running = self.running.pop(job_id)
+        self.speed.pop(job_id, None)
         if self.attribution is not None:
             self._charge_job(running, self.now_s)
         self._running_version += 1
@@ -260,10 +283,10 @@ class Simulation:
             node = self.nodes[slot.node]
 
             def change(node: _Node = node, gpu: int = slot.gpu_index) -> None:
-                node.gpu_users[gpu] -= 1
-                if node.gpu_users[gpu] == 0:
+                watts = node.gpu_users[gpu]
+                watts.remove(self._capped(running.job, node)[0])
+                if not watts:
                     del node.gpu_users[gpu]
-                    node.busy_gpus.discard(gpu)
 
             self._set_node(node, change)
             self.gpu_units[(slot.node, slot.gpu_index)] -= slot.units
@@ -281,11 +304,12 @@ class Simulation:
         by = action.for_job_id or victim.preempted_for
         checkpoint_s = last_checkpoint_s(victim, self.now_s)
         self.lost_gpu_s += (self.now_s - checkpoint_s) * victim.job.gpus
+        speed = self.speed.get(action.job_id, 1.0)
         self._stop(action.job_id)
         self.stopping.discard(action.job_id)
         self.preemptions += 1
         history = victim.preemptions + ((PreemptionRecord(self.now_s, by),) if by else ())
-        remaining = remaining_work(victim, self.now_s)
+        remaining = remaining_work(victim, self.now_s, speed)
         self.pending[victim.job.job_id] = PendingJob(remaining, preemptions=history)
 
     # ------------------------------------------------------------------ sleep and wake
