@@ -1,0 +1,62 @@
+"""The capping decision per class: limits always within constraints, latency budget, non-binding caps."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from schedkit import node_type
+
+from greengpu.energy.capping import LimitConstraints, busy_effect, cap_binds, decide
+from greengpu.policy import CappingPolicy, ClassCapping
+
+A100 = LimitConstraints(min_w=100, max_w=400, default_w=400)
+
+
+def policy(**classes: ClassCapping) -> CappingPolicy:
+    return CappingPolicy(enabled=True, classes=classes, idle_to_min_limit=True)
+
+
+def test_efficiency_from_the_model_caps_below_default_within_budget() -> None:
+    decision = decide("training", policy(training=ClassCapping("efficiency", max_slowdown=0.05)), A100, 1410)
+    assert decision.limit_w is not None and 100 <= decision.limit_w < 400
+    assert decision.locked_clock_mhz is None
+    assert 0 < decision.expected_slowdown <= 0.05
+    power_w, speed = busy_effect(decision, node_type(8))
+    assert power_w < 400 and speed >= 1 / 1.05 - 1e-9
+
+
+def test_clocks_are_raised_to_keep_an_inference_job_within_its_latency_budget() -> None:
+    rule = ClassCapping("clocks", clock_fraction=0.8, max_slowdown=0.05)
+    decision = decide("inference", policy(inference=rule), A100, 1410)
+    assert decision.limit_w is None
+    assert decision.locked_clock_mhz == round(1410 / 1.05)
+    assert decision.expected_slowdown == pytest.approx(0.05)
+    assert "raised from 0.80" in decision.reason
+    loose = decide("inference", policy(inference=ClassCapping("clocks", clock_fraction=0.8, max_slowdown=0.3)),
+                   A100, 1410)
+    assert loose.locked_clock_mhz == 1128
+
+
+def test_a_cap_that_never_binds_switches_to_locked_clocks() -> None:
+    rule = ClassCapping("efficiency", max_slowdown=0.05)
+    decision = decide("training", policy(training=rule), A100, 1980, cap_not_binding=True)
+    assert decision.limit_w is None and decision.locked_clock_mhz == round(1980 / 1.05)
+    assert "did not bind" in decision.reason
+    assert not cap_binds([137.0, 220.0, 300.0], 500.0, sw_power_cap_seen=False)
+    assert cap_binds([137.0, 480.0], 500.0, sw_power_cap_seen=False)
+    assert cap_binds([137.0], 500.0, sw_power_cap_seen=True)
+
+
+def test_off_idle_and_disabled() -> None:
+    assert decide("interactive", policy(interactive=ClassCapping("off")), A100, 1410).limit_w is None
+    assert decide(None, policy(), A100, 1410).limit_w == 100
+    assert decide("training", CappingPolicy(enabled=False), A100, 1410).limit_w is None
+
+
+@given(st.floats(min_value=-1e4, max_value=1e5, allow_nan=False))
+def test_fixed_limits_never_leave_the_constraints(limit_w: float) -> None:
+    decision = decide("batch", policy(batch=ClassCapping("fixed", limit_w=limit_w)), A100, 1410)
+    assert decision.limit_w is not None and 100 <= decision.limit_w <= 400
+    if not 100 <= limit_w <= 400:
+        assert "clamped" in decision.reason
