@@ -15,7 +15,7 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -120,8 +120,6 @@ class Simulation:
             self.nodes[node.name] = _Node(node.name, node.type_name, t.gpus, t.gpu_idle_w, t.host_idle_w,
                                           t.host_sleep_w, t.boot_s)
         self._capping: dict[tuple[str, str], tuple[float, float]] = {}
-        self.speed: dict[str, float] = {}
-        """Jobs running slower than uncapped, by job id (capping's slowdown)."""
         self.node_states: dict[str, NodeState] = {}
         self.running: dict[str, RunningJob] = {}
         self.pending: dict[str, PendingJob] = {}
@@ -213,12 +211,17 @@ class Simulation:
         if effect is None:
             node_type = self.cluster.node_types[node.type_name]
             if self.policy.capping.enabled:
+                # Only the decision's limit and expected slowdown matter here, not the clock in MHz.
                 decision = decide(job.job_class, self.policy.capping, constraints_of(node_type), max_clock_mhz=1000)
                 effect = busy_effect(decision, node_type)
             else:
                 effect = (node_type.gpu_max_w, 1.0)
             self._capping[key] = effect
         return effect
+
+    def _speed(self, job: Job, node_names: Iterable[str]) -> float:
+        """The rate `job` runs at on these nodes relative to uncapped: the slowest node sets the pace."""
+        return min(self._capped(job, self.nodes[name])[1] for name in node_names)
 
     def _set_power(self, node: _Node, power: PowerState) -> None:
         self.asleep_nodes += (power is PowerState.ASLEEP) - (node.power is PowerState.ASLEEP)
@@ -241,9 +244,7 @@ class Simulation:
     def _start(self, action: PlaceJob) -> None:
         waiting = self.pending.pop(action.job_id)
         job = waiting.job
-        speed = min(self._capped(job, self.nodes[name])[1] for name in dict.fromkeys(s.node for s in action.slots))
-        if speed != 1.0:
-            self.speed[job.job_id] = speed
+        speed = self._speed(job, dict.fromkeys(s.node for s in action.slots))
         run_s = job.duration_s if speed == 1.0 else math.ceil(job.duration_s / speed)  # whole seconds, like the trace
         self.running[job.job_id] = RunningJob(job=job, slots=action.slots, start_time_s=self.now_s,
                                               expected_end_s=self.now_s + run_s,
@@ -272,7 +273,6 @@ class Simulation:
 
     def _stop(self, job_id: str) -> RunningJob:
         running = self.running.pop(job_id)
-        self.speed.pop(job_id, None)
         if self.attribution is not None:
             self._charge_job(running, self.now_s)
         self._running_version += 1
@@ -304,12 +304,11 @@ class Simulation:
         by = action.for_job_id or victim.preempted_for
         checkpoint_s = last_checkpoint_s(victim, self.now_s)
         self.lost_gpu_s += (self.now_s - checkpoint_s) * victim.job.gpus
-        speed = self.speed.get(action.job_id, 1.0)
         self._stop(action.job_id)
         self.stopping.discard(action.job_id)
         self.preemptions += 1
         history = victim.preemptions + ((PreemptionRecord(self.now_s, by),) if by else ())
-        remaining = remaining_work(victim, self.now_s, speed)
+        remaining = remaining_work(victim, self.now_s, self._speed(victim.job, victim.nodes))
         self.pending[victim.job.job_id] = PendingJob(remaining, preemptions=history)
 
     # ------------------------------------------------------------------ sleep and wake
