@@ -265,6 +265,61 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
             Console().print(f"{other['policy']} vs {base['policy']}: {saved:.1%} less facility energy")
 
 
+@cli.command()
+@click.option("--policy", "policy_name", default="default", show_default=True, metavar="P",
+              help="Built-in policy name or policy YAML; its `capping` section is applied.")
+@click.option("--backend", type=click.Choice(["real", "fake"]), default="real", show_default=True,
+              help="real: NVML on this node's GPUs; fake: simulated GPUs (no GPU needed).")
+@click.option("--classes", "classes_file", default=None, metavar="FILE",
+              help="Class file: default_class, gpus {INDEX: CLASS}, partition_classes {PARTITION: CLASS}.")
+@click.option("--class-source", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+              help="Where the job on each GPU comes from: the class file's GPU map, or Slurm (scontrol).")
+@click.option("--node", default=None, metavar="NAME", help="This node's Slurm name (default: the short hostname).")
+@click.option("--journal", default="/var/lib/greengpu/agent-journal.jsonl", show_default=True, metavar="FILE",
+              help="JSON-lines record of every limit set; read at start-up to undo a crashed session.")
+@click.option("--listen", default="127.0.0.1:9474", show_default=True, metavar="HOST:PORT",
+              help="Where /metrics and /healthz are served (port 0: any free port).")
+@click.option("--interval-s", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
+              help="Seconds between control ticks.")
+@click.option("--nonbinding-after-s", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="A busy GPU whose cap has not bound for this long moves to locked clocks (when allowed).")
+@click.option("--once", is_flag=True, help="One tick, then restore the GPUs and exit (a test of the whole path).")
+@click.option("--dry-run", is_flag=True, help="Decide and log; change nothing.")
+@click.option("--fake-gpus", default="4xA100", show_default=True, metavar="SPEC",
+              help="With --backend fake: GPUs such as 4xA100 or 2xH200,1xP100.")
+@click.option("--fake-state", default=None, metavar="FILE",
+              help="With --backend fake: keep the fake GPUs' settings in FILE, so they outlive the process.")
+@click.option("--fake-busy", default="", metavar="INDEXES", help="With --backend fake: GPUs with work, e.g. 0,1.")
+@click.option("--fake-not-root", is_flag=True, help="With --backend fake: refuse writes as NVML does without root.")
+def agent(policy_name: str, backend: str, classes_file: str | None, class_source: str, node: str | None,
+          journal: str, listen: str, interval_s: float, nonbinding_after_s: float, once: bool, dry_run: bool,
+          fake_gpus: str, fake_state: str | None, fake_busy: str, fake_not_root: bool) -> None:
+    """Run on a GPU node: cap each GPU for the job class running on it, restore everything on exit.
+
+    Reads power, energy, limits and clocks through NVML, applies the policy's capping decision per
+    job class, journals every change, restores the GPUs on SIGTERM/SIGINT and after a crash, and
+    serves Prometheus metrics (docs/AGENT.md).
+    """
+    import logging
+
+    from greengpu.config.policy import load_policy
+    from greengpu.control.agent_main import AgentOptions, run_agent
+
+    busy: list[int] = []
+    for part in filter(None, (p.strip() for p in fake_busy.split(","))):
+        if not part.isdigit():
+            raise BadInput(f"--fake-busy {fake_busy!r}: expected GPU indexes such as 0,1")
+        busy.append(int(part))
+    logging.basicConfig(level=logging.INFO, format="greengpu agent: %(message)s", stream=sys.stderr, force=True)
+    code = run_agent(AgentOptions(
+        policy=load_policy(policy_name), backend=backend, fake_gpus=fake_gpus, fake_state=fake_state,
+        fake_busy=tuple(busy), fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,
+        node=node, journal=journal, listen=listen, interval_s=interval_s, once=once, dry_run=dry_run,
+        nonbinding_after_s=nonbinding_after_s))
+    if code:
+        raise click.exceptions.Exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map bad input to exit 2 with one line on stderr."""
     try:

@@ -1,0 +1,319 @@
+"""A fake NVML at greengpu's seam: the same function names, units, structs and error classes as `pynvml`.
+
+`NvmlBackend(lib=FakeNvml(...))` runs the real translation code against it, so the tests, the
+simulator and `greengpu agent --backend fake` exercise what runs on a GPU node. What it keeps honest:
+
+- per-GPU constraints: a limit outside [min, max] raises `NVMLError_InvalidArgument`, a clock
+  above the maximum or below the lowest supported clock too;
+- writes without root raise `NVMLError_NoPermission` (`root=False`);
+- GPUs without an energy counter (pre-Volta), ECC, or clock locking raise `NVMLError_NotSupported`;
+- calls before `nvmlInit` raise `NVMLError_Uninitialized`;
+- power follows the load: idle + (draw - idle) x utilisation, scaled by the square of the locked
+  clock fraction, held at the enforced limit (then the SwPowerCap clock event reason is set);
+  the energy counter (mJ) advances with that power on the fake's clock.
+
+With `state_path`, the GPUs' settings and counters live in a JSON file, written after every write and
+read at `nvmlInit`: like a real GPU, a limit set by a process outlives it (the agent's crash test
+needs exactly that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class FakeGpu:
+    """One simulated GPU: its fixed properties and its mutable state."""
+
+    name: str
+    min_limit_w: float
+    max_limit_w: float
+    default_limit_w: float
+    idle_w: float
+    draw_w: float
+    """Power at full utilisation with no cap (a decode-bound LLM may draw far less than the limit)."""
+    max_sm_clock_mhz: int
+    min_sm_clock_mhz: int = 210
+    memory_total_bytes: int = 80 * 1024 * MIB
+    has_energy_counter: bool = True
+    has_ecc: bool = True
+    can_lock_clocks: bool = True
+    uuid: str = ""
+    # state
+    limit_w: float = 0.0
+    locked_clock_mhz: int | None = None
+    utilization: float = 0.0
+    pids: list[int] = field(default_factory=list)
+    energy_mj: float = 0.0
+    ecc_uncorrected: int = 0
+    updated_s: float | None = None
+
+    def power_w(self) -> float:
+        return min(self._demand_w(), self.limit_w)
+
+    def _demand_w(self) -> float:
+        fraction = 1.0 if self.locked_clock_mhz is None else self.locked_clock_mhz / self.max_sm_clock_mhz
+        return self.idle_w + (self.draw_w - self.idle_w) * self.utilization * fraction * fraction
+
+    def cap_binds(self) -> bool:
+        return self._demand_w() > self.limit_w
+
+
+# Figures from FIELD-NOTES.md and vendor data sheets; draw_w at full load uncapped.
+PRESETS: dict[str, dict[str, Any]] = {
+    "A100": dict(name="NVIDIA A100-SXM4-80GB", min_limit_w=100, max_limit_w=400, default_limit_w=400, idle_w=52,
+                 draw_w=400, max_sm_clock_mhz=1410),
+    "H200": dict(name="NVIDIA H200", min_limit_w=200, max_limit_w=700, default_limit_w=700, idle_w=75,
+                 draw_w=700, max_sm_clock_mhz=1980, memory_total_bytes=141 * 1024 * MIB),
+    "V100": dict(name="Tesla V100-SXM2-32GB", min_limit_w=100, max_limit_w=300, default_limit_w=300, idle_w=40,
+                 draw_w=300, max_sm_clock_mhz=1530, memory_total_bytes=32 * 1024 * MIB),
+    # Pascal: no energy counter, no clock locking (both arrived with Volta).
+    "P100": dict(name="Tesla P100-PCIE-16GB", min_limit_w=125, max_limit_w=250, default_limit_w=250, idle_w=30,
+                 draw_w=250, max_sm_clock_mhz=1328, memory_total_bytes=16 * 1024 * MIB, has_energy_counter=False,
+                 can_lock_clocks=False),
+    # A consumer card: no ECC.
+    "RTX6000": dict(name="Quadro RTX 6000", min_limit_w=100, max_limit_w=260, default_limit_w=260, idle_w=20,
+                    draw_w=260, max_sm_clock_mhz=2100, memory_total_bytes=24 * 1024 * MIB, has_ecc=False),
+}
+
+
+def make_gpus(spec: str) -> list[FakeGpu]:
+    """GPUs from a spec such as `4xA100` or `2xH200,1xP100`. Raises ValueError naming the bad part."""
+    gpus: list[FakeGpu] = []
+    for part in spec.split(","):
+        count_text, _, model = part.strip().partition("x")
+        if not count_text.isdigit() or model not in PRESETS:
+            raise ValueError(f"{part.strip()!r}: expected COUNTxMODEL with MODEL one of {', '.join(PRESETS)}")
+        for _ in range(int(count_text)):
+            gpus.append(FakeGpu(**PRESETS[model]))
+    return gpus
+
+
+class _Handle:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def _error(code: int) -> pynvml.NVMLError:
+    # pynvml maps the code to its subclass (NVMLError_NoPermission, ...), as it does for the real library.
+    return pynvml.NVMLError(code)
+
+
+class FakeNvml:
+    """The subset of the `pynvml` module greengpu calls, over simulated GPUs."""
+
+    def __init__(self, gpus: Sequence[FakeGpu], root: bool = True, clock: Callable[[], float] = time.time,
+                 state_path: str | Path | None = None) -> None:
+        self._gpus = list(gpus)
+        for index, gpu in enumerate(self._gpus):
+            gpu.uuid = gpu.uuid or f"GPU-fake-{index:04d}"
+            gpu.limit_w = gpu.limit_w or gpu.default_limit_w
+        self.root = root
+        self._clock = clock
+        self._state_path = Path(state_path) if state_path else None
+        self._initialised = 0
+        self._lock = threading.RLock()
+        self.calls: list[str] = []
+        """Names of the write calls that reached the fake, in order (tests check what NVML saw)."""
+
+    # --- test and demo controls --------------------------------------------------------------
+
+    @property
+    def gpus(self) -> list[FakeGpu]:
+        return self._gpus
+
+    def set_load(self, index: int, utilization: float, pids: Sequence[int] = ()) -> None:
+        """Simulate work on a GPU (the energy counter is brought up to now first)."""
+        with self._lock:
+            gpu = self._advance(index)
+            gpu.utilization = utilization
+            gpu.pids = list(pids)
+
+    def save(self) -> None:
+        """Write the GPUs' state to `state_path` (atomically), when there is one."""
+        if self._state_path is None:
+            return
+        with self._lock:
+            for index in range(len(self._gpus)):
+                self._advance(index)
+            tmp = self._state_path.with_suffix(self._state_path.suffix + ".tmp")
+            tmp.write_text(json.dumps({"gpus": [asdict(g) for g in self._gpus]}, indent=1))
+            os.replace(tmp, self._state_path)
+
+    def _load(self) -> None:
+        if self._state_path is None or not self._state_path.exists():
+            return
+        saved = json.loads(self._state_path.read_text())["gpus"]
+        self._gpus = [FakeGpu(**g) for g in saved]
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    def _gpu(self, handle: Any) -> FakeGpu:
+        if not self._initialised:
+            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+        if not isinstance(handle, _Handle) or not 0 <= handle.index < len(self._gpus):
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._advance(handle.index)
+
+    def _advance(self, index: int) -> FakeGpu:
+        """Bring GPU `index`'s energy counter up to the fake's clock."""
+        gpu = self._gpus[index]
+        now = self._clock()
+        if gpu.updated_s is not None and now > gpu.updated_s:
+            gpu.energy_mj += gpu.power_w() * (now - gpu.updated_s) * 1000.0
+        gpu.updated_s = now if gpu.updated_s is None else max(now, gpu.updated_s)
+        return gpu
+
+    def _write(self, name: str, handle: Any) -> FakeGpu:
+        gpu = self._gpu(handle)
+        if not self.root:
+            raise _error(pynvml.NVML_ERROR_NO_PERMISSION)
+        self.calls.append(name)
+        return gpu
+
+    # --- session -----------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        with self._lock:
+            if not self._initialised:
+                self._load()
+            self._initialised += 1
+
+    def nvmlShutdown(self) -> None:
+        with self._lock:
+            if not self._initialised:
+                raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+            self.save()
+            self._initialised -= 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        if not self._initialised:
+            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+        return len(self._gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        if not self._initialised:
+            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+        if not 0 <= index < len(self._gpus):
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return _Handle(index)
+
+    # --- reads (NVML units: mW, mJ, MHz, percent, bytes) ----------------------------------------
+
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        return self._gpu(handle).name
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        return self._gpu(handle).uuid
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        with self._lock:
+            return int(round(self._gpu(handle).power_w() * 1000.0))
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        with self._lock:
+            gpu = self._gpu(handle)
+            if not gpu.has_energy_counter:
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return int(gpu.energy_mj)
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> list[int]:
+        gpu = self._gpu(handle)
+        return [int(gpu.min_limit_w * 1000), int(gpu.max_limit_w * 1000)]
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+        return int(self._gpu(handle).default_limit_w * 1000)
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
+        return int(round(self._gpu(handle).limit_w * 1000))
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+        return int(round(self._gpu(handle).limit_w * 1000))
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> pynvml.c_nvmlUtilization_t:
+        gpu = self._gpu(handle)
+        percent = int(round(gpu.utilization * 100))
+        return pynvml.c_nvmlUtilization_t(gpu=percent, memory=percent // 2)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> pynvml.c_nvmlMemory_t:
+        gpu = self._gpu(handle)
+        used = len(gpu.pids) * 4 * 1024 * MIB
+        return pynvml.c_nvmlMemory_t(total=gpu.memory_total_bytes, free=gpu.memory_total_bytes - used, used=used)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        gpu = self._gpu(handle)
+        return [pynvml.nvmlStructToFriendlyObject(pynvml.c_nvmlProcessInfo_v3_t(pid=pid, usedGpuMemory=4 * 1024 * MIB))
+                for pid in gpu.pids]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        gpu = self._gpu(handle)
+        reasons = 0
+        if gpu.utilization == 0:
+            reasons |= pynvml.nvmlClocksEventReasonGpuIdle
+        if gpu.cap_binds():
+            reasons |= pynvml.nvmlClocksEventReasonSwPowerCap
+        if gpu.locked_clock_mhz is not None:
+            reasons |= pynvml.nvmlClocksEventReasonApplicationsClocksSetting
+        return reasons
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int:
+        gpu = self._gpu(handle)
+        if not gpu.has_ecc:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return gpu.ecc_uncorrected
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
+        gpu = self._gpu(handle)
+        if gpu.utilization == 0:
+            return gpu.min_sm_clock_mhz
+        return gpu.locked_clock_mhz if gpu.locked_clock_mhz is not None else gpu.max_sm_clock_mhz
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int:
+        return self._gpu(handle).max_sm_clock_mhz
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        gpu = self._gpu(handle)
+        return int(30 + 45 * gpu.power_w() / gpu.max_limit_w)
+
+    def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int) -> int:
+        return self.nvmlDeviceGetTemperature(handle, sensor)
+
+    # --- writes (root only) --------------------------------------------------------------------
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: Any, limit_mw: int) -> None:
+        with self._lock:
+            gpu = self._write("nvmlDeviceSetPowerManagementLimit", handle)
+            if not gpu.min_limit_w * 1000 <= limit_mw <= gpu.max_limit_w * 1000:
+                raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            gpu.limit_w = limit_mw / 1000.0
+            self.save()
+
+    def nvmlDeviceSetGpuLockedClocks(self, handle: Any, min_mhz: int, max_mhz: int) -> None:
+        with self._lock:
+            gpu = self._write("nvmlDeviceSetGpuLockedClocks", handle)
+            if not gpu.can_lock_clocks:
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            if not gpu.min_sm_clock_mhz <= min_mhz <= max_mhz <= gpu.max_sm_clock_mhz:
+                raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            gpu.locked_clock_mhz = max_mhz
+            self.save()
+
+    def nvmlDeviceResetGpuLockedClocks(self, handle: Any) -> None:
+        with self._lock:
+            gpu = self._write("nvmlDeviceResetGpuLockedClocks", handle)
+            if not gpu.can_lock_clocks:
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            gpu.locked_clock_mhz = None
+            self.save()

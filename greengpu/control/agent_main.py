@@ -1,0 +1,125 @@
+"""`greengpu agent`: wiring of backend, class source, journal, exporter and the signal-safe loop.
+
+Kept out of `cli.py` so the command line stays a thin layer of flags over this.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from greengpu.backends.fake_nvml import FakeNvml, make_gpus
+from greengpu.backends.nvml import GpuLost, NvmlBackend, NvmlUnavailable
+from greengpu.control.agent import Agent
+from greengpu.control.exporter import parse_listen, serve_agent_metrics
+from greengpu.control.jobclass import ClassSource, LocalMap, SlurmJobs, load_class_file
+from greengpu.control.journal import Journal
+from greengpu.errors import BadInput
+from greengpu.policy import Policy
+
+log = logging.getLogger("greengpu.agent")
+
+FAKE_BUSY_UTILIZATION = 0.9
+FAKE_PID_BASE = 40000
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    policy: Policy
+    backend: str
+    fake_gpus: str
+    fake_state: str | None
+    fake_busy: tuple[int, ...]
+    fake_not_root: bool
+    classes_file: str | None
+    class_source: str
+    node: str | None
+    journal: str
+    listen: str
+    interval_s: float
+    once: bool
+    dry_run: bool
+    nonbinding_after_s: float
+
+
+def build_backend(options: AgentOptions) -> NvmlBackend:
+    if options.backend == "real":
+        return NvmlBackend()
+    try:
+        gpus = make_gpus(options.fake_gpus)
+    except ValueError as error:
+        raise BadInput(f"--fake-gpus {error}") from None
+    state = Path(options.fake_state) if options.fake_state else None
+    fake = FakeNvml(gpus, root=not options.fake_not_root, state_path=state)
+    if state is None or not state.exists():
+        for index in options.fake_busy:
+            if not 0 <= index < len(gpus):
+                raise BadInput(f"--fake-busy {index}: no such GPU (--fake-gpus gives {len(gpus)})")
+            fake.set_load(index, FAKE_BUSY_UTILIZATION, [FAKE_PID_BASE + index])
+        fake.save()
+    fake.root = not options.fake_not_root
+    return NvmlBackend(lib=fake)
+
+
+def build_class_source(options: AgentOptions) -> ClassSource:
+    by_gpu: dict[int, str] = {}
+    by_partition: dict[str, str] = {}
+    default_class = "training"
+    if options.classes_file:
+        by_gpu, by_partition, default_class = load_class_file(options.classes_file)
+    if options.class_source == "slurm":
+        return SlurmJobs(options.node or socket.gethostname().split(".")[0], by_partition, default_class)
+    return LocalMap(by_gpu, default_class)
+
+
+def run_agent(options: AgentOptions) -> int:
+    """Run the agent until SIGTERM/SIGINT (or one tick with `once`); returns the exit code."""
+    try:
+        host, port = parse_listen(options.listen)
+    except ValueError as error:
+        raise BadInput(f"--listen {error}") from None
+    classes = build_class_source(options)
+    backend = build_backend(options)
+    agent = Agent(backend, options.policy.capping, classes, Journal(options.journal), dry_run=options.dry_run,
+                  nonbinding_after_s=options.nonbinding_after_s)
+    try:
+        agent.start()
+    except (NvmlUnavailable, RuntimeError) as error:
+        log.error("%s", error)
+        return 1
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("%s received: restoring the GPUs and stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    server = None
+    try:
+        server = serve_agent_metrics(agent, host, port)
+        bound_host, bound_port = server.address
+        log.info("serving metrics on http://%s:%d/metrics (policy %s, %d GPUs%s)",
+                 bound_host if ":" not in bound_host else f"[{bound_host}]", bound_port, options.policy.name,
+                 backend.gpu_count, ", dry run" if options.dry_run else "")
+        sys.stderr.flush()
+        while True:
+            try:
+                agent.tick()
+            except GpuLost as error:
+                log.error("%s; will try again next tick", error)
+            if options.once or stop.wait(options.interval_s):
+                break
+    finally:
+        for line in agent.stop():
+            log.info(line)
+        if server is not None:
+            server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0

@@ -1,0 +1,142 @@
+"""Which job, of which workload class, runs on each local GPU: the agent's input to the capping decision.
+
+Three sources, one answer (`{gpu index: GpuJob}`; a GPU missing from it is idle):
+- `LocalMap`: a YAML file on the node (`gpus: {0: inference}`, `default_class: training`): for
+  machines without a scheduler, and for `--backend fake`.
+- `SlurmJobs`: `scontrol -d -o show job` lists the jobs on this node with the GPU indices each holds
+  (`GRES=gpu:a100:2(IDX:0-1)`); the class comes from the job's comment (`greengpu.class=inference`),
+  else from a partition -> class map, else the default class.
+- Kubernetes pod annotations (`greengpu.io/class`) come with the Kubernetes backend.
+A GPU with running processes that no job claims gets the default class: something is using it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import hostlist
+
+from greengpu.backends.nvml import GpuReading
+from greengpu.config.fields import Fields
+from greengpu.config.yamlsource import load_yaml_file
+from greengpu.model import JOB_CLASSES
+
+CLASS_COMMENT = re.compile(r"greengpu\.class=(\w+)")
+
+
+@dataclass(frozen=True)
+class GpuJob:
+    job_id: str
+    job_class: str
+
+
+class ClassSource(Protocol):
+    def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
+        """The job on each busy GPU of this node."""
+        ...
+
+
+def _unclaimed_busy(readings: Sequence[GpuReading], claimed: Mapping[int, GpuJob],
+                    default_class: str) -> dict[int, GpuJob]:
+    return {r.index: GpuJob(f"pid:{r.pids[0]}", default_class)
+            for r in readings if r.pids and r.index not in claimed}
+
+
+class LocalMap:
+    """Classes per GPU index from a YAML file; processes decide whether a GPU is busy."""
+
+    def __init__(self, classes_by_gpu: Mapping[int, str], default_class: str = "training") -> None:
+        self.classes_by_gpu = dict(classes_by_gpu)
+        self.default_class = default_class
+
+    @classmethod
+    def load(cls, path: str | Path) -> LocalMap:
+        """Read a class file (`load_class_file`) as a local map."""
+        classes, _, default_class = load_class_file(path)
+        return cls(classes, default_class)
+
+    def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
+        claimed = {r.index: GpuJob(f"local:{r.index}", self.classes_by_gpu[r.index])
+                   for r in readings if r.pids and r.index in self.classes_by_gpu}
+        return {**claimed, **_unclaimed_busy(readings, claimed, self.default_class)}
+
+
+def load_class_file(path: str | Path) -> tuple[dict[int, str], dict[str, str], str]:
+    """(class per GPU index, class per Slurm partition, default class) from the agent's class file.
+
+    ```yaml
+    default_class: training        # a busy GPU no rule names
+    gpus: {0: inference, 1: training}
+    partition_classes: {gpu-inf: inference}
+    ```
+    Bad input raises ConfigError naming file, line and key.
+    """
+    doc = load_yaml_file(path)
+    fields = Fields(doc, (), doc.value if doc.value is not None else {})
+    fields.reject_unknown(("default_class", "gpus", "partition_classes"))
+    default_class = fields.string("default_class", "training", choices=JOB_CLASSES) or "training"
+    by_gpu: dict[int, str] = {}
+    gpus = fields.sub("gpus")
+    if gpus is not None:
+        for key in list(gpus.data):
+            if not str(key).isdigit():
+                raise gpus.error(key, "must be a GPU index (0, 1, ...)")
+            by_gpu[int(key)] = gpus.string(key, required=True, choices=JOB_CLASSES) or default_class
+    by_partition: dict[str, str] = {}
+    partitions = fields.sub("partition_classes")
+    if partitions is not None:
+        for key in list(partitions.data):
+            by_partition[str(key)] = partitions.string(key, required=True, choices=JOB_CLASSES) or default_class
+    return by_gpu, by_partition, default_class
+
+
+_JOB_ID = re.compile(r"\bJobId=(\S+)")
+_DETAIL = re.compile(r"\bNodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S*)")
+_IDX = re.compile(r"\(IDX:([0-9,\-]+)\)")
+
+
+def parse_scontrol_jobs(text: str, node: str, partition_classes: Mapping[str, str],
+                        default_class: str) -> dict[int, GpuJob]:
+    """GPU index -> job on `node`, from `scontrol -d -o show job` (one job per line, running jobs only)."""
+    jobs: dict[int, GpuJob] = {}
+    for line in text.splitlines():
+        job_id = _JOB_ID.search(line)
+        if not job_id or "JobState=RUNNING" not in line:
+            continue
+        comment = CLASS_COMMENT.search(line)
+        partition = re.search(r"\bPartition=(\S+)", line)
+        job_class = (comment.group(1) if comment and comment.group(1) in JOB_CLASSES
+                     else partition_classes.get(partition.group(1) if partition else "", default_class))
+        for nodes, gres in _DETAIL.findall(line):
+            if node not in hostlist.expand_hostlist(nodes):
+                continue
+            for indices in _IDX.findall(gres):
+                for index in hostlist.expand_hostlist(f"[{indices}]"):
+                    jobs[int(index)] = GpuJob(job_id.group(1), job_class)
+    return jobs
+
+
+class SlurmJobs:
+    """Jobs on this node as Slurm sees them."""
+
+    def __init__(self, node: str, partition_classes: Mapping[str, str] | None = None,
+                 default_class: str = "training",
+                 run: Callable[[list[str]], str] | None = None) -> None:
+        self.node = node
+        self.partition_classes = dict(partition_classes or {})
+        self.default_class = default_class
+        self._run = run or _scontrol
+
+    def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
+        text = self._run(["scontrol", "-d", "-o", "show", "job"])
+        claimed = parse_scontrol_jobs(text, self.node, self.partition_classes, self.default_class)
+        return {**claimed, **_unclaimed_busy(readings, claimed, self.default_class)}
+
+
+def _scontrol(argv: list[str]) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=10).stdout

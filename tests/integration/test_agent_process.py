@@ -1,0 +1,150 @@
+"""`greengpu agent --backend fake` as a real process: metrics over real HTTP on loopback, restore on
+SIGTERM, and restore by the next agent after a kill -9 (the fake GPUs keep their state in a file,
+as real GPUs keep a limit after the process that set it is gone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+TRAINING_LIMIT_W = 275.0  # the default policy's efficiency pick for an A100 (tests/unit/test_agent.py)
+
+
+class AgentProcess:
+    def __init__(self, tmp_path: Path, *extra: str) -> None:
+        classes = tmp_path / "classes.yaml"
+        classes.write_text("default_class: training\ngpus: {0: training, 1: inference}\n")
+        self.state = tmp_path / "gpus.json"
+        self.journal = tmp_path / "journal.jsonl"
+        argv = [sys.executable, "-m", "greengpu", "agent", "--backend", "fake", "--fake-gpus", "3xA100",
+                "--fake-state", str(self.state), "--fake-busy", "0,1", "--classes", str(classes),
+                "--journal", str(self.journal), "--listen", "127.0.0.1:0", "--interval-s", "0.2", *extra]
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.stderr.append(line)
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str, timeout_s: float = 30.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.process.poll() is not None and self.lines.empty():
+                    break
+                continue
+            match = re.search(pattern, line)
+            if match:
+                return match
+        raise AssertionError(f"no line matching {pattern!r}; stderr so far:\n{''.join(self.stderr)}")
+
+    def gpus(self) -> list[dict]:
+        return json.loads(self.state.read_text())["gpus"]
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+
+
+def scrape(url: str) -> dict[str, object]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def test_metrics_scrape_over_http_and_sigterm_restores(tmp_path: Path) -> None:
+    agent = AgentProcess(tmp_path)
+    try:
+        url = agent.wait_for(r"serving metrics on (http://127\.0\.0\.1:\d+)/metrics").group(1)
+        agent.wait_for(r"GPU 0 .*-> 275 W")
+        agent.wait_for(r"GPU 1 .*SM clocks locked at (\d+) MHz")
+        time.sleep(0.5)  # let the fake's energy counters advance
+        families = scrape(url + "/metrics")
+        with urllib.request.urlopen(url + "/healthz", timeout=5) as health:
+            assert health.read() == b"ok\n"
+
+        energy = families["greengpu_gpu_energy_joules"]
+        assert energy.type == "counter"
+        samples = {s.labels["gpu"]: s for s in energy.samples if s.name == "greengpu_gpu_energy_joules_total"}
+        assert set(samples) == {"0", "1", "2"} and samples["0"].value > 0
+        assert samples["0"].labels["uuid"] == "GPU-fake-0000"
+        assert samples["0"].labels["model"] == "NVIDIA A100-SXM4-80GB"
+
+        def gauge(name: str) -> dict[str, float]:
+            family = families[name]
+            assert family.type == "gauge", name
+            return {s.labels["gpu"]: s.value for s in family.samples}
+
+        assert gauge("greengpu_gpu_power_limit_watts") == {"0": TRAINING_LIMIT_W, "1": 400.0, "2": 100.0}
+        assert gauge("greengpu_gpu_clock_locked_mhz") == {"0": 0.0, "1": float(round(1410 / 1.05)), "2": 0.0}
+        power = gauge("greengpu_gpu_power_watts")
+        assert 0 < power["2"] < power["1"] and power["0"] <= TRAINING_LIMIT_W
+        assert 0 <= gauge("greengpu_gpu_utilization_ratio")["0"] <= 1
+        assert gauge("greengpu_gpu_power_cap_binding")["0"] == 1.0
+        assert "greengpu_gpu_temperature_celsius" in families and "greengpu_gpu_memory_used_bytes" in families
+
+        agent.process.send_signal(signal.SIGTERM)
+        assert agent.process.wait(timeout=20) == 0
+        assert [g["limit_w"] for g in agent.gpus()] == [400.0, 400.0, 400.0]
+        assert all(g["locked_clock_mhz"] is None for g in agent.gpus())
+        entries = [json.loads(line) for line in agent.journal.read_text().splitlines()]
+        assert entries[-1]["event"] == "stop"
+    finally:
+        agent.kill()
+
+
+def test_sigint_restores_too(tmp_path: Path) -> None:
+    agent = AgentProcess(tmp_path)
+    try:
+        agent.wait_for(r"GPU 0 .*-> 275 W")
+        agent.process.send_signal(signal.SIGINT)
+        assert agent.process.wait(timeout=20) == 0
+        assert [g["limit_w"] for g in agent.gpus()] == [400.0, 400.0, 400.0]
+    finally:
+        agent.kill()
+
+
+def test_kill_9_then_restart_restores_from_the_journal(tmp_path: Path) -> None:
+    first = AgentProcess(tmp_path)
+    try:
+        first.wait_for(r"GPU 1 .*SM clocks locked")
+        first.wait_for(r"GPU 2 .*-> 100 W")
+        os.kill(first.process.pid, signal.SIGKILL)
+        assert first.process.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        first.kill()
+    left = first.gpus()
+    assert [g["limit_w"] for g in left] == [TRAINING_LIMIT_W, 400.0, 100.0]  # the crash left them capped
+    assert left[1]["locked_clock_mhz"] is not None
+
+    # The next agent runs with capping off: all it may do is put the GPUs back.
+    second = AgentProcess(tmp_path, "--policy", "always-on", "--once")
+    try:
+        assert second.process.wait(timeout=30) == 0
+    finally:
+        second.kill()
+    assert [g["limit_w"] for g in second.gpus()] == [400.0, 400.0, 400.0]
+    assert all(g["locked_clock_mhz"] is None for g in second.gpus())
+    assert sum("after an unclean exit" in line for line in second.stderr) == 3
+    reasons = [json.loads(line).get("reason") for line in first.journal.read_text().splitlines()]
+    assert reasons.count("recovery after an unclean exit") == 3  # GPU 0 and 2 limits, GPU 1 clocks

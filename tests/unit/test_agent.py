@@ -1,0 +1,198 @@
+"""The node agent on the fake NVML, in process: what it sets, journals, detects and restores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from greengpu.backends.fake_nvml import FakeGpu, FakeNvml, make_gpus
+from greengpu.backends.nvml import NvmlBackend
+from greengpu.control.agent import Agent
+from greengpu.control.jobclass import LocalMap, parse_scontrol_jobs
+from greengpu.control.journal import Journal
+from greengpu.energy.capping import decide
+from greengpu.policy import CappingPolicy, ClassCapping
+
+POLICY = CappingPolicy(enabled=True, idle_to_min_limit=True, classes={
+    "training": ClassCapping(mode="efficiency", max_slowdown=0.05),
+    "inference": ClassCapping(mode="clocks", clock_fraction=0.8, max_slowdown=0.05),
+    "batch": ClassCapping(mode="fixed", limit_w=20.0),
+})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def make_agent(tmp_path: Path, gpus: list[FakeGpu], classes: dict[int, str], dry_run: bool = False,
+               root: bool = True, fake: FakeNvml | None = None) -> tuple[Agent, FakeNvml, Clock]:
+    clock = Clock()
+    fake = fake or FakeNvml(gpus, root=root, clock=clock)
+    agent = Agent(NvmlBackend(lib=fake, clock=clock), POLICY, LocalMap(classes), Journal(tmp_path / "journal.jsonl"),
+                  dry_run=dry_run, nonbinding_after_s=30.0, clock=clock)
+    return agent, fake, clock
+
+
+def events(tmp_path: Path) -> list[str]:
+    return [e["event"] for e in Journal(tmp_path / "journal.jsonl").entries()]
+
+
+def test_each_class_gets_the_pure_decision_and_stop_restores(tmp_path: Path) -> None:
+    agent, fake, _ = make_agent(tmp_path, make_gpus("4xA100"), {0: "training", 1: "inference", 2: "batch"})
+    for index in range(3):
+        fake.set_load(index, 0.9, [100 + index])
+    agent.start()
+    agent.tick()
+    constraints = agent.backend.constraints(0)
+    expected = decide("training", POLICY, constraints, 1410)
+    assert fake.gpus[0].limit_w == expected.limit_w == 275.0
+    assert fake.gpus[1].locked_clock_mhz == round(1410 * 1 / 1.05) and fake.gpus[1].limit_w == 400.0
+    assert fake.gpus[2].limit_w == 100.0  # fixed 20 W clamped to the A100's minimum
+    assert fake.gpus[3].limit_w == 100.0  # idle: minimum limit
+    agent.tick()  # nothing differs: nothing written again
+    assert len(fake.calls) == 4
+    agent.stop()
+    assert [g.limit_w for g in fake.gpus] == [400.0] * 4
+    assert all(g.locked_clock_mhz is None for g in fake.gpus)
+    assert events(tmp_path)[0] == "start" and events(tmp_path)[-1] == "stop"
+
+
+def test_a_new_job_on_a_gpu_gets_its_own_setting(tmp_path: Path) -> None:
+    agent, fake, _ = make_agent(tmp_path, make_gpus("1xA100"), {0: "training"})
+    agent.start()
+    agent.tick()
+    assert fake.gpus[0].limit_w == 100.0  # idle
+    fake.set_load(0, 0.9, [7])
+    agent.tick()
+    assert fake.gpus[0].limit_w == 275.0
+    fake.set_load(0, 0.0, [])
+    agent.tick()
+    assert fake.gpus[0].limit_w == 100.0
+
+
+def test_drift_is_set_again_and_journalled(tmp_path: Path) -> None:
+    agent, fake, _ = make_agent(tmp_path, make_gpus("1xA100"), {0: "training"})
+    fake.set_load(0, 0.9, [7])
+    agent.start()
+    agent.tick()
+    fake.gpus[0].limit_w = 400.0  # an admin (or a driver reload) put it back
+    report = agent.tick()
+    assert fake.gpus[0].limit_w == 275.0
+    assert any("drift" in line for line in report.changes)
+    reasons = [e.get("reason", "") for e in Journal(tmp_path / "journal.jsonl").entries()]
+    assert any(r.startswith("drift: the limit was changed outside greengpu") for r in reasons)
+
+
+def test_a_cap_that_never_binds_moves_to_locked_clocks(tmp_path: Path) -> None:
+    # LLM decode on an H200 draws well under any limit the efficiency pick chooses.
+    decode_h200 = FakeGpu(name="NVIDIA H200", min_limit_w=200, max_limit_w=700, default_limit_w=700, idle_w=75,
+                          draw_w=300, max_sm_clock_mhz=1980)
+    agent, fake, clock = make_agent(tmp_path, [decode_h200], {0: "training"})
+    fake.set_load(0, 0.95, [7])
+    agent.start()
+    agent.tick()
+    capped_w = fake.gpus[0].limit_w
+    assert capped_w < 700.0 and fake.gpus[0].locked_clock_mhz is None
+    for _ in range(4):
+        clock.now_s += 10.0
+        agent.tick()
+    assert fake.gpus[0].locked_clock_mhz == round(1980 / 1.05)
+    assert fake.gpus[0].limit_w == 700.0  # the limit that did nothing is lifted
+
+
+def test_a_cap_that_binds_stays(tmp_path: Path) -> None:
+    agent, fake, clock = make_agent(tmp_path, make_gpus("1xA100"), {0: "training"})
+    fake.set_load(0, 1.0, [7])
+    agent.start()
+    for _ in range(6):
+        agent.tick()
+        clock.now_s += 10.0
+    assert fake.gpus[0].limit_w == 275.0 and fake.gpus[0].locked_clock_mhz is None
+
+
+def test_dry_run_changes_nothing(tmp_path: Path) -> None:
+    agent, fake, _ = make_agent(tmp_path, make_gpus("2xA100"), {0: "training"}, dry_run=True)
+    fake.set_load(0, 0.9, [7])
+    agent.start()
+    report = agent.tick()
+    agent.stop()
+    assert fake.calls == []
+    assert any("would set 275 W" in line for line in report.changes)
+
+
+def test_not_root_keeps_reading_and_journals_no_write(tmp_path: Path) -> None:
+    agent, fake, _ = make_agent(tmp_path, make_gpus("2xA100"), {0: "training"}, root=False)
+    fake.set_load(0, 0.9, [7])
+    agent.start()
+    agent.tick()
+    agent.tick()
+    assert agent.backend.read_only and fake.calls == []
+    assert [g.limit_w for g in fake.gpus] == [400.0, 400.0]
+    assert len(agent.last_readings) == 2
+    # The first attempted write is journalled before it is tried; nothing after the backend turned read-only.
+    assert events(tmp_path).count("set_limit") == 1
+
+
+def test_restart_after_a_crash_restores_first(tmp_path: Path) -> None:
+    clock = Clock()
+    fake = FakeNvml(make_gpus("2xA100"), clock=clock)
+    fake.set_load(0, 0.9, [7])
+    fake.set_load(1, 0.9, [8])
+    crashed, _, _ = make_agent(tmp_path, [], {0: "training", 1: "inference"}, fake=fake)
+    crashed.start()
+    crashed.tick()
+    assert fake.gpus[0].limit_w == 275.0 and fake.gpus[1].locked_clock_mhz is not None
+    # No stop(): the process died. A new agent, with no jobs mapped, starts on the same GPUs.
+    fake.set_load(0, 0.0, [])
+    fake.set_load(1, 0.0, [])
+    fresh = Agent(NvmlBackend(lib=fake, clock=clock), CappingPolicy(enabled=False), LocalMap({}),
+                  Journal(tmp_path / "journal.jsonl"), clock=clock)
+    lines = fresh.start()
+    assert fake.gpus[0].limit_w == 400.0 and fake.gpus[1].locked_clock_mhz is None
+    assert len(lines) == 2 and all("unclean exit" in line for line in lines)
+    fresh.stop()
+    assert Journal(tmp_path / "journal.jsonl").left_changed() == []
+
+
+def test_journal_ignores_a_torn_last_line(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.jsonl")
+    journal.append("start", gpus=1)
+    journal.append("set_limit", gpu=0, uuid="GPU-a", limit_w=250.0, previous_w=300.0)
+    with journal.path.open("a") as out:
+        out.write('{"event": "set_li')
+    [touched] = journal.left_changed()
+    assert (touched.index, touched.uuid, touched.original_limit_w) == (0, "GPU-a", 300.0)
+
+
+SCONTROL = """\
+JobId=101 JobName=train UserId=ann(1000) Partition=gpu Comment=greengpu.class=inference JobState=RUNNING \
+NodeList=gpu[01-02] JOB_GRES=gpu:4 Nodes=gpu01 CPU_IDs=0-7 Mem=0 GRES=gpu:a100:2(IDX:0-1) \
+Nodes=gpu02 CPU_IDs=0-7 Mem=0 GRES=gpu:a100:2(IDX:2,3)
+JobId=102 JobName=batch Partition=gpu-batch JobState=RUNNING NodeList=gpu01 Nodes=gpu01 CPU_IDs=8 Mem=0 \
+GRES=gpu:1(IDX:3)
+JobId=103 JobName=waiting Partition=gpu JobState=PENDING NodeList=(null)
+"""
+
+
+def test_slurm_jobs_map_to_gpu_indices_and_classes() -> None:
+    on_gpu01 = parse_scontrol_jobs(SCONTROL, "gpu01", {"gpu-batch": "batch"}, "training")
+    assert {i: (j.job_id, j.job_class) for i, j in on_gpu01.items()} == {
+        0: ("101", "inference"), 1: ("101", "inference"), 3: ("102", "batch")}
+    on_gpu02 = parse_scontrol_jobs(SCONTROL, "gpu02", {}, "training")
+    assert sorted(on_gpu02) == [2, 3]
+
+
+def test_bad_class_file_names_file_line_and_key(tmp_path: Path) -> None:
+    from greengpu.control.jobclass import load_class_file
+    from greengpu.errors import ConfigError
+
+    path = tmp_path / "classes.yaml"
+    path.write_text("default_class: training\ngpus:\n  0: inference\n  1: gaming\n")
+    with pytest.raises(ConfigError) as error:
+        load_class_file(path)
+    assert str(error.value).startswith(f"{path}:4: gpus.1: must be one of training, inference")
