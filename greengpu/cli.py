@@ -272,9 +272,13 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
               help="real: NVML on this node's GPUs; fake: simulated GPUs (no GPU needed).")
 @click.option("--classes", "classes_file", default=None, metavar="FILE",
               help="Class file: default_class, gpus {INDEX: CLASS}, partition_classes {PARTITION: CLASS}.")
-@click.option("--class-source", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
-              help="Where the job on each GPU comes from: the class file's GPU map, or Slurm (scontrol).")
-@click.option("--node", default=None, metavar="NAME", help="This node's Slurm name (default: the short hostname).")
+@click.option("--class-source", type=click.Choice(["local", "slurm", "kubernetes"]), default="local",
+              show_default=True, help="Where the job on each GPU comes from: the class file's GPU map, Slurm "
+              "(scontrol), or the pod's greengpu.io/class annotation.")
+@click.option("--node", default=None, metavar="NAME",
+              help="This node's Slurm or Kubernetes name (default: the short hostname).")
+@click.option("--kube-host", default=None, metavar="URL",
+              help="Kubernetes API server URL without auth (default: in-cluster config, else kubeconfig).")
 @click.option("--journal", default="/var/lib/greengpu/agent-journal.jsonl", show_default=True, metavar="FILE",
               help="JSON-lines record of every limit set; read at start-up to undo a crashed session.")
 @click.option("--listen", default="127.0.0.1:9474", show_default=True, metavar="HOST:PORT",
@@ -292,8 +296,9 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
 @click.option("--fake-busy", default="", metavar="INDEXES", help="With --backend fake: GPUs with work, e.g. 0,1.")
 @click.option("--fake-not-root", is_flag=True, help="With --backend fake: refuse writes as NVML does without root.")
 def agent(policy_name: str, backend: str, classes_file: str | None, class_source: str, node: str | None,
-          journal: str, listen: str, interval_s: float, nonbinding_after_s: float, once: bool, dry_run: bool,
-          fake_gpus: str, fake_state: str | None, fake_busy: str, fake_not_root: bool) -> None:
+          kube_host: str | None, journal: str, listen: str, interval_s: float, nonbinding_after_s: float,
+          once: bool, dry_run: bool, fake_gpus: str, fake_state: str | None, fake_busy: str,
+          fake_not_root: bool) -> None:
     """Run on a GPU node: cap each GPU for the job class running on it, restore everything on exit.
 
     Reads power, energy, limits and clocks through NVML, applies the policy's capping decision per
@@ -314,8 +319,8 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
     code = run_agent(AgentOptions(
         policy=load_policy(policy_name), backend=backend, fake_gpus=fake_gpus, fake_state=fake_state,
         fake_busy=tuple(busy), fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,
-        node=node, journal=journal, listen=listen, interval_s=interval_s, once=once, dry_run=dry_run,
-        nonbinding_after_s=nonbinding_after_s))
+        node=node, kube_host=kube_host, journal=journal, listen=listen, interval_s=interval_s, once=once,
+        dry_run=dry_run, nonbinding_after_s=nonbinding_after_s))
     if code:
         raise click.exceptions.Exit(code)
 

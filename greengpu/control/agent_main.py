@@ -18,7 +18,7 @@ from greengpu.backends.fake_nvml import FakeNvml, make_gpus
 from greengpu.backends.nvml import GpuLost, NvmlBackend, NvmlUnavailable
 from greengpu.control.agent import Agent
 from greengpu.control.exporter import parse_listen, serve_agent_metrics
-from greengpu.control.jobclass import ClassSource, LocalMap, SlurmJobs, load_class_file
+from greengpu.control.jobclass import ClassSource, KubernetesPods, LocalMap, SlurmJobs, load_class_file
 from greengpu.control.journal import Journal
 from greengpu.errors import BadInput
 from greengpu.policy import Policy
@@ -40,6 +40,7 @@ class AgentOptions:
     classes_file: str | None
     class_source: str
     node: str | None
+    kube_host: str | None
     journal: str
     listen: str
     interval_s: float
@@ -73,8 +74,14 @@ def build_class_source(options: AgentOptions) -> ClassSource:
     default_class = "training"
     if options.classes_file:
         by_gpu, by_partition, default_class = load_class_file(options.classes_file)
+    node = options.node or socket.gethostname().split(".")[0]
     if options.class_source == "slurm":
-        return SlurmJobs(options.node or socket.gethostname().split(".")[0], by_partition, default_class)
+        return SlurmJobs(node, by_partition, default_class)
+    if options.class_source == "kubernetes":
+        from greengpu.backends.kubernetes import KubeApi, make_api_client
+
+        api = KubeApi(make_api_client(host=options.kube_host))
+        return KubernetesPods(node, api.pods_on_node, default_class)
     return LocalMap(by_gpu, default_class)
 
 

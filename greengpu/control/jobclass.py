@@ -6,7 +6,8 @@ Three sources, one answer (`{gpu index: GpuJob}`; a GPU missing from it is idle)
 - `SlurmJobs`: `scontrol -d -o show job` lists the jobs on this node with the GPU indices each holds
   (`GRES=gpu:a100:2(IDX:0-1)`); the class comes from the job's comment (`greengpu.class=inference`),
   else from a partition -> class map, else the default class.
-- Kubernetes pod annotations (`greengpu.io/class`) come with the Kubernetes backend.
+- `KubernetesPods`: each GPU process's cgroup (`/proc/PID/cgroup`) names its pod's UID; the pod's
+  `greengpu.io/class` annotation gives the class (pods listed once per tick, for this node only).
 A GPU with running processes that no job claims gets the default class: something is using it.
 """
 
@@ -21,6 +22,7 @@ from typing import Protocol
 
 import hostlist
 
+from greengpu.backends.kubernetes import CLASS_ANNOTATION, PodInfo
 from greengpu.backends.nvml import GpuReading
 from greengpu.config.fields import Fields
 from greengpu.config.yamlsource import load_yaml_file
@@ -135,6 +137,51 @@ class SlurmJobs:
     def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
         text = self._run(["scontrol", "-d", "-o", "show", "job"])
         claimed = parse_scontrol_jobs(text, self.node, self.partition_classes, self.default_class)
+        return {**claimed, **_unclaimed_busy(readings, claimed, self.default_class)}
+
+
+_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+
+
+def pod_uid_of(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """The UID of the pod whose container runs `pid`, from its cgroup path; None outside Kubernetes.
+
+    Covers the cgroupfs driver (`/kubepods/burstable/pod<uid>/<container>`) and the systemd driver
+    (`kubepods-burstable-pod<uid with _>.slice`), cgroup v1 and v2.
+    """
+    try:
+        text = (proc_root / str(pid) / "cgroup").read_text()
+    except OSError:
+        return None  # the process ended, or is not visible from this namespace
+    match = _POD_UID.search(text)
+    return match.group(1).replace("_", "-") if match else None
+
+
+class KubernetesPods:
+    """Jobs on this node as Kubernetes pods; the class is the pod's `greengpu.io/class` annotation."""
+
+    def __init__(self, node: str, list_pods: Callable[[str], Sequence[PodInfo]], default_class: str = "training",
+                 proc_root: Path = Path("/proc")) -> None:
+        self.node = node
+        self._list_pods = list_pods
+        self.default_class = default_class
+        self.proc_root = proc_root
+
+    def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
+        busy = [r for r in readings if r.pids]
+        if not busy:
+            return {}
+        pods = {p.uid: p for p in self._list_pods(self.node)}
+        claimed: dict[int, GpuJob] = {}
+        for reading in busy:
+            for pid in reading.pids:
+                pod = pods.get(pod_uid_of(pid, self.proc_root) or "")
+                if pod is None:
+                    continue
+                wanted = pod.annotations.get(CLASS_ANNOTATION, self.default_class)
+                job_class = wanted if wanted in JOB_CLASSES else self.default_class
+                claimed[reading.index] = GpuJob(f"{pod.namespace}/{pod.name}", job_class)
+                break
         return {**claimed, **_unclaimed_busy(readings, claimed, self.default_class)}
 
 

@@ -196,3 +196,45 @@ def test_bad_class_file_names_file_line_and_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_class_file(path)
     assert str(error.value).startswith(f"{path}:4: gpus.1: must be one of training, inference")
+
+
+def test_kubernetes_pod_annotation_gives_the_class(tmp_path: Path) -> None:
+    from fake_kube import FakeKube, pod
+
+    from greengpu.backends.kubernetes import KubeApi, make_api_client
+    from greengpu.control.jobclass import KubernetesPods
+
+    # /proc/PID/cgroup as the kubelet leaves it: systemd driver (cgroup v2) and cgroupfs driver (v1).
+    inference_uid = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+    training_uid = "11112222-3333-4444-5555-666677778888"
+    (tmp_path / "501").mkdir()
+    (tmp_path / "501" / "cgroup").write_text(
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        f"{inference_uid.replace('-', '_')}.slice/cri-containerd-abc.scope\n")
+    (tmp_path / "502").mkdir()
+    (tmp_path / "502" / "cgroup").write_text(f"12:memory:/kubepods/besteffort/pod{training_uid}/4f5e\n")
+    (tmp_path / "503").mkdir()
+    (tmp_path / "503" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-3.scope\n")
+    clock = Clock()
+    fake = FakeNvml(make_gpus("4xA100"), clock=clock)
+    for index, pid in enumerate((501, 502, 503)):
+        fake.set_load(index, 0.9, [pid])
+    with FakeKube() as kube:
+        kube.pods = [
+            pod("llm-serve-0", inference_uid, "gpu07", namespace="serving",
+                annotations={"greengpu.io/class": "inference"}),
+            pod("trainer-0", training_uid, "gpu07", namespace="research"),
+            pod("elsewhere", "99999999-3333-4444-5555-666677778888", "gpu08",
+                annotations={"greengpu.io/class": "inference"}),
+        ]
+        source = KubernetesPods("gpu07", KubeApi(make_api_client(host=kube.url)).pods_on_node,
+                                default_class="batch", proc_root=tmp_path)
+        backend = NvmlBackend(lib=fake, clock=clock)
+        backend.open()
+        jobs = source.jobs([backend.read(i) for i in range(4)])
+        assert ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu07") in kube.requests
+    assert {i: (j.job_id, j.job_class) for i, j in jobs.items()} == {
+        0: ("serving/llm-serve-0", "inference"),
+        1: ("research/trainer-0", "batch"),  # no annotation: the default class
+        2: ("pid:503", "batch"),  # a process outside Kubernetes still makes the GPU busy
+    }

@@ -149,3 +149,19 @@ def test_real_library_without_a_gpu_says_so() -> None:
         pytest.skip("an NVIDIA driver is present here; this test is for machines without one (CI)")
     with pytest.raises(NvmlUnavailable, match="NVML cannot start: .*is the NVIDIA driver installed"):
         NvmlBackend().open()
+
+
+def test_probe_script_records_values_and_exact_errors_and_restores() -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "nvml_probe.py"
+    out = subprocess.run([sys.executable, str(script), "--fake"], check=True, capture_output=True, text=True).stdout
+    result = json.loads(out)
+    assert result["nvmlDeviceGetPowerManagementLimitConstraints_mW"] == [200000, 700000]
+    assert result["limit_after_set_mW"] == result["write_target_mW"] == 250000
+    assert result["limit_after_reset_mW"] == 700000
+    assert result["out_of_range_limit"] == {"error": "NVMLError_InvalidArgument", "code": 2,
+                                            "message": "Invalid Argument"}
