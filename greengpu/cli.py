@@ -325,10 +325,160 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
         raise click.exceptions.Exit(code)
 
 
+@cli.group()
+@click.option("--cluster", "cluster_file", default="/etc/greengpu/cluster.yaml", show_default=True, metavar="FILE",
+              help="Cluster inventory (MACs and wake targets of the nodes).")
+@click.option("--state", "state_file", default="/var/lib/greengpu/state.db", show_default=True, metavar="FILE",
+              help="SQLite state: which nodes greengpu put to sleep, and wake-ups under verification.")
+@click.option("--policy", "policy_name", default="default", show_default=True, metavar="P",
+              help="Policy whose sleep section gives wake timeout, retries and backoff.")
+@click.option("--suspend-command", default=None, metavar="TEMPLATE",
+              help="Run per node to suspend it ({node} is replaced). Default: ssh NODE greengpu node-suspend.")
+@click.option("--ipmi-command", default=None, metavar="TEMPLATE",
+              help="Power on nodes with an ipmi_host this way ({node}, {ipmi_host}), e.g. "
+              "'ipmitool -I lanplus -H {ipmi_host} -U admin -E chassis power on'.")
+@click.option("--log", "log_file", default=None, metavar="FILE",
+              help="Log here (Slurm closes the hooks' stdout and stderr).")
+@click.pass_context
+def slurm(ctx: click.Context, cluster_file: str, state_file: str, policy_name: str, suspend_command: str | None,
+          ipmi_command: str | None, log_file: str | None) -> None:
+    """Slurm power saving: SuspendProgram and ResumeProgram hooks, and greengpu driving scontrol.
+
+    In slurm.conf (see deploy/slurm/): SuspendProgram and ResumeProgram point at wrappers that run
+    `greengpu slurm suspend` and `greengpu slurm resume` with one hostlist argument.
+    """
+    from greengpu.config.inventory import load_cluster
+    from greengpu.config.policy import load_policy
+    from greengpu.control.slurm_hooks import DEFAULT_SUSPEND_COMMAND, HookContext, setup_logging
+
+    setup_logging(log_file)
+    ctx.obj = HookContext(cluster=load_cluster(cluster_file), store_path=state_file,
+                          policy=load_policy(policy_name).sleep,
+                          suspend_command=suspend_command or DEFAULT_SUSPEND_COMMAND, ipmi_command=ipmi_command)
+
+
+@slurm.command("suspend")
+@click.argument("hostlist")
+@click.pass_obj
+def slurm_suspend(context: Any, hostlist: str) -> None:
+    """SuspendProgram: record why each node sleeps and start its suspend command (detached)."""
+    from greengpu.control.slurm_hooks import suspend
+
+    code = suspend(context, hostlist)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+@slurm.command("resume")
+@click.argument("hostlist")
+@click.pass_obj
+def slurm_resume(context: Any, hostlist: str) -> None:
+    """ResumeProgram: send wake-on-LAN (or IPMI power-on) to each node; `verify` follows them up."""
+    from greengpu.control.slurm_hooks import resume, resume_file_from_env
+
+    code = resume(context, hostlist, resume_file_from_env())
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+@slurm.command("verify")
+@click.pass_obj
+def slurm_verify(context: Any) -> None:
+    """One verification pass: nodes up are done; late ones get another wake-up; failed ones go DOWN."""
+    from greengpu.control.slurm_hooks import verify
+
+    for line in verify(context):
+        click.echo(line)
+
+
+@slurm.command("power-down")
+@click.argument("hostlist")
+@click.pass_obj
+def slurm_power_down(context: Any, hostlist: str) -> None:
+    """Ask Slurm to power idle nodes down now (greengpu's planner deciding, not SuspendTime)."""
+    from greengpu.control.slurm_hooks import power_down
+
+    power_down(context.cluster, hostlist)
+
+
+@slurm.command("power-up")
+@click.argument("hostlist")
+@click.pass_obj
+def slurm_power_up(context: Any, hostlist: str) -> None:
+    """Ask Slurm to power nodes up now (it runs the ResumeProgram)."""
+    from greengpu.control.slurm_hooks import power_up
+
+    power_up(context.cluster, hostlist)
+
+
+@slurm.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def slurm_status(context: Any, as_json: bool) -> None:
+    """Nodes greengpu put to sleep or is waking, with why and since when."""
+    from greengpu.control.slurm_hooks import status_rows
+
+    rows = status_rows(context.store_path)
+    if as_json:
+        click.echo(json.dumps([dict(zip(("node", "state", "since_s", "reason"), row, strict=True)) for row in rows]))
+        return
+    for node, state, since_s, reason in rows:
+        click.echo(f"{node:16s} {state:8s} since {since_s:.0f}  {reason}")
+
+
+@cli.command("node-suspend")
+@click.option("--command", "suspend_command", default="systemctl suspend", show_default=True,
+              help="What puts this node to sleep.")
+@click.option("--backend", type=click.Choice(["real", "fake"]), default="real", show_default=True)
+@click.option("--fake-gpus", default="4xA100", show_default=True, metavar="SPEC")
+@click.option("--fake-busy", default="", metavar="INDEXES")
+@click.option("--dry-run", is_flag=True, help="Check and say what would run; suspend nothing.")
+def node_suspend(suspend_command: str, backend: str, fake_gpus: str, fake_busy: str, dry_run: bool) -> None:
+    """Run on a node: suspend it, but never while a GPU process runs there (checked through NVML)."""
+    import shlex
+    import subprocess
+
+    from greengpu.backends.fake_nvml import FakeNvml, make_gpus
+    from greengpu.backends.nvml import NvmlBackend, NvmlUnavailable
+
+    if backend == "fake":
+        try:
+            fake = FakeNvml(make_gpus(fake_gpus))
+        except ValueError as error:
+            raise BadInput(f"--fake-gpus {error}") from None
+        for part in filter(None, (p.strip() for p in fake_busy.split(","))):
+            if not part.isdigit() or int(part) >= len(fake.gpus):
+                raise BadInput(f"--fake-busy {fake_busy!r}: expected GPU indexes such as 0,1")
+            fake.set_load(int(part), 0.9, [40000 + int(part)])
+        nvml = NvmlBackend(lib=fake)
+    else:
+        nvml = NvmlBackend()
+    try:
+        count = nvml.open()
+    except NvmlUnavailable as error:
+        click.echo(f"greengpu node-suspend: {error}", err=True)
+        raise click.exceptions.Exit(EXIT_FAILURE) from None
+    busy = {i: nvml.read(i).pids for i in range(count)}
+    nvml.close()
+    working = {i: pids for i, pids in busy.items() if pids}
+    if working:
+        where = ", ".join(f"GPU {i} (pid {', '.join(map(str, pids))})" for i, pids in sorted(working.items()))
+        click.echo(f"greengpu node-suspend: not suspending: processes run on {where}", err=True)
+        raise click.exceptions.Exit(EXIT_FAILURE)
+    if dry_run:
+        click.echo(f"would run: {suspend_command}")
+        return
+    result = subprocess.run(shlex.split(suspend_command), check=False)
+    if result.returncode:
+        click.echo(f"greengpu node-suspend: {suspend_command!r} exited {result.returncode}", err=True)
+        raise click.exceptions.Exit(EXIT_FAILURE)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map bad input to exit 2 with one line on stderr."""
     try:
-        cli.main(args=argv, prog_name="greengpu", standalone_mode=False)
+        # Without standalone mode click returns (not raises) the code of a click.exceptions.Exit.
+        returned = cli.main(args=argv, prog_name="greengpu", standalone_mode=False)
     except BadInput as exc:
         click.echo(f"greengpu: {exc}", err=True)
         return EXIT_BAD_INPUT
@@ -347,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         click.echo(f"greengpu: {exc.format_message()}", err=True)
         return exc.exit_code
-    return EXIT_OK
+    return returned if isinstance(returned, int) else EXIT_OK
 
 
 def entry_point() -> None:

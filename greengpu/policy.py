@@ -112,6 +112,8 @@ class SleepPolicy:
     min_awake_s: float = 1200.0
     wake_timeout_s: float = 600.0
     wake_retries: int = 3
+    wake_backoff_s: float = 30.0
+    """First delay before a wake-up is sent again; doubles per attempt (energy.wake_verify)."""
 
 
 @dataclass(frozen=True)

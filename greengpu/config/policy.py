@@ -181,7 +181,7 @@ def _sleep(fields: Fields | None) -> SleepPolicy:
     fields.reject_unknown(
         ("enabled", "idle_timeout_s", "idle_util_threshold", "windows", "warm_reserve_gpus", "use_forecast",
          "priority_aware", "max_suspends_per_min", "max_wakes_per_min", "min_asleep_s", "min_awake_s",
-         "wake_timeout_s", "wake_retries")
+         "wake_timeout_s", "wake_retries", "wake_backoff_s")
     )
     d = SleepPolicy()
     windows: list[SleepWindow] = []
@@ -209,6 +209,7 @@ def _sleep(fields: Fields | None) -> SleepPolicy:
         min_awake_s=_num(fields, "min_awake_s", d.min_awake_s),
         wake_timeout_s=_num(fields, "wake_timeout_s", d.wake_timeout_s),
         wake_retries=_int(fields, "wake_retries", d.wake_retries),
+        wake_backoff_s=_num(fields, "wake_backoff_s", d.wake_backoff_s),
     )
 
 

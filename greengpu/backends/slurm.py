@@ -1,0 +1,89 @@
+"""Slurm adapter: node states, power_down/power_up and down through `scontrol`. Translates, never decides.
+
+Slurm runs power-save hooks with almost no environment (no PATH), so commands are found by absolute
+path: `$GREENGPU_SLURM_BIN` if set, else the usual install locations.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import hostlist
+
+SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
+NOT_UP_FLAGS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWERING_DOWN", "POWER_DOWN", "NOT_RESPONDING",
+                          "DOWN", "FAIL", "FUTURE", "REBOOT_ISSUED"})
+BUSY_FLAGS = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+
+
+class SlurmError(Exception):
+    """A Slurm command failed; the message is Slurm's own last line."""
+
+
+def command(name: str) -> str:
+    """Absolute path of a Slurm command (hooks have no PATH)."""
+    configured = os.environ.get("GREENGPU_SLURM_BIN")
+    candidates = [Path(configured) / name] if configured else []
+    candidates += [Path(d) / name for d in SEARCH_DIRS]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which(name)
+    if found:
+        return found
+    raise SlurmError(f"{name} not found (looked in {', '.join(str(c.parent) for c in candidates)}); "
+                     "set GREENGPU_SLURM_BIN")
+
+
+def run(name: str, *args: str, timeout_s: float = 20.0) -> str:
+    result = subprocess.run([command(name), *args], capture_output=True, text=True, timeout=timeout_s, check=False)
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        raise SlurmError(f"{name} {' '.join(args)}: {lines[-1] if lines else f'exit {result.returncode}'}")
+    return result.stdout
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    flags: frozenset[str]
+
+    @property
+    def up(self) -> bool:
+        """Registered and responding: work can run there."""
+        return not (self.flags & NOT_UP_FLAGS)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.flags & BUSY_FLAGS)
+
+
+def parse_nodes(text: str) -> dict[str, SlurmNode]:
+    """`scontrol -o show node` output -> nodes with their state flags (`MIXED+NOT_RESPONDING+POWERING_UP`)."""
+    nodes = {}
+    for line in text.splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if "NodeName" in fields and "State" in fields:
+            nodes[fields["NodeName"]] = SlurmNode(fields["NodeName"], frozenset(fields["State"].split("+")))
+    return nodes
+
+
+def nodes(names: Iterable[str] | None = None) -> dict[str, SlurmNode]:
+    args = ["-o", "show", "node"]
+    wanted = list(names) if names is not None else None
+    if wanted:
+        args.append(hostlist.collect_hostlist(wanted))
+    return parse_nodes(run("scontrol", *args))
+
+
+def update_nodes(names: Iterable[str], state: str, reason: str | None = None) -> None:
+    """`scontrol update nodename=LIST state=STATE [reason=...]` (power_down, power_up, down, resume)."""
+    args = ["update", f"nodename={hostlist.collect_hostlist(list(names))}", f"state={state}"]
+    if reason:
+        args.append(f"reason={reason}")
+    run("scontrol", *args)

@@ -1,0 +1,77 @@
+"""Carrying out sleep and wake with verification: the controller side, shared by the Slurm hooks, the
+Kubernetes path and the daemon. Decisions come from `greengpu.energy.wake_verify` (pure); this module
+sends the wake-ups, persists every step in the state store and raises the alerts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from greengpu.backends.wol import WakeError, Waker
+from greengpu.control.state_store import StateStore, wall_clock
+from greengpu.energy.wake_verify import WakeEvent, WakeStage, advance, start_wake
+from greengpu.policy import SleepPolicy
+
+log = logging.getLogger("greengpu.sleep")
+
+
+class SleepControl:
+    def __init__(self, store: StateStore, waker: Waker, policy: SleepPolicy,
+                 clock: Callable[[], float] = wall_clock) -> None:
+        self.store = store
+        self.waker = waker
+        self.policy = policy
+        self.clock = clock
+        self.alerts: list[str] = []
+
+    def suspended(self, nodes: Iterable[str], reason: str) -> None:
+        """Remember that greengpu put `nodes` to sleep, and why."""
+        now = self.clock()
+        for node in nodes:
+            self.store.record_suspend(node, now, reason)
+            log.info("%s: suspended (%s)", node, reason)
+
+    def wake(self, nodes: Iterable[str], reason: str) -> list[WakeEvent]:
+        """Send a first wake-up to each node not already being woken; verification follows in `verify`."""
+        now = self.clock()
+        events = []
+        for node in nodes:
+            if self.store.track(node) is not None:
+                continue  # already waking: its verification goes on
+            track, event = start_wake(node, now, self.policy, reason)
+            self.store.save_track(track, now)  # persisted before the packet: a crash here still verifies
+            events.extend(self._carry_out([event], now))
+        return events
+
+    def verify(self, up_nodes: Iterable[str]) -> list[WakeEvent]:
+        """Advance every open wake-up: nodes reported up are done; timeouts are retried, then failed."""
+        now = self.clock()
+        up = set(up_nodes)
+        events: list[WakeEvent] = []
+        for track in self.store.open_tracks():
+            new_track, new_events = advance(track, now, track.node in up, self.policy)
+            if new_track != track:
+                self.store.save_track(new_track, now)
+            events.extend(self._carry_out(new_events, now))
+        return events
+
+    def failed_nodes(self) -> set[str]:
+        return {r.node for r in self.store.records() if r.state == WakeStage.FAILED.value}
+
+    def _carry_out(self, events: list[WakeEvent], now: float) -> list[WakeEvent]:
+        done = []
+        for event in events:
+            if event.kind == "send":
+                try:
+                    self.waker.wake([event.node])
+                except (WakeError, OSError) as error:
+                    event = WakeEvent(event.node, "send_failed", f"{event.node}: wake-up not sent: {error}")
+            self.store.add_event(now, event.node, event.kind, event.message)
+            if event.kind in ("failed", "send_failed"):
+                self.alerts.append(event.message)
+                log.error("ALERT %s", event.message)
+            else:
+                log.info("%s", event.message)
+            done.append(event)
+        return done

@@ -1,0 +1,156 @@
+"""`greengpu slurm ...`: Slurm's SuspendProgram and ResumeProgram, and greengpu driving Slurm's power saving.
+
+Hooks run as SlurmUser with one argument (a hostlist), no PATH, stdin from /dev/null and stdout and
+stderr closed; Slurm only logs their exit code, and they must return fast. So: log to a file, send
+the wake-up or start the suspend command detached, persist what was done, exit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import hostlist
+
+from greengpu.backends import slurm
+from greengpu.backends.wol import Waker
+from greengpu.control.sleep_control import SleepControl
+from greengpu.control.state_store import StateStore
+from greengpu.errors import BadInput
+from greengpu.model import Cluster
+from greengpu.policy import SleepPolicy
+
+log = logging.getLogger("greengpu.slurm")
+
+DEFAULT_SUSPEND_COMMAND = "ssh -o BatchMode=yes -o ConnectTimeout=10 {node} /usr/local/bin/greengpu node-suspend"
+
+
+@dataclass(frozen=True)
+class HookContext:
+    cluster: Cluster
+    store_path: str
+    policy: SleepPolicy
+    suspend_command: str
+    ipmi_command: str | None
+
+
+def setup_logging(log_file: str | None) -> None:
+    """Log to `log_file` (hooks have no stderr); to stderr when there is one and no file is given."""
+    handlers: list[logging.Handler] = []
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file))
+    elif sys.stderr is not None:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    logging.basicConfig(level=logging.INFO, handlers=handlers or [logging.NullHandler()], force=True,
+                        format="%(asctime)s greengpu[%(process)d] %(message)s")
+
+
+def expand(expression: str, cluster: Cluster) -> list[str]:
+    """Hostlist -> node names, each of which must be in the inventory."""
+    try:
+        names: list[str] = hostlist.expand_hostlist(expression)
+    except hostlist.BadHostlist as error:
+        raise BadInput(f"bad hostlist {expression!r}: {error}") from None
+    known = {node.name for node in cluster.nodes}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise BadInput(f"{hostlist.collect_hostlist(unknown)}: not in the inventory")
+    return names
+
+
+def control(context: HookContext) -> SleepControl:
+    return SleepControl(StateStore(context.store_path), Waker(context.cluster, context.ipmi_command), context.policy)
+
+
+def suspend(context: HookContext, expression: str) -> int:
+    """SuspendProgram: record why each node sleeps, start its suspend command detached, return."""
+    names = expand(expression, context.cluster)
+    try:
+        busy = [n.name for n in slurm.nodes(names).values() if n.busy]
+    except slurm.SlurmError as error:
+        log.warning("cannot read node states before suspending (%s); trusting Slurm's choice", error)
+        busy = []
+    if busy:
+        log.error("refusing to suspend %s: jobs are running there", hostlist.collect_hostlist(busy))
+    chosen = [n for n in names if n not in busy]
+    control(context).suspended(chosen, "Slurm SuspendProgram (power saving)")
+    for node in chosen:
+        argv = [part.format(node=node) for part in shlex.split(context.suspend_command)]
+        try:
+            subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)  # detached: the hook must return at once
+        except OSError as error:
+            log.error("%s: suspend command %s failed to start: %s", node, argv[0], error)
+            return 1
+        log.info("%s: suspend command started: %s", node, " ".join(argv))
+    return 1 if busy else 0
+
+
+def resume(context: HookContext, expression: str, resume_file: str | None) -> int:
+    """ResumeProgram: send the wake-ups (verification continues in `greengpu slurm verify`), return."""
+    names = expand(expression, context.cluster)
+    reason = "Slurm ResumeProgram"
+    jobs = _resume_jobs(resume_file)
+    if jobs:
+        reason += f" for job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}"
+    events = control(context).wake(names, reason)
+    return 1 if any(e.kind == "send_failed" for e in events) else 0
+
+
+def _resume_jobs(resume_file: str | None) -> list[str]:
+    """Job ids from SLURM_RESUME_FILE (`{"jobs": [{"job_id": 2, "nodes": "node[1-2]"}], ...}`)."""
+    if not resume_file:
+        return []
+    try:
+        document = json.loads(Path(resume_file).read_text())
+        return [str(job["job_id"]) for job in document.get("jobs", [])]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        log.warning("SLURM_RESUME_FILE %s unreadable: %s", resume_file, error)
+        return []
+
+
+def verify(context: HookContext) -> list[str]:
+    """One verification pass: Slurm says which nodes are up; retries go out; failed nodes are set DOWN."""
+    sleep_control = control(context)
+    tracked = [t.node for t in sleep_control.store.open_tracks()]
+    states = slurm.nodes(tracked) if tracked else {}
+    events = sleep_control.verify(name for name, node in states.items() if node.up)
+    failed = [e.node for e in events if e.kind == "failed"]
+    if failed:
+        # Slurm then requeues their jobs elsewhere and stops scheduling there.
+        slurm.update_nodes(failed, "down", reason="greengpu: did not wake")
+    return [e.message for e in events]
+
+
+def power_down(cluster: Cluster, expression: str) -> list[str]:
+    """greengpu's planner asks Slurm to power nodes down (Slurm then runs the SuspendProgram)."""
+    names = expand(expression, cluster)
+    states = slurm.nodes(names)
+    busy = sorted(n for n, s in states.items() if s.busy)
+    if busy:
+        raise BadInput(f"{hostlist.collect_hostlist(busy)}: jobs are running there; a busy node is never "
+                       "powered down")
+    slurm.update_nodes(names, "power_down")
+    return names
+
+
+def power_up(cluster: Cluster, expression: str) -> list[str]:
+    names = expand(expression, cluster)
+    slurm.update_nodes(names, "power_up")
+    return names
+
+
+def resume_file_from_env() -> str | None:
+    return os.environ.get("SLURM_RESUME_FILE")
+
+
+def status_rows(store_path: str) -> Sequence[tuple[str, str, float, str]]:
+    return [(r.node, r.state, r.since_s, r.reason) for r in StateStore(store_path).records()]

@@ -1,0 +1,147 @@
+"""Wake verification (pure) and its controller side: retries with backoff, failure, restart mid-wake."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from greengpu.backends.wol import Waker
+from greengpu.config.inventory import load_cluster
+from greengpu.control.sleep_control import SleepControl
+from greengpu.control.state_store import StateStore
+from greengpu.energy.wake_verify import JITTER_FRACTION, WakeStage, advance, backoff_s, next_due_s, start_wake
+from greengpu.policy import SleepPolicy
+
+POLICY = SleepPolicy(enabled=True, wake_timeout_s=600.0, wake_retries=2, wake_backoff_s=30.0)
+
+
+def test_a_node_reported_up_is_done() -> None:
+    track, event = start_wake("gpu01", 0.0, POLICY, "job 7")
+    assert event.kind == "send" and track.stage is WakeStage.WAKING and track.deadline_s == 600.0
+    track, events = advance(track, 120.0, is_up=False, policy=POLICY)
+    assert track.stage is WakeStage.WAKING and events == []  # before the deadline: keep waiting
+    track, events = advance(track, 181.0, is_up=True, policy=POLICY)
+    assert track.stage is WakeStage.UP and [e.kind for e in events] == ["up"]
+
+
+def test_timeouts_retry_with_growing_jittered_backoff_then_fail() -> None:
+    track, _ = start_wake("gpu01", 0.0, POLICY, "job 7")
+    kinds: list[str] = []
+    sends_at = [0.0]
+    now = 0.0
+    while track.stage not in (WakeStage.FAILED, WakeStage.UP):
+        due = next_due_s(track)
+        assert due is not None
+        now = due
+        track, events = advance(track, now, is_up=False, policy=POLICY)
+        kinds += [e.kind for e in events]
+        sends_at += [now for e in events if e.kind == "send"]
+    assert kinds == ["timeout", "send", "timeout", "send", "failed"]
+    assert track.attempts == 1 + POLICY.wake_retries
+    first_gap = sends_at[1] - (sends_at[0] + 600.0)
+    second_gap = sends_at[2] - (sends_at[1] + 600.0)
+    assert 30.0 <= first_gap <= 30.0 * (1 + JITTER_FRACTION)
+    assert 60.0 <= second_gap <= 60.0 * (1 + JITTER_FRACTION)
+    assert backoff_s("gpu01", 1, POLICY) != backoff_s("gpu02", 1, POLICY)  # nodes do not retry in step
+    assert backoff_s("gpu01", 1, POLICY) == backoff_s("gpu01", 1, POLICY)  # and the decision is pure
+
+
+def test_an_up_report_during_backoff_wins() -> None:
+    track, _ = start_wake("gpu01", 0.0, POLICY, "r")
+    track, _ = advance(track, 600.0, False, POLICY)
+    assert track.stage is WakeStage.BACKOFF
+    track, events = advance(track, 610.0, True, POLICY)
+    assert track.stage is WakeStage.UP and events[0].kind == "up"
+
+
+def inventory(tmp_path: Path, port: int) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(f"""\
+site: {{pue: 1.2, price_per_kwh: 0.1, carbon_g_per_kwh: 300}}
+node_types:
+  a100x8: {{gpus: 8, gpu_model: A100, gpu_idle_w: 55, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 450,
+           host_sleep_w: 8, boot_s: 180}}
+nodes:
+  - {{name: "gpu[01-02]", type: a100x8, mac: "02:00:5e:10:00:01", wol_host: 127.0.0.1, wol_port: {port}}}
+""")
+    return path
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+@pytest.fixture
+def udp() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(5.0)
+    yield sock
+    sock.close()
+
+
+def received_macs(sock: socket.socket, count: int) -> list[str]:
+    macs = []
+    for _ in range(count):
+        packet, _ = sock.recvfrom(4096)
+        assert len(packet) == 102 and packet[:6] == b"\xff" * 6
+        macs.append(packet[6:12].hex(":"))
+    return macs
+
+
+def test_controller_restart_in_the_middle_of_a_wake_resumes_verification(tmp_path: Path, udp: socket.socket) -> None:
+    cluster = load_cluster(inventory(tmp_path, udp.getsockname()[1]))
+    clock = Clock()
+    first = SleepControl(StateStore(tmp_path / "state.db"), Waker(cluster), POLICY, clock=clock)
+    first.suspended(["gpu02"], "idle 900 s in the night window")
+    first.wake(["gpu02"], "job 42 needs 8 GPUs")
+    assert received_macs(udp, 1) == ["02:00:5e:10:00:02"]
+    del first  # the controller dies here, the node never came up
+
+    clock.now_s += 700.0  # past the deadline of the first wake-up
+    second = SleepControl(StateStore(tmp_path / "state.db"), Waker(cluster), POLICY, clock=clock)
+    [track] = second.store.open_tracks()
+    assert (track.node, track.attempts, track.reason) == ("gpu02", 1, "job 42 needs 8 GPUs")
+    events = second.verify(up_nodes=[])
+    assert [e.kind for e in events] == ["timeout"]  # waits out the backoff first
+    clock.now_s += 40.0
+    assert [e.kind for e in second.verify(up_nodes=[])] == ["send"]
+    assert received_macs(udp, 1) == ["02:00:5e:10:00:02"]  # a second packet, from the new controller
+    clock.now_s += 200.0
+    assert [e.kind for e in second.verify(up_nodes=["gpu02"])] == ["up"]
+    assert second.store.open_tracks() == []
+    [record] = second.store.records()
+    assert (record.node, record.state, record.reason) == ("gpu02", "up", "idle 900 s in the night window")
+    kinds = [kind for _, _, kind, _ in second.store.events("gpu02")]
+    assert kinds == ["suspend", "send", "timeout", "send", "up"]
+
+
+def test_a_node_that_never_wakes_is_failed_and_alerted(tmp_path: Path, udp: socket.socket) -> None:
+    cluster = load_cluster(inventory(tmp_path, udp.getsockname()[1]))
+    clock = Clock()
+    control = SleepControl(StateStore(tmp_path / "state.db"), Waker(cluster), POLICY, clock=clock)
+    control.wake(["gpu01"], "job 1")
+    for _ in range(20):
+        clock.now_s += 300.0
+        control.verify(up_nodes=[])
+    assert control.failed_nodes() == {"gpu01"}
+    assert len(control.alerts) == 1 and control.alerts[0].startswith("gpu01: did not wake after 3 wake-ups")
+    assert received_macs(udp, 3) == ["02:00:5e:10:00:01"] * 3
+    assert control.wake(["gpu01"], "again") != []  # a failed node can be tried again by an operator's request
+
+
+def test_a_node_already_waking_is_not_sent_twice(tmp_path: Path, udp: socket.socket) -> None:
+    cluster = load_cluster(inventory(tmp_path, udp.getsockname()[1]))
+    control = SleepControl(StateStore(tmp_path / "state.db"), Waker(cluster), POLICY, clock=Clock())
+    assert len(control.wake(["gpu01", "gpu02"], "burst")) == 2
+    assert control.wake(["gpu01"], "another job") == []
+    received_macs(udp, 2)
+    udp.settimeout(0.2)
+    with pytest.raises(TimeoutError):
+        udp.recvfrom(4096)
