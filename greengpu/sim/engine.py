@@ -15,7 +15,7 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,6 +29,7 @@ from greengpu.energy.sleep import (
     plan_suspends,
     warm_reserve_shortfall_gpus,
 )
+from greengpu.energy.wake_verify import WakeStage, WakeTrack, advance, next_due_s, start_wake
 from greengpu.model import (
     GPU_UNITS,
     Cluster,
@@ -59,7 +60,7 @@ SUSPEND_S = 30.0
 CLASS_WAIT_SLA_S = {"inference": 300.0, "interactive": 300.0}
 """Longest wait before an inference or interactive job counts as an SLA violation."""
 
-_ARRIVE, _FINISH, _WAKE_DONE, _SUSPEND_DONE, _IDLE_CHECK, _TICK = range(6)
+_ARRIVE, _FINISH, _WAKE_DONE, _SUSPEND_DONE, _IDLE_CHECK, _TICK, _WAKE_CHECK = range(7)
 
 
 @dataclass
@@ -104,7 +105,7 @@ class Simulation:
 
     def __init__(self, cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
                  check_every_cycle: bool = True, progress: Callable[[int, int], None] | None = None,
-                 attribute: bool = False) -> None:
+                 attribute: bool = False, never_wake: Collection[str] = ()) -> None:
         self.cluster = cluster
         self.policy = policy
         self.jobs = list(jobs)
@@ -113,6 +114,10 @@ class Simulation:
         self.progress = progress
         self.meter = EnergyMeter(cluster.site)
         self.attribution = Attribution(self.meter) if attribute else None
+        self.never_wake = frozenset(never_wake)
+        """Nodes whose wake-ups are lost (a dead NIC or BMC): verification retries, then marks them failed."""
+        self.wake_tracks: dict[str, WakeTrack] = {}
+        self.failed_nodes: list[str] = []
         """Per hour, tenant, node and job usage, for --ledger (None: not asked for, costs nothing)."""
         self.nodes: dict[str, _Node] = {}
         for node in cluster.nodes:
@@ -360,7 +365,29 @@ class Simulation:
         self._set_power(node, PowerState.WAKING)
         self.wakes += 1
         self.wake_times.append(self.now_s)
-        self._push(self.now_s + node.boot_s, _WAKE_DONE, node.name)
+        if node.name in self.never_wake:
+            track, _ = start_wake(node.name, self.now_s, self.policy.sleep, reason)
+            self.wake_tracks[node.name] = track
+            self._push(track.deadline_s, _WAKE_CHECK, node.name)
+        else:
+            self._push(self.now_s + node.boot_s, _WAKE_DONE, node.name)
+
+    def _verify_wake(self, node: _Node) -> None:
+        """A node under verification did not come up: retry after backoff, or mark it failed (wake_verify)."""
+        track = self.wake_tracks.get(node.name)
+        if track is None or node.power is not PowerState.WAKING:
+            return
+        track, events = advance(track, self.now_s, False, self.policy.sleep)
+        self.wake_tracks[node.name] = track
+        self.wakes += sum(1 for e in events if e.kind == "send")
+        if track.stage is WakeStage.FAILED:
+            self._set_power(node, PowerState.FAILED)
+            self.failed_nodes.append(node.name)
+            self._dirty = True  # the core plans the waiting work elsewhere
+            return
+        due = next_due_s(track)
+        if due is not None:
+            self._push(due, _WAKE_CHECK, node.name)
 
     def _apply_wakes(self, wakes: list[WakeNode]) -> None:
         """Wake the nodes the core asked for, within the wake rate limit and minimum asleep time.
@@ -550,6 +577,8 @@ class Simulation:
                 node.idle_token += 1
                 self._schedule_idle_check(node)
                 self._dirty = True
+        elif kind == _WAKE_CHECK:
+            self._verify_wake(self.nodes[data])
         elif kind == _SUSPEND_DONE:
             node = self.nodes[data]
             if node.power is PowerState.SUSPENDING:
@@ -607,6 +636,7 @@ class Simulation:
             "lost_gpu_hours": self.lost_gpu_s / 3600.0,
             "node_sleep_hours": self.sleep_s / 3600.0,
             "wakes": self.wakes,
+            "failed_nodes": sorted(self.failed_nodes),
             "sla_violations": sla,
             "invariant_violations": self.violations,
             "sim_wall_s": wall_s,

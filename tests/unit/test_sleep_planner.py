@@ -1,0 +1,129 @@
+"""The sleep planner and the simulator's sleep body: busy nodes never sleep, rate limits and minimum
+times hold, a waking node is not counted on before it is up, a node that never wakes is failed and
+the waiting job goes elsewhere."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from schedkit import job
+
+from greengpu.config.policy import load_policy
+from greengpu.energy.sleep import NodeView, plan_suspends
+from greengpu.energy.wake_verify import backoff_s
+from greengpu.model import Cluster, Node, NodeType, PowerState, Site
+from greengpu.policy import SleepPolicy, SleepWindow
+from greengpu.sim.engine import Simulation
+
+T0 = 1_700_000_000.0
+ONE_GPU = NodeType(name="one", gpus=1, gpu_model="A100", gpu_idle_w=50, gpu_max_w=300, gpu_min_limit_w=100,
+                   host_idle_w=100, host_sleep_w=10, boot_s=180)
+
+views = st.builds(
+    NodeView,
+    name=st.sampled_from([f"n{i}" for i in range(8)]),
+    gpus=st.sampled_from([4, 8]),
+    power=st.sampled_from(list(PowerState)),
+    power_since_s=st.floats(0, 10_000),
+    busy=st.booleans(),
+    idle_since_s=st.one_of(st.none(), st.floats(0, 10_000)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(nodes=st.lists(views, max_size=8, unique_by=lambda v: v.name), recent=st.integers(0, 5),
+       reserve=st.sampled_from([0, 4, 16]))
+def test_the_planner_never_suspends_a_busy_young_or_reserved_node(nodes: list[NodeView], recent: int,
+                                                                   reserve: int) -> None:
+    policy = SleepPolicy(enabled=True, idle_timeout_s=600, min_awake_s=1200, max_suspends_per_min=3,
+                         warm_reserve_gpus=reserve, priority_aware=True)
+    now = 12_000.0
+    chosen = plan_suspends(now, nodes, policy, blocked_pending=False, suspends_last_minute=recent)
+    by_name = {n.name: n for n in nodes}
+    assert len(chosen) <= max(0, 3 - recent)
+    for action in chosen:
+        node = by_name[action.node]
+        assert not node.busy and node.power is PowerState.AWAKE
+        assert node.idle_since_s is not None and now - node.idle_since_s >= 600
+        assert now - node.power_since_s >= 1200
+    free_awake = sum(n.gpus for n in nodes if n.power is PowerState.AWAKE and not n.busy)
+    slept = sum(by_name[a.node].gpus for a in chosen)
+    assert not chosen or free_awake - slept >= reserve
+    assert plan_suspends(now, nodes, policy, blocked_pending=True, suspends_last_minute=0) == []
+
+
+def nodes(count: int) -> Cluster:
+    return Cluster(site=Site(pue=1.0, price_per_kwh=0.1, carbon_g_per_kwh=100), node_types={"one": ONE_GPU},
+                   nodes=tuple(Node(f"n{i}", "one") for i in range(1, count + 1)), tenants={})
+
+
+def sleepy(**changes: object) -> object:
+    policy = load_policy("idle-timeout")
+    return replace(policy, sleep=replace(policy.sleep, **changes))
+
+
+def waits(sim: Simulation) -> dict[str, float]:
+    return {j.job_id: sim.first_start[j.job_id] - j.submit_time_s for j in sim.jobs}
+
+
+def test_a_waking_node_is_not_counted_on_before_it_is_up() -> None:
+    jobs = [job("a", duration_s=60, submit_time_s=T0), job("b", duration_s=60, submit_time_s=T0 + 4000)]
+    sim = Simulation(nodes(1), sleepy(), jobs)
+    result = sim.run().values
+    assert waits(sim)["b"] == ONE_GPU.boot_s  # placed exactly when the boot completes, not before
+    assert result["invariant_violations"] == 0  # no work on a node that is not up
+
+
+def test_wake_rate_limit_spaces_the_wakes() -> None:
+    # Five sleeping nodes, five jobs at once, at most two wakes per minute.
+    jobs = [job("warm", duration_s=60, submit_time_s=T0)]
+    jobs += [job(f"b{i}", duration_s=3600, submit_time_s=T0 + 4000) for i in range(5)]
+    sim = Simulation(nodes(5), sleepy(max_wakes_per_min=2), jobs)
+    sim.run()
+    burst = sorted(w for j, w in waits(sim).items() if j != "warm")
+    assert burst == [180, 180, 240, 240, 300]
+
+
+def test_minimum_asleep_time_delays_a_wake_and_minimum_awake_time_delays_a_suspend() -> None:
+    # idle-timeout: suspend 1800 s after idle, taking 30 s; min_asleep 600 s; min_awake 2400 s.
+    jobs = [job("a", duration_s=60, submit_time_s=T0), job("b", duration_s=60, submit_time_s=T0 + 60 + 1830 + 100),
+            job("c", duration_s=60, submit_time_s=T0 + 20_000)]
+    sim = Simulation(nodes(1), sleepy(min_asleep_s=600, min_awake_s=2400), jobs)
+    result = sim.run().values
+    asleep_at = T0 + 60 + 1800 + 30
+    woken_at = asleep_at + 600  # not before the node has slept its minimum
+    assert waits(sim)["b"] == pytest.approx(woken_at + 180 - jobs[1].submit_time_s, abs=60)
+    # b ends at woken_at + 240; its idle timeout would allow a suspend at woken_at + 2040, but the node
+    # came up at woken_at + 180 and must stay awake 2400 s: it suspends at woken_at + 2580.
+    second_asleep_at = woken_at + 180 + 2400 + 30
+    assert result["wakes"] == 2
+    assert waits(sim)["c"] == 180
+    assert result["node_sleep_hours"] == pytest.approx((600 + jobs[2].submit_time_s - second_asleep_at) / 3600,
+                                                       abs=60 / 3600)
+
+
+def test_a_node_that_never_wakes_is_retried_then_failed_and_the_job_goes_elsewhere() -> None:
+    policy = sleepy(wake_timeout_s=600, wake_retries=3, wake_backoff_s=30)
+    jobs = [job("a", duration_s=60, submit_time_s=T0), job("b", duration_s=60, submit_time_s=T0 + 4000)]
+    sim = Simulation(nodes(2), policy, jobs, never_wake={"n1"})
+    result = sim.run().values
+    assert result["failed_nodes"] == ["n1"]
+    assert result["jobs_completed"] == 2 and result["invariant_violations"] == 0
+    assert result["wakes"] == 4 + 1  # four wake-ups to n1, then one to n2
+    retries_s = sum(backoff_s("n1", attempt, policy.sleep) for attempt in (1, 2, 3))
+    expected = 4 * 600 + retries_s + ONE_GPU.boot_s
+    assert waits(sim)["b"] == pytest.approx(expected, abs=60)  # plus at most one scheduling tick
+    assert sim.nodes["n1"].power is PowerState.FAILED
+
+
+def test_windows_confine_sleep() -> None:
+    # A window that never includes the idle period: no sleep at all.
+    jobs = [job("a", duration_s=60, submit_time_s=T0), job("b", duration_s=60, submit_time_s=T0 + 4000)]
+    t0_minute = int(T0 % 86400 // 60)
+    closed = SleepWindow(days=("mon",), start_minute=(t0_minute + 600) % 1440, end_minute=(t0_minute + 660) % 1440)
+    sim = Simulation(nodes(1), sleepy(windows=(closed,)), jobs)
+    result = sim.run().values
+    assert result["wakes"] == 0 and result["node_sleep_hours"] == 0
