@@ -426,6 +426,72 @@ def slurm_status(context: Any, as_json: bool) -> None:
         click.echo(f"{node:16s} {state:8s} since {since_s:.0f}  {reason}")
 
 
+@cli.group()
+@click.option("--cluster", "cluster_file", default="/etc/greengpu/cluster.yaml", show_default=True, metavar="FILE")
+@click.option("--state", "state_file", default="/var/lib/greengpu/state.db", show_default=True, metavar="FILE")
+@click.option("--policy", "policy_name", default="default", show_default=True, metavar="P")
+@click.option("--kube-host", default=None, metavar="URL",
+              help="API server URL without auth (default: in-cluster config, else kubeconfig).")
+@click.option("--suspend-command", default=None, metavar="TEMPLATE",
+              help="Run per node to suspend it ({node}). Default: ssh NODE greengpu node-suspend.")
+@click.pass_context
+def kube(ctx: click.Context, cluster_file: str, state_file: str, policy_name: str, kube_host: str | None,
+         suspend_command: str | None) -> None:
+    """Kubernetes node sleep: cordon and drain (PodDisruptionBudgets respected), wake for pending GPU pods."""
+    import shlex
+    import subprocess
+
+    from greengpu.backends.kubernetes import KubeApi, make_api_client
+    from greengpu.backends.wol import Waker
+    from greengpu.config.inventory import load_cluster
+    from greengpu.config.policy import load_policy
+    from greengpu.control.kube_sleep import KubeSleep
+    from greengpu.control.sleep_control import SleepControl
+    from greengpu.control.slurm_hooks import DEFAULT_SUSPEND_COMMAND
+    from greengpu.control.state_store import StateStore
+
+    cluster = load_cluster(cluster_file)
+    policy = load_policy(policy_name)
+    template = suspend_command or DEFAULT_SUSPEND_COMMAND
+
+    def suspend(node: str) -> None:
+        subprocess.Popen([part.format(node=node) for part in shlex.split(template)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    control = SleepControl(StateStore(state_file), Waker(cluster), policy.sleep)
+    ctx.obj = KubeSleep(KubeApi(make_api_client(host=kube_host)), control, cluster, policy, suspend)
+
+
+@kube.command("sleep")
+@click.argument("node")
+@click.option("--reason", default="greengpu: idle", show_default=True)
+@click.pass_obj
+def kube_sleep(sleeper: Any, node: str, reason: str) -> None:
+    """Cordon, drain and suspend NODE; refuses (exit 1) when GPU pods run there or a PDB blocks the drain."""
+    outcome = sleeper.sleep(node, reason)
+    click.echo(outcome.message)
+    if not outcome.slept:
+        raise click.exceptions.Exit(EXIT_FAILURE)
+
+
+@kube.command("wake-pending")
+@click.pass_obj
+def kube_wake_pending(sleeper: Any) -> None:
+    """Wake the fewest sleeping nodes that let pending GPU pods run."""
+    import time
+
+    for node in sleeper.wake_for_pending(time.time()):
+        click.echo(f"{node}: wake-up sent")
+
+
+@kube.command("verify")
+@click.pass_obj
+def kube_verify(sleeper: Any) -> None:
+    """Close wake-ups of Ready nodes (and uncordon them), retry late ones, fail the lost ones."""
+    for line in sleeper.verify():
+        click.echo(line)
+
+
 @cli.command("node-suspend")
 @click.option("--command", "suspend_command", default="systemctl suspend", show_default=True,
               help="What puts this node to sleep.")

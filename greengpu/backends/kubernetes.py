@@ -1,8 +1,10 @@
 """Kubernetes adapter on the official `kubernetes` client: the few API calls greengpu makes.
 
 Translates, never decides. Pods on a node (for the agent: which pod, with which class annotation,
-owns a GPU process). Connection: in-cluster service account when running in a pod, else the
-kubeconfig, else an explicit `host` (tests point it at an in-process API server on loopback).
+owns a GPU process); cordon and uncordon; evictions (the Eviction API, so PodDisruptionBudgets are
+honoured: a blocked eviction is HTTP 429 and is reported, never forced); pending pods that request
+`nvidia.com/gpu`; node readiness. Connection: in-cluster service account when running in a pod,
+else the kubeconfig, else an explicit `host` (tests point it at an in-process API server on loopback).
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from typing import Any
 from kubernetes import client, config
 
 CLASS_ANNOTATION = "greengpu.io/class"
+SLEEP_ANNOTATION = "greengpu.io/sleep"
+"""Set on a node greengpu cordoned for sleep, so that it uncordons only nodes it cordoned itself."""
+GPU_RESOURCE = "nvidia.com/gpu"
+CONFLICT_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,18 @@ class PodInfo:
     name: str
     phase: str
     annotations: dict[str, str] = field(default_factory=dict)
+    gpus: int = 0
+    """nvidia.com/gpu requested by all containers (limits, as the device plugin counts them)."""
+    node: str = ""
+    daemonset: bool = False
+    mirror: bool = False
+
+
+@dataclass(frozen=True)
+class EvictionResult:
+    evicted: tuple[str, ...]
+    blocked: tuple[str, ...]
+    """Pods a PodDisruptionBudget protected (HTTP 429): the drain did not finish."""
 
 
 class KubeError(Exception):
@@ -51,14 +69,86 @@ class KubeApi:
 
     def pods_on_node(self, node: str) -> list[PodInfo]:
         """Pods scheduled on `node` (all namespaces)."""
+        return self._pods(f"spec.nodeName={node}")
+
+    def pending_gpu_pods(self) -> list[PodInfo]:
+        """Pods not yet scheduled that request GPUs: the demand a sleeping node may be woken for."""
+        return [p for p in self._pods("status.phase=Pending") if p.gpus > 0 and not p.node]
+
+    def _pods(self, field_selector: str) -> list[PodInfo]:
         try:
-            pods = self._core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}",
+            pods = self._core.list_pod_for_all_namespaces(field_selector=field_selector,
                                                           _request_timeout=self._timeout_s)
         except client.ApiException as error:
             raise KubeError(int(error.status or 0), _reason(error)) from error
-        return [PodInfo(uid=str(meta.uid), namespace=str(meta.namespace), name=str(meta.name),
-                        phase=str(p.status.phase if p.status else "Unknown"), annotations=dict(meta.annotations or {}))
-                for p in pods.items if (meta := p.metadata) is not None]
+        return [_pod_info(p) for p in pods.items if p.metadata is not None]
+
+    def set_unschedulable(self, node: str, unschedulable: bool, sleep_reason: str | None = None) -> None:
+        """Cordon or uncordon `node`; a 409 conflict (another writer got there first) is retried."""
+        body: dict[str, Any] = {"spec": {"unschedulable": unschedulable},
+                                "metadata": {"annotations": {SLEEP_ANNOTATION: sleep_reason}}}
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                self._core.patch_node(node, body, _content_type="application/strategic-merge-patch+json",
+                                      _request_timeout=self._timeout_s)
+                return
+            except client.ApiException as error:
+                if error.status == 409 and attempt < CONFLICT_RETRIES:
+                    continue
+                raise KubeError(int(error.status or 0), _reason(error)) from error
+
+    def node_annotations(self, node: str) -> dict[str, str]:
+        try:
+            found = self._core.read_node(node, _request_timeout=self._timeout_s)
+        except client.ApiException as error:
+            raise KubeError(int(error.status or 0), _reason(error)) from error
+        return dict(found.metadata.annotations or {}) if found.metadata else {}
+
+    def ready_nodes(self) -> set[str]:
+        """Nodes whose Ready condition is True."""
+        try:
+            found = self._core.list_node(_request_timeout=self._timeout_s)
+        except client.ApiException as error:
+            raise KubeError(int(error.status or 0), _reason(error)) from error
+        ready = set()
+        for node in found.items:
+            conditions = node.status.conditions if node.status and node.status.conditions else []
+            if node.metadata and any(c.type == "Ready" and c.status == "True" for c in conditions):
+                ready.add(str(node.metadata.name))
+        return ready
+
+    def evict(self, pods: list[PodInfo]) -> EvictionResult:
+        """Evict through the Eviction API; 429 (a PodDisruptionBudget) is reported, 404 (gone) is fine."""
+        evicted, blocked = [], []
+        for pod in pods:
+            eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.name, namespace=pod.namespace))
+            try:
+                self._core.create_namespaced_pod_eviction(pod.name, pod.namespace, eviction,
+                                                          _request_timeout=self._timeout_s)
+                evicted.append(f"{pod.namespace}/{pod.name}")
+            except client.ApiException as error:
+                if error.status == 404:
+                    continue
+                if error.status == 429:
+                    blocked.append(f"{pod.namespace}/{pod.name}")
+                    continue
+                raise KubeError(int(error.status or 0), _reason(error)) from error
+        return EvictionResult(tuple(evicted), tuple(blocked))
+
+
+def _pod_info(pod: Any) -> PodInfo:
+    meta = pod.metadata
+    gpus = 0
+    for container in (pod.spec.containers if pod.spec and pod.spec.containers else []):
+        limits = (container.resources.limits if container.resources else None) or {}
+        gpus += int(limits.get(GPU_RESOURCE, 0) or 0)
+    owners = meta.owner_references or []
+    annotations = dict(meta.annotations or {})
+    return PodInfo(uid=str(meta.uid), namespace=str(meta.namespace), name=str(meta.name),
+                   phase=str(pod.status.phase if pod.status else "Unknown"), annotations=annotations, gpus=gpus,
+                   node=str(pod.spec.node_name or "") if pod.spec else "",
+                   daemonset=any(o.kind == "DaemonSet" for o in owners),
+                   mirror="kubernetes.io/config.mirror" in annotations)
 
 
 def _reason(error: Any) -> str:

@@ -1,0 +1,107 @@
+"""Node sleep on Kubernetes: cordon and drain before sleep (PodDisruptionBudgets respected), wake for
+pending GPU pods (the scheduling core picks the fewest nodes), uncordon after the wake is verified.
+
+- A node with a pod that holds GPUs is never put to sleep.
+- Draining uses the Eviction API. One eviction refused by a PodDisruptionBudget (HTTP 429) stops the
+  sleep: the node is uncordoned and nothing is forced.
+- Pending pods that request `nvidia.com/gpu` and have no node are the demand. They are handed to the
+  same scheduling core as every other body, on a snapshot where only sleeping and waking nodes have
+  room (the kube-scheduler already found no room on the awake ones); the core's `WakeNode` actions
+  are the nodes to wake: a whole free node for a pod, never two halves.
+- Only nodes greengpu cordoned (annotation `greengpu.io/sleep`) are uncordoned after their wake.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from greengpu.backends.kubernetes import SLEEP_ANNOTATION, KubeApi, PodInfo
+from greengpu.control.sleep_control import SleepControl
+from greengpu.model import JOB_CLASSES, Cluster, ClusterSnapshot, Job, NodeState, PendingJob, PowerState, WakeNode
+from greengpu.policy import Policy
+from greengpu.sched.core import schedule_cycle
+
+log = logging.getLogger("greengpu.kube")
+CLASS_ANNOTATION = "greengpu.io/class"
+
+
+@dataclass(frozen=True)
+class SleepOutcome:
+    node: str
+    slept: bool
+    message: str
+
+
+class KubeSleep:
+    def __init__(self, api: KubeApi, control: SleepControl, cluster: Cluster, policy: Policy,
+                 suspend: Callable[[str], None]) -> None:
+        self.api = api
+        self.control = control
+        self.cluster = cluster
+        self.policy = policy
+        self._suspend = suspend
+
+    def sleep(self, node: str, reason: str) -> SleepOutcome:
+        pods = [p for p in self.api.pods_on_node(node) if p.phase not in ("Succeeded", "Failed")]
+        holding = [p for p in pods if p.gpus > 0]
+        if holding:
+            return SleepOutcome(node, False, f"{node}: not put to sleep: GPU pods run there "
+                                             f"({', '.join(_names(holding))})")
+        self.api.set_unschedulable(node, True, sleep_reason=reason)
+        movable = [p for p in pods if not p.daemonset and not p.mirror]
+        result = self.api.evict(movable)
+        if result.blocked:
+            self.api.set_unschedulable(node, False, sleep_reason=None)
+            return SleepOutcome(node, False, f"{node}: not put to sleep: a PodDisruptionBudget blocks evicting "
+                                             f"{', '.join(result.blocked)}; uncordoned")
+        self.control.suspended([node], reason)
+        self._suspend(node)
+        evicted = f" after evicting {', '.join(result.evicted)}" if result.evicted else ""
+        return SleepOutcome(node, True, f"{node}: cordoned, drained and suspended{evicted}")
+
+    def wake_for_pending(self, now_s: float) -> list[str]:
+        """Wake the nodes the core needs for pending GPU pods; returns the nodes sent a wake-up."""
+        pods = self.api.pending_gpu_pods()
+        if not pods:
+            return []
+        asleep = {r.node for r in self.control.store.records() if r.state == "asleep"}
+        waking = {t.node for t in self.control.store.open_tracks()}
+        states = {}
+        for node in self.cluster.nodes:
+            if node.name in waking:
+                states[node.name] = NodeState(power=PowerState.WAKING)
+            elif node.name in asleep:
+                states[node.name] = NodeState(power=PowerState.ASLEEP)
+            else:
+                states[node.name] = NodeState(drained=True)  # awake: the kube-scheduler found no room there
+        snapshot = ClusterSnapshot(time_s=now_s, cluster=self.cluster, running=(),
+                                   pending=tuple(PendingJob(_job(p, now_s)) for p in pods), node_states=states)
+        result = schedule_cycle(snapshot, self.policy.scheduler, self.policy.interval_s)
+        wakes = [a for a in result.actions if isinstance(a, WakeNode)]
+        for action in wakes:
+            self.control.wake([action.node], f"pending pod needs GPUs: {action.reason}")
+        return [a.node for a in wakes]
+
+    def verify(self) -> list[str]:
+        """Close wake-ups of nodes that report Ready, retry late ones, then uncordon what greengpu cordoned."""
+        ready = self.api.ready_nodes()
+        events = self.control.verify(ready)
+        lines = [e.message for e in events]
+        for event in events:
+            if event.kind == "up" and self.api.node_annotations(event.node).get(SLEEP_ANNOTATION):
+                self.api.set_unschedulable(event.node, False, sleep_reason=None)
+                lines.append(f"{event.node}: uncordoned")
+        return lines
+
+
+def _names(pods: list[PodInfo]) -> list[str]:
+    return [f"{p.namespace}/{p.name}" for p in pods]
+
+
+def _job(pod: PodInfo, now_s: float) -> Job:
+    wanted = pod.annotations.get(CLASS_ANNOTATION, "training")
+    return Job(job_id=f"{pod.namespace}/{pod.name}", tenant=pod.namespace, gpus=pod.gpus, duration_s=3600.0,
+               submit_time_s=now_s, job_class=wanted if wanted in JOB_CLASSES else "training",
+               gpus_per_node=pod.gpus)
