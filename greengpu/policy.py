@@ -83,6 +83,8 @@ class CappingPolicy:
     classes: Mapping[str, ClassCapping] = field(default_factory=dict)
     idle_to_min_limit: bool = False
     switch_to_clocks_when_not_binding: bool = True
+    relax_when_queued: bool = False
+    """Start jobs uncapped while others wait for capacity: slower jobs would lengthen the queue."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,8 @@ class SleepPolicy:
     idle_util_threshold: float = 0.2
     windows: tuple[SleepWindow, ...] = (SleepWindow(),)
     warm_reserve_gpus: int = 0
+    warm_reserve_busy_fraction: float = 0.0
+    """Keep this share of the GPUs in use free and awake as well (energy.sleep.warm_reserve_target_gpus)."""
     use_forecast: bool = False
     priority_aware: bool = True
     max_suspends_per_min: int = 10

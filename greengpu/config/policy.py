@@ -104,7 +104,8 @@ def _int(fields: Fields, key: str, default: int) -> int:
 def _capping(fields: Fields | None) -> CappingPolicy:
     if fields is None:
         return CappingPolicy()
-    fields.reject_unknown(("enabled", "classes", "idle_to_min_limit", "switch_to_clocks_when_not_binding"))
+    fields.reject_unknown(("enabled", "classes", "idle_to_min_limit", "switch_to_clocks_when_not_binding",
+                           "relax_when_queued"))
     classes: dict[str, ClassCapping] = {}
     class_fields = fields.sub("classes")
     if class_fields is not None:
@@ -133,6 +134,7 @@ def _capping(fields: Fields | None) -> CappingPolicy:
         classes=classes,
         idle_to_min_limit=fields.boolean("idle_to_min_limit", False),
         switch_to_clocks_when_not_binding=fields.boolean("switch_to_clocks_when_not_binding", True),
+        relax_when_queued=fields.boolean("relax_when_queued", False),
     )
 
 
@@ -179,7 +181,8 @@ def _sleep(fields: Fields | None) -> SleepPolicy:
     if fields is None:
         return SleepPolicy()
     fields.reject_unknown(
-        ("enabled", "idle_timeout_s", "idle_util_threshold", "windows", "warm_reserve_gpus", "use_forecast",
+        ("enabled", "idle_timeout_s", "idle_util_threshold", "windows", "warm_reserve_gpus",
+         "warm_reserve_busy_fraction", "use_forecast",
          "priority_aware", "max_suspends_per_min", "max_wakes_per_min", "min_asleep_s", "min_awake_s",
          "wake_timeout_s", "wake_retries", "wake_backoff_s")
     )
@@ -201,6 +204,8 @@ def _sleep(fields: Fields | None) -> SleepPolicy:
         idle_util_threshold=threshold,
         windows=tuple(windows) if fields.has("windows") else d.windows,
         warm_reserve_gpus=_int(fields, "warm_reserve_gpus", d.warm_reserve_gpus),
+        warm_reserve_busy_fraction=_num(fields, "warm_reserve_busy_fraction", d.warm_reserve_busy_fraction,
+                                        maximum=1.0),
         use_forecast=fields.boolean("use_forecast", d.use_forecast),
         priority_aware=fields.boolean("priority_aware", d.priority_aware),
         max_suspends_per_min=_int(fields, "max_suspends_per_min", d.max_suspends_per_min),

@@ -80,17 +80,20 @@ def model_profile(constraints: LimitConstraints, curve: PowerCurve = TRAINING_CU
     return points
 
 
-def pick_limit(points: Sequence[ProfilePoint], max_slowdown: float) -> tuple[ProfilePoint, float]:
+def pick_limit(points: Sequence[ProfilePoint], max_slowdown: float,
+               host_share_w: float = 0.0) -> tuple[ProfilePoint, float]:
     """The least-energy point within `max_slowdown` of the highest limit's speed, and its slowdown.
 
     The highest limit (the default, uncapped) is the reference and always allowed; on equal energy
-    the higher limit wins (same energy, less slowdown).
+    the higher limit wins (same energy, less slowdown). `host_share_w` is the GPU's share of the
+    rest of the node (CPUs, memory, fans), which runs as long as the job does: counting it keeps a
+    low cap from saving GPU watts only to spend them on a host that stays up longer.
     """
     if not points:
         raise ValueError("an empty profile")
     reference = max(points, key=lambda p: p.limit_w)
     allowed = [p for p in points if reference.throughput / p.throughput - 1.0 <= max_slowdown + 1e-9]
-    best = min(allowed, key=lambda p: (p.energy_per_work_j, -p.limit_w))
+    best = min(allowed, key=lambda p: ((p.power_w + host_share_w) / p.throughput, -p.limit_w))
     return best, reference.throughput / best.throughput - 1.0
 
 
@@ -115,11 +118,15 @@ def decide(
     max_clock_mhz: int,
     profile: Sequence[ProfilePoint] | None = None,
     cap_not_binding: bool = False,
+    host_share_w: float = 0.0,
+    capacity_short: bool = False,
 ) -> CapDecision:
     """The setting for one GPU running a job of `job_class` (None: the GPU is idle).
 
     `profile` is the job's measured profile, if any; `cap_not_binding` reports that the limit set
-    earlier for this job never bound.
+    earlier for this job never bound; `host_share_w` is the GPU's share of its node's host power
+    (see `pick_limit`; 0 picks on GPU energy alone, as Zeus does); `capacity_short` says that
+    jobs are waiting for capacity right now (with `relax_when_queued`, the job then runs uncapped).
     """
     if not policy.enabled:
         return CapDecision(None, None, "capping disabled")
@@ -128,6 +135,9 @@ def decide(
             return CapDecision(constraints.min_w, None, "idle GPU at its minimum limit")
         return CapDecision(None, None, "idle GPU, left at its default limit")
     rule = policy.classes.get(job_class, ClassCapping())
+    if capacity_short and policy.relax_when_queued and rule.mode != "off":
+        return CapDecision(None, None, f"class {job_class}: jobs wait for capacity, so this one runs uncapped "
+                                       "(a slower job would lengthen the queue)")
     if rule.mode == "off":
         return CapDecision(None, None, f"class {job_class}: capping off")
     if rule.mode == "fixed":
@@ -147,7 +157,7 @@ def decide(
                            expected_slowdown=1.0 / fraction - 1.0)
     if rule.mode == "efficiency":
         points = list(profile) if profile else model_profile(constraints)
-        best, slowdown = pick_limit(points, rule.max_slowdown)
+        best, slowdown = pick_limit(points, rule.max_slowdown, host_share_w)
         limit = constraints.clamp(best.limit_w)
         source = "measured profile" if profile else "power model"
         if limit >= constraints.default_w:

@@ -8,6 +8,7 @@ daemon), so a wake never happens for a node the core would not use.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,9 +69,24 @@ class NodeView:
     """When the node last became free of work; None while it holds work."""
 
 
+def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float) -> int:
+    """Free GPUs to keep awake: the fixed floor, or a share of the GPUs in use, whichever is more.
+
+    Demand arrives in bursts (a sweep of hundreds of one-GPU jobs), and bursts come when the
+    cluster is busy: a reserve that follows use keeps them from waiting a boot at busy times and
+    costs little at quiet ones (docs/SLEEP.md has the Philly figures).
+    """
+    return max(policy.warm_reserve_gpus, math.ceil(policy.warm_reserve_busy_fraction * busy_gpus - 1e-9))
+
+
 def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, *, blocked_pending: bool,
-                  suspends_last_minute: int, utc_offset_s: float = 0.0) -> list[SleepNode]:
-    """The idle nodes to suspend now, in a stable order (longest idle first)."""
+                  suspends_last_minute: int, utc_offset_s: float = 0.0,
+                  reserve_gpus: int | None = None) -> list[SleepNode]:
+    """The idle nodes to suspend now, in a stable order (longest idle first).
+
+    `reserve_gpus` is the warm reserve to keep (`warm_reserve_target_gpus`); None: the fixed floor.
+    """
+    reserve = policy.warm_reserve_gpus if reserve_gpus is None else reserve_gpus
     if not policy.enabled or not in_window(now_s, policy.windows, utc_offset_s):
         return []
     if policy.priority_aware and blocked_pending:
@@ -90,16 +106,18 @@ def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, 
     for node in candidates:
         if len(chosen) >= budget:
             break
-        if free_awake_gpus - node.gpus < policy.warm_reserve_gpus:
+        if free_awake_gpus - node.gpus < reserve:
             continue
         free_awake_gpus -= node.gpus
         chosen.append(SleepNode(node.name, f"idle {now_s - (node.idle_since_s or now_s):.0f} s"))
     return chosen
 
 
-def warm_reserve_shortfall_gpus(nodes: Sequence[NodeView], policy: SleepPolicy) -> int:
+def warm_reserve_shortfall_gpus(nodes: Sequence[NodeView], policy: SleepPolicy,
+                                reserve_gpus: int | None = None) -> int:
     """Free GPUs missing from the warm reserve (awake or waking nodes without work count)."""
-    if not policy.enabled or policy.warm_reserve_gpus <= 0:
+    reserve = policy.warm_reserve_gpus if reserve_gpus is None else reserve_gpus
+    if not policy.enabled or reserve <= 0:
         return 0
     ready = sum(n.gpus for n in nodes if n.power in (PowerState.AWAKE, PowerState.WAKING) and not n.busy)
-    return max(0, policy.warm_reserve_gpus - ready)
+    return max(0, reserve - ready)

@@ -27,7 +27,7 @@ from greengpu.energy.sleep import (
     in_window,
     next_window_start_s,
     plan_suspends,
-    warm_reserve_shortfall_gpus,
+    warm_reserve_target_gpus,
 )
 from greengpu.energy.wake_verify import WakeStage, WakeTrack, advance, next_due_s, start_wake
 from greengpu.model import (
@@ -60,6 +60,7 @@ SUSPEND_S = 30.0
 CLASS_WAIT_SLA_S = {"inference": 300.0, "interactive": 300.0}
 """Longest wait before an inference or interactive job counts as an SLA violation."""
 
+_READY = (PowerState.AWAKE, PowerState.WAKING)
 _ARRIVE, _FINISH, _WAKE_DONE, _SUSPEND_DONE, _IDLE_CHECK, _TICK, _WAKE_CHECK = range(7)
 
 
@@ -124,7 +125,9 @@ class Simulation:
             t = cluster.node_types[node.type_name]
             self.nodes[node.name] = _Node(node.name, node.type_name, t.gpus, t.gpu_idle_w, t.host_idle_w,
                                           t.host_sleep_w, t.boot_s)
-        self._capping: dict[tuple[str, str], tuple[float, float]] = {}
+        self._capping: dict[tuple[str, str, bool], tuple[float, float]] = {}
+        self._relaxed: set[str] = set()
+        """Jobs started while others waited for capacity, under `relax_when_queued`: they run uncapped."""
         self.node_states: dict[str, NodeState] = {}
         self.running: dict[str, RunningJob] = {}
         self.pending: dict[str, PendingJob] = {}
@@ -211,13 +214,15 @@ class Simulation:
 
     def _capped(self, job: Job, node: _Node) -> tuple[float, float]:
         """(busy watts per GPU, speed) of `job` on `node` under the policy's capping (lever 1)."""
-        key = (node.type_name, job.job_class)
+        relaxed = job.job_id in self._relaxed
+        key = (node.type_name, job.job_class, relaxed)
         effect = self._capping.get(key)
         if effect is None:
             node_type = self.cluster.node_types[node.type_name]
             if self.policy.capping.enabled:
                 # Only the decision's limit and expected slowdown matter here, not the clock in MHz.
-                decision = decide(job.job_class, self.policy.capping, constraints_of(node_type), max_clock_mhz=1000)
+                decision = decide(job.job_class, self.policy.capping, constraints_of(node_type), max_clock_mhz=1000,
+                                  host_share_w=node_type.host_idle_w / node_type.gpus, capacity_short=relaxed)
                 effect = busy_effect(decision, node_type)
             else:
                 effect = (node_type.gpu_max_w, 1.0)
@@ -249,6 +254,10 @@ class Simulation:
     def _start(self, action: PlaceJob) -> None:
         waiting = self.pending.pop(action.job_id)
         job = waiting.job
+        if self.policy.capping.relax_when_queued and self._blocked:
+            self._relaxed.add(job.job_id)  # others waited for capacity at the last cycle
+        else:
+            self._relaxed.discard(job.job_id)
         speed = self._speed(job, dict.fromkeys(s.node for s in action.slots))
         run_s = job.duration_s if speed == 1.0 else math.ceil(job.duration_s / speed)  # whole seconds, like the trace
         self.running[job.job_id] = RunningJob(job=job, slots=action.slots, start_time_s=self.now_s,
@@ -302,6 +311,7 @@ class Simulation:
                 node.idle_since_s = self.now_s
                 node.idle_token += 1
                 self._schedule_idle_check(node)
+        self._relaxed.discard(job_id)
         return running
 
     def _kill(self, action: KillJob) -> None:
@@ -325,9 +335,11 @@ class Simulation:
         due = max(node.idle_since_s + sleep.idle_timeout_s, node.power_since_s + sleep.min_awake_s)
         self._push(max(due, self.now_s), _IDLE_CHECK, (node.name, node.idle_token))
 
-    def _views(self) -> list[NodeView]:
-        return [NodeView(n.name, n.gpus, n.power, n.power_since_s, n.jobs > 0, n.idle_since_s)
-                for n in self.nodes.values()]
+    def _idle_awake_views(self) -> list[NodeView]:
+        """Views of the awake nodes without work: the only ones plan_suspends can put to sleep or count
+        towards the warm reserve (building a view of every node each time cost 10% of a replay)."""
+        return [NodeView(n.name, n.gpus, n.power, n.power_since_s, False, n.idle_since_s)
+                for n in self.nodes.values() if n.jobs == 0 and n.power is PowerState.AWAKE]
 
     def _recent(self, times: deque[float]) -> int:
         while times and times[0] <= self.now_s - 60.0:
@@ -335,9 +347,10 @@ class Simulation:
         return len(times)
 
     def _plan_suspends(self, blocked: bool) -> None:
-        views = self._views()
+        views = self._idle_awake_views()
+        reserve = warm_reserve_target_gpus(self.policy.sleep, self.allocated_gpus)
         for action in plan_suspends(self.now_s, views, self.policy.sleep, blocked_pending=blocked,
-                                    suspends_last_minute=self._recent(self.suspend_times)):
+                                    suspends_last_minute=self._recent(self.suspend_times), reserve_gpus=reserve):
             node = self.nodes[action.node]
             self._set_power(node, PowerState.SUSPENDING)
             self.suspend_times.append(self.now_s)
@@ -405,9 +418,12 @@ class Simulation:
             if node.power is PowerState.ASLEEP and self.now_s - node.power_since_s >= sleep.min_asleep_s:
                 self._wake(node, action.reason)
                 budget -= 1
-        if sleep.warm_reserve_gpus <= 0:
+        reserve = warm_reserve_target_gpus(sleep, self.allocated_gpus)
+        if reserve <= 0:
             return
-        shortfall = warm_reserve_shortfall_gpus(self._views(), sleep)
+        # warm_reserve_shortfall_gpus without building a view per node: this runs every cycle.
+        ready = sum(n.gpus for n in self.nodes.values() if n.jobs == 0 and n.power in _READY)
+        shortfall = max(0, reserve - ready)
         for node in sorted(self.nodes.values(), key=lambda n: n.name):
             if shortfall <= 0 or budget <= 0:
                 break
@@ -449,8 +465,8 @@ class Simulation:
                 self._record(check_invariants(ClusterSnapshot(
                     time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
                     node_states=self.node_states)))
+        self._blocked = any(reason in (WAIT_CAPACITY, WAIT_WAKE) for reason in result.waiting.values())
         if self.policy.sleep.enabled:
-            self._blocked = any(reason in (WAIT_CAPACITY, WAIT_WAKE) for reason in result.waiting.values())
             self._apply_wakes([a for a in result.actions if isinstance(a, WakeNode)])
             if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
                 self._sleep_check = False

@@ -60,3 +60,30 @@ def test_fixed_limits_never_leave_the_constraints(limit_w: float) -> None:
     assert decision.limit_w is not None and 100 <= decision.limit_w <= 400
     if not 100 <= limit_w <= 400:
         assert "clamped" in decision.reason
+
+
+def test_capping_is_relaxed_while_jobs_wait_for_capacity() -> None:
+    from greengpu.energy.capping import LimitConstraints, decide
+    from greengpu.policy import CappingPolicy, ClassCapping
+
+    constraints = LimitConstraints(min_w=125.0, max_w=250.0, default_w=250.0)
+    rules = {"training": ClassCapping(mode="efficiency", max_slowdown=0.05), "interactive": ClassCapping(mode="off")}
+    relaxing = CappingPolicy(enabled=True, classes=rules, relax_when_queued=True)
+    assert decide("training", relaxing, constraints, 1000).limit_w is not None
+    relaxed = decide("training", relaxing, constraints, 1000, capacity_short=True)
+    assert relaxed.limit_w is None and relaxed.locked_clock_mhz is None and "wait for capacity" in relaxed.reason
+    steady = CappingPolicy(enabled=True, classes=rules, relax_when_queued=False)
+    assert decide("training", steady, constraints, 1000, capacity_short=True).limit_w is not None
+    assert decide(None, relaxing, constraints, 1000, capacity_short=True).reason.startswith("idle GPU")
+
+
+def test_counting_the_host_share_never_picks_a_lower_limit() -> None:
+    from greengpu.energy.capping import LimitConstraints, decide
+    from greengpu.policy import CappingPolicy, ClassCapping
+
+    constraints = LimitConstraints(min_w=100.0, max_w=400.0, default_w=400.0)
+    policy = CappingPolicy(enabled=True, classes={"training": ClassCapping(mode="efficiency", max_slowdown=0.5)})
+    picks = [decide("training", policy, constraints, 1000, host_share_w=share).limit_w or 400.0
+             for share in (0.0, 50.0, 200.0, 2000.0)]
+    assert picks == sorted(picks)  # more host power riding on run time: a higher (or equal) limit
+    assert picks[-1] == 400.0  # a huge host share makes any slowdown cost more than it saves

@@ -127,3 +127,23 @@ def test_windows_confine_sleep() -> None:
     sim = Simulation(nodes(1), sleepy(windows=(closed,)), jobs)
     result = sim.run().values
     assert result["wakes"] == 0 and result["node_sleep_hours"] == 0
+
+
+def test_warm_reserve_follows_use_with_a_floor() -> None:
+    from greengpu.energy.sleep import warm_reserve_target_gpus
+
+    policy = SleepPolicy(enabled=True, warm_reserve_gpus=8, warm_reserve_busy_fraction=0.25)
+    assert warm_reserve_target_gpus(policy, 0) == 8
+    assert warm_reserve_target_gpus(policy, 100) == 25
+    assert warm_reserve_target_gpus(policy, 101) == 26  # rounded up: never less than the share
+    assert warm_reserve_target_gpus(SleepPolicy(), 500) == 0
+
+
+def test_reserve_shortfall_counts_free_awake_and_waking_nodes() -> None:
+    from greengpu.energy.sleep import warm_reserve_shortfall_gpus
+
+    views_now = [NodeView("a", 8, PowerState.AWAKE, 0, False, 0), NodeView("b", 8, PowerState.WAKING, 0, False, 0),
+                 NodeView("c", 8, PowerState.AWAKE, 0, True, None), NodeView("d", 8, PowerState.ASLEEP, 0, False, 0)]
+    policy = SleepPolicy(enabled=True)
+    assert warm_reserve_shortfall_gpus(views_now, policy, reserve_gpus=24) == 8  # a and b count; c is busy
+    assert warm_reserve_shortfall_gpus(views_now, policy, reserve_gpus=16) == 0
