@@ -1,0 +1,56 @@
+"""Hourly GPU demand series: from a usage history, or from a job trace's offered load.
+
+Demand is running + pending GPUs (running alone is censored by capacity and quota). From a trace,
+the offered load is computed exactly: each job adds its GPUs from submission for its duration, as
+`always-on` runs it when it does not queue (on Philly 97% of jobs start at once under always-on);
+each hour's value is the mean over the hour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from greengpu.model import Job
+
+HOUR_S = 3600.0
+
+
+def demand_from_jobs(jobs: Sequence[Job]) -> pd.Series:
+    """Mean GPUs demanded in each UTC hour from the first submission to the last end."""
+    if not jobs:
+        return pd.Series(dtype=float)
+    starts = np.array([j.submit_time_s for j in jobs], dtype=float)
+    ends = starts + np.array([j.duration_s for j in jobs], dtype=float)
+    gpus = np.array([j.gpus for j in jobs], dtype=float)
+    first_hour = np.floor(starts.min() / HOUR_S) * HOUR_S
+    hours = int(np.ceil((ends.max() - first_hour) / HOUR_S))
+    gpu_seconds = np.zeros(hours + 1)
+    # Each job contributes gpus x overlap to every hour it spans: add whole hours by a difference array,
+    # and the partial first and last hours directly.
+    start_h = ((starts - first_hour) // HOUR_S).astype(int)
+    end_h = ((ends - first_hour) // HOUR_S).astype(int)
+    same = start_h == end_h
+    np.add.at(gpu_seconds, start_h[same], gpus[same] * (ends[same] - starts[same]))
+    spans = ~same
+    np.add.at(gpu_seconds, start_h[spans], gpus[spans] * (first_hour + (start_h[spans] + 1) * HOUR_S - starts[spans]))
+    np.add.at(gpu_seconds, end_h[spans], gpus[spans] * (ends[spans] - (first_hour + end_h[spans] * HOUR_S)))
+    whole = np.zeros(hours + 2)
+    np.add.at(whole, start_h[spans] + 1, gpus[spans])
+    np.add.at(whole, end_h[spans], -gpus[spans])
+    gpu_seconds += np.cumsum(whole)[: hours + 1] * HOUR_S
+    index = pd.date_range(pd.Timestamp(first_hour, unit="s", tz="UTC"), periods=hours + 1, freq="h")
+    return pd.Series(gpu_seconds / HOUR_S, index=index, name="gpus_demand")
+
+
+def demand_from_history(frame: pd.DataFrame) -> pd.Series:
+    """`time`, `gpus_busy` [, `gpus_pending`] [, `tenant`] rows (CONTRACTS.md section 5) -> hourly demand."""
+    values = frame["gpus_busy"].astype(float)
+    if "gpus_pending" in frame:
+        values = values + frame["gpus_pending"].fillna(0).astype(float)
+    series = pd.Series(values.to_numpy(), index=pd.DatetimeIndex(pd.to_datetime(frame["time"], utc=True)))
+    if "tenant" in frame:
+        series = series.groupby(level=0).sum()  # per-tenant rows add up to the cluster
+    return series.sort_index().resample("h").mean()
