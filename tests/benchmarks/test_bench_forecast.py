@@ -40,7 +40,7 @@ def test_backtest_table(name: str) -> None:
     prepared = prepare(raw)
     series = prepared.series
     start = time.perf_counter()
-    backtest = run_backtest(series, horizon_h=24, origins=12, min_train_h=14 * 24)
+    backtest = run_backtest(series, horizon_h=24, origins=24, min_train_h=14 * 24)
     elapsed = time.perf_counter() - start
     choice = choose(backtest)
     calibration = calibrate(backtest, choice.model)
