@@ -109,13 +109,16 @@ def policy_lines(policy: Policy) -> list[str]:
     ]
     if policy.capping.enabled and policy.capping.classes:
         modes = ", ".join(f"{name}={c.mode}" for name, c in policy.capping.classes.items())
-        lines.append(f"  capping: {modes}")
+        relaxed = ", uncapped while jobs wait for capacity" if policy.capping.relax_when_queued else ""
+        lines.append(f"  capping: {modes}{relaxed}")
     else:
         lines.append("  capping: off")
     if policy.sleep.enabled:
         lines.append(
             f"  sleep: after {policy.sleep.idle_timeout_s:g} s idle in {len(policy.sleep.windows)} window(s), "
             f"warm reserve {policy.sleep.warm_reserve_gpus} GPUs"
+            + (f" or {policy.sleep.warm_reserve_busy_fraction:.0%} of the GPUs in use"
+               if policy.sleep.warm_reserve_busy_fraction else "")
         )
     else:
         lines.append("  sleep: off")

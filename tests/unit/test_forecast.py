@@ -92,7 +92,7 @@ def test_erlang_c_matches_published_values() -> None:
 def test_trace_demand_is_the_exact_hourly_mean_of_offered_gpus() -> None:
     from schedkit import job
 
-    from greengpu.forecast.demand import demand_from_jobs, demand_from_history
+    from greengpu.forecast.demand import demand_from_history, demand_from_jobs
 
     series = demand_from_jobs([job("a", gpus=2, duration_s=5400, submit_time_s=1800),
                                job("b", gpus=1, duration_s=600, submit_time_s=7300),
