@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from slurm_harness import SlurmCluster, missing_binaries
 
+from greengpu.control.jobclass import SlurmJobs
+
 MACS = {f"node{i}": f"02:00:5e:00:00:0{i}" for i in range(1, 5)}
 
 
@@ -77,9 +79,13 @@ nodes:
     options = ["--cluster", str(inventory), "--state", str(state)]
 
     # A job holds one GPU of node1: greengpu refuses to power that node down.
-    busy = slurm_cluster.run("sbatch", "--parsable", "-w", "node1", "--gres=gpu:1", "--wrap", "sleep 300").stdout
-    busy = busy.strip()
+    busy = slurm_cluster.run("sbatch", "--parsable", "-w", "node1", "--gres=gpu:1",
+                             "--comment=greengpu.class=inference", "--wrap", "sleep 300").stdout.strip()
     slurm_cluster.wait(lambda: slurm_cluster.job_state(busy) == "RUNNING", 30, "the holding job to run")
+    # The node agent's Slurm class source reads the real scontrol: GPU 0 of node1 runs it, as inference.
+    on_node1 = SlurmJobs("node1", run=lambda argv: slurm_cluster.run(*argv).stdout).jobs([])
+    assert {i: (j.job_id, j.job_class) for i, j in on_node1.items()} == {0: (busy, "inference")}
+    assert SlurmJobs("node2", run=lambda argv: slurm_cluster.run(*argv).stdout).jobs([]) == {}
     refused = greengpu("slurm", *options, "power-down", "node1", env=env)
     assert refused.returncode == 2
     assert "node1: jobs are running there; a busy node is never powered down" in refused.stderr
