@@ -498,9 +498,12 @@ def kube_verify(sleeper: Any) -> None:
 @click.option("--backend", type=click.Choice(["real", "fake"]), default="real", show_default=True)
 @click.option("--fake-gpus", default="4xA100", show_default=True, metavar="SPEC")
 @click.option("--fake-busy", default="", metavar="INDEXES")
+@click.option("--util-threshold", type=click.FloatRange(0, 1), default=0.2, show_default=True,
+              help="A GPU at or above this utilisation counts as busy (the policy's idle_util_threshold).")
 @click.option("--dry-run", is_flag=True, help="Check and say what would run; suspend nothing.")
-def node_suspend(suspend_command: str, backend: str, fake_gpus: str, fake_busy: str, dry_run: bool) -> None:
-    """Run on a node: suspend it, but never while a GPU process runs there (checked through NVML)."""
+def node_suspend(suspend_command: str, backend: str, fake_gpus: str, fake_busy: str, util_threshold: float,
+                 dry_run: bool) -> None:
+    """Run on a node: suspend it, but never while a GPU process runs or a GPU is busy (checked through NVML)."""
     import shlex
     import subprocess
 
@@ -524,12 +527,13 @@ def node_suspend(suspend_command: str, backend: str, fake_gpus: str, fake_busy: 
     except NvmlUnavailable as error:
         click.echo(f"greengpu node-suspend: {error}", err=True)
         raise click.exceptions.Exit(EXIT_FAILURE) from None
-    busy = {i: nvml.read(i).pids for i in range(count)}
+    readings = [nvml.read(i) for i in range(count)]
     nvml.close()
-    working = {i: pids for i, pids in busy.items() if pids}
+    working = [f"GPU {r.index} (pid {', '.join(map(str, r.pids))})" for r in readings if r.pids]
+    working += [f"GPU {r.index} ({r.utilization:.0%} busy)" for r in readings
+                if not r.pids and r.utilization >= util_threshold]
     if working:
-        where = ", ".join(f"GPU {i} (pid {', '.join(map(str, pids))})" for i, pids in sorted(working.items()))
-        click.echo(f"greengpu node-suspend: not suspending: processes run on {where}", err=True)
+        click.echo(f"greengpu node-suspend: not suspending: work on {', '.join(working)}", err=True)
         raise click.exceptions.Exit(EXIT_FAILURE)
     if dry_run:
         click.echo(f"would run: {suspend_command}")

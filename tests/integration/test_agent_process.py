@@ -148,3 +148,19 @@ def test_kill_9_then_restart_restores_from_the_journal(tmp_path: Path) -> None:
     assert sum("after an unclean exit" in line for line in second.stderr) == 3
     reasons = [json.loads(line).get("reason") for line in first.journal.read_text().splitlines()]
     assert reasons.count("recovery after an unclean exit") == 3  # GPU 0 and 2 limits, GPU 1 clocks
+
+
+def test_node_suspend_refuses_while_a_gpu_works_and_runs_the_command_when_idle(tmp_path: Path) -> None:
+    marker = tmp_path / "suspended"
+    command = f"{sys.executable} -c \"open('{marker}', 'w').write('zzz')\""
+    busy = subprocess.run([sys.executable, "-m", "greengpu", "node-suspend", "--backend", "fake",
+                           "--fake-gpus", "2xA100", "--fake-busy", "1", "--command", command],
+                          capture_output=True, text=True, timeout=60)
+    assert busy.returncode == 1
+    assert busy.stderr.strip() == "greengpu node-suspend: not suspending: work on GPU 1 (pid 40001)"
+    assert not marker.exists()
+    idle = subprocess.run([sys.executable, "-m", "greengpu", "node-suspend", "--backend", "fake",
+                           "--fake-gpus", "2xA100", "--command", command],
+                          capture_output=True, text=True, timeout=60)
+    assert idle.returncode == 0, idle.stderr
+    assert marker.read_text() == "zzz"
