@@ -325,6 +325,38 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
         raise click.exceptions.Exit(code)
 
 
+@cli.command()
+@click.option("--history", "history_file", default=None, metavar="FILE",
+              help="Usage history CSV: time, gpus_busy [, gpus_pending] [, tenant] (CONTRACTS.md section 5).")
+@click.option("--trace", "trace_file", default=None, metavar="FILE", help="Derive the history from a job trace.")
+@click.option("--trace-format", type=click.Choice(["csv", "philly", "sacct"]), default="csv", show_default=True)
+@click.option("--cluster", "cluster_file", default=None, metavar="FILE", help="Inventory: the installed GPUs.")
+@click.option("--horizon", default=None, metavar="DURATION", help="How far to plan, e.g. 90d (default 90d).")
+@click.option("--lead-time", default=None, metavar="DURATION", help="Order-to-ready time, e.g. 12w (default 12w).")
+@click.option("--target-utilisation", type=click.FloatRange(0.05, 1.0), default=None,
+              help="0.80 development, 0.65 production (default), 0.50 high availability.")
+@click.option("--redundancy-gpus", type=click.IntRange(min=0), default=None, help="Spare GPUs on top (default 0).")
+@click.option("--models", type=click.Choice(["all", "baselines"]), default="all", show_default=True,
+              help="baselines: skip the statsmodels candidates (seconds instead of tens of seconds).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (CONTRACTS.md section 5).")
+def plan(history_file: str | None, trace_file: str | None, trace_format: str, cluster_file: str | None,
+         horizon: str | None, lead_time: str | None, target_utilisation: float | None,
+         redundancy_gpus: int | None, models: str, as_json: bool) -> None:
+    """How many GPUs will we need, when must we order them, and what would greengpu save?
+
+    With no arguments, plans the bundled example in forecasts/ (Philly's public demand, 1,000 GPUs).
+    The forecast model ships only if its backtest beats the baselines (docs/FORECAST.md).
+    """
+    from greengpu.control.plan_main import PlanOptions, run_plan
+
+    payload, text = run_plan(PlanOptions(history_file, trace_file, trace_format, cluster_file, horizon, lead_time,
+                                         target_utilisation, redundancy_gpus, baselines_only=models == "baselines"))
+    if as_json:
+        click.echo(json.dumps(payload, indent=2, sort_keys=True))
+    else:
+        text()
+
+
 @cli.group()
 @click.option("--cluster", "cluster_file", default="/etc/greengpu/cluster.yaml", show_default=True, metavar="FILE",
               help="Cluster inventory (MACs and wake targets of the nodes).")

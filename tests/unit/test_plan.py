@@ -1,0 +1,99 @@
+"""`greengpu plan`: capacity dates from a known growth, the JSON contract, bad input in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from greengpu.control.plan_main import parse_days
+from greengpu.errors import BadInput
+from greengpu.forecast.models import BASELINES
+from greengpu.forecast.plan import PlanSettings, make_plan, peak_upper_offset, theil_sen_slope
+
+
+def growing(days: int = 35, start_gpus: float = 100.0, growth_per_day: float = 2.0) -> pd.Series:
+    index = pd.date_range("2026-03-02", periods=days * 24, freq="h", tz="UTC")
+    t = np.arange(len(index))
+    daily_shape = 10 * np.sin(2 * np.pi * t / 24)  # peaks 10 above the day's level
+    return pd.Series(start_gpus + growth_per_day * t / 24 + daily_shape, index=index)
+
+
+def test_run_out_and_order_by_follow_the_growth() -> None:
+    settings = PlanSettings(horizon_days=120, lead_time_days=28, target_utilisation=1.0, redundancy_gpus=0,
+                            max_wait_probability=1.0, models=BASELINES)
+    result = make_plan(growing(), installed_gpus=250, settings=settings)
+    growth = result.growth
+    assert growth["peak_growth_gpus_per_day"] == pytest.approx(2.0, abs=0.01)
+    # The last day's peak is about 100 + 2 x 34.x + 10; the plan needs more than 250 GPUs once
+    # level + 2 x days ahead + the calibrated offset passes 250.
+    level, offset = growth["peak_level_gpus"], growth["upper_offset_gpus"]
+    days_to_run_out = int(np.floor((250 - level - offset) / 2.0)) + 1
+    run_out = pd.Timestamp("2026-04-06") + pd.Timedelta(days=days_to_run_out - 1)
+    assert result.capacity["run_out_date"] == run_out.date().isoformat()
+    assert result.capacity["order_by_date"] == (run_out - pd.Timedelta(days=28)).date().isoformat()
+    assert [m["month"] for m in result.months] == ["2026-04", "2026-05", "2026-06", "2026-07", "2026-08"]
+    assert result.months[0]["required_gpus"] <= result.months[-1]["required_gpus"]
+
+
+def test_a_burst_does_not_tilt_the_growth_and_the_offset_is_calibrated() -> None:
+    peaks = np.full(28, 100.0)
+    peaks[20] = 400.0
+    assert theil_sen_slope(peaks) == 0.0
+    # One day in seven peaks 30 GPUs above a steady week: 1 in 7 is above the 86th percentile, so the
+    # 95% offset is the full 30.
+    rises = np.array([100.0] * 7 + [100.0, 100.0, 100.0, 100.0, 100.0, 100.0, 130.0] * 6)
+    assert peak_upper_offset(rises) == 30.0
+    assert peak_upper_offset(rises, level=0.8) == 0.0
+
+
+def test_durations() -> None:
+    assert (parse_days("90d", "x"), parse_days("12w", "x"), parse_days("720h", "x")) == (90, 84, 30)
+    with pytest.raises(BadInput, match="expected a duration such as 90d"):
+        parse_days("three months", "--horizon")
+
+
+def test_plan_json_contract_and_bad_history(tmp_path: Path, repo: Path) -> None:
+    series = growing(days=16)
+    history = tmp_path / "history.csv"
+    pd.DataFrame({"time": series.index.strftime("%Y-%m-%dT%H:%M:%SZ"), "gpus_busy": series.round(1),
+                  "gpus_pending": 0}).to_csv(history, index=False)
+    out = subprocess.run([sys.executable, "-m", "greengpu", "plan", "--history", str(history), "--cluster",
+                          str(repo / "examples" / "lab-a100.cluster.yaml"), "--horizon", "60d", "--lead-time", "4w",
+                          "--models", "baselines", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    payload = json.loads(out.stdout)
+    assert set(payload["forecast"]) >= {"model", "mase", "baseline", "baseline_mase", "origins", "coverage_80",
+                                        "coverage_95"}
+    assert set(payload["capacity"]) >= {"installed_gpus", "required_gpus", "run_out_date", "order_by_date"}
+    assert payload["forecast"]["origins"] >= 10
+    assert payload["capacity"]["lead_time_days"] == 28 and payload["capacity"]["horizon_days"] == 60
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time,gpus_busy\n2026-03-02T00:00:00Z,5\n2026-03-02T01:00:00Z,lots\n")
+    refused = subprocess.run([sys.executable, "-m", "greengpu", "plan", "--history", str(bad)],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == f"greengpu: {bad}:3: gpus_busy: expected a number of GPUs >= 0, got 'lots'"
+    assert refused.stdout == ""
+
+
+def test_savings_compare_always_on_and_default_on_the_same_trace(repo: Path) -> None:
+    from schedkit import job
+
+    from greengpu.config.inventory import load_cluster
+    from greengpu.control.plan_main import _savings
+
+    cluster = load_cluster(repo / "examples" / "lab-a100.cluster.yaml")
+    t0 = 1_700_000_000.0
+    jobs = [job(f"j{i}", gpus=1, duration_s=1800, submit_time_s=t0 + i * 7200) for i in range(12)]
+    savings = _savings(cluster, jobs)
+    assert set(savings) == {"always-on", "default", "saved"}
+    saved = savings["saved"]["energy_kwh"]
+    assert saved == pytest.approx(savings["always-on"]["energy_kwh"] - savings["default"]["energy_kwh"])
+    assert saved > 0  # a mostly idle lab: sleep and capping save energy
