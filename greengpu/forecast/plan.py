@@ -36,7 +36,7 @@ class PlanSettings:
     target_utilisation: float = 0.65
     redundancy_gpus: int = 0
     max_wait_probability: float = 0.10
-    origins: int = 12
+    origins: int = 10
     growth_window_days: int = 28
     allow_decline: bool = False
     models: tuple[ModelSpec, ...] = BASELINES + CANDIDATES
