@@ -308,17 +308,13 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
     import logging
 
     from greengpu.config.policy import load_policy
-    from greengpu.control.agent_main import AgentOptions, run_agent
+    from greengpu.control.agent_main import AgentOptions, parse_gpu_indexes, run_agent
 
-    busy: list[int] = []
-    for part in filter(None, (p.strip() for p in fake_busy.split(","))):
-        if not part.isdigit():
-            raise BadInput(f"--fake-busy {fake_busy!r}: expected GPU indexes such as 0,1")
-        busy.append(int(part))
+    busy = parse_gpu_indexes(fake_busy)
     logging.basicConfig(level=logging.INFO, format="greengpu agent: %(message)s", stream=sys.stderr, force=True)
     code = run_agent(AgentOptions(
         policy=load_policy(policy_name), backend=backend, fake_gpus=fake_gpus, fake_state=fake_state,
-        fake_busy=tuple(busy), fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,
+        fake_busy=busy, fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,
         node=node, kube_host=kube_host, journal=journal, listen=listen, interval_s=interval_s, once=once,
         dry_run=dry_run, nonbinding_after_s=nonbinding_after_s))
     if code:
@@ -470,15 +466,13 @@ def slurm_status(context: Any, as_json: bool) -> None:
 def kube(ctx: click.Context, cluster_file: str, state_file: str, policy_name: str, kube_host: str | None,
          suspend_command: str | None) -> None:
     """Kubernetes node sleep: cordon and drain (PodDisruptionBudgets respected), wake for pending GPU pods."""
-    import shlex
-    import subprocess
 
     from greengpu.backends.kubernetes import KubeApi, make_api_client
     from greengpu.backends.wol import Waker
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
     from greengpu.control.kube_sleep import KubeSleep
-    from greengpu.control.sleep_control import SleepControl
+    from greengpu.control.sleep_control import SleepControl, start_suspend
     from greengpu.control.slurm_hooks import DEFAULT_SUSPEND_COMMAND
     from greengpu.control.state_store import StateStore
 
@@ -486,12 +480,9 @@ def kube(ctx: click.Context, cluster_file: str, state_file: str, policy_name: st
     policy = load_policy(policy_name)
     template = suspend_command or DEFAULT_SUSPEND_COMMAND
 
-    def suspend(node: str) -> None:
-        subprocess.Popen([part.format(node=node) for part in shlex.split(template)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-
     control = SleepControl(StateStore(state_file), Waker(cluster), policy.sleep)
-    ctx.obj = KubeSleep(KubeApi(make_api_client(host=kube_host)), control, cluster, policy, suspend)
+    ctx.obj = KubeSleep(KubeApi(make_api_client(host=kube_host)), control, cluster, policy,
+                        lambda node: start_suspend(template, node))
 
 
 @kube.command("sleep")
@@ -539,21 +530,10 @@ def node_suspend(suspend_command: str, backend: str, fake_gpus: str, fake_busy: 
     import shlex
     import subprocess
 
-    from greengpu.backends.fake_nvml import FakeNvml, make_gpus
     from greengpu.backends.nvml import NvmlBackend, NvmlUnavailable
+    from greengpu.control.agent_main import fake_backend, parse_gpu_indexes
 
-    if backend == "fake":
-        try:
-            fake = FakeNvml(make_gpus(fake_gpus))
-        except ValueError as error:
-            raise BadInput(f"--fake-gpus {error}") from None
-        for part in filter(None, (p.strip() for p in fake_busy.split(","))):
-            if not part.isdigit() or int(part) >= len(fake.gpus):
-                raise BadInput(f"--fake-busy {fake_busy!r}: expected GPU indexes such as 0,1")
-            fake.set_load(int(part), 0.9, [40000 + int(part)])
-        nvml = NvmlBackend(lib=fake)
-    else:
-        nvml = NvmlBackend()
+    nvml = fake_backend(fake_gpus, parse_gpu_indexes(fake_busy)) if backend == "fake" else NvmlBackend()
     try:
         count = nvml.open()
     except NvmlUnavailable as error:

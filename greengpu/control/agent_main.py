@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -49,23 +50,37 @@ class AgentOptions:
     nonbinding_after_s: float
 
 
-def build_backend(options: AgentOptions) -> NvmlBackend:
-    if options.backend == "real":
-        return NvmlBackend()
+def parse_gpu_indexes(text: str) -> tuple[int, ...]:
+    """`--fake-busy 0,1` -> (0, 1)."""
+    indexes = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if not part.isdigit():
+            raise BadInput(f"--fake-busy {text!r}: expected GPU indexes such as 0,1")
+        indexes.append(int(part))
+    return tuple(indexes)
+
+
+def fake_backend(spec: str, busy: Sequence[int], not_root: bool = False, state: Path | None = None) -> NvmlBackend:
+    """An NVML backend over fake GPUs (`--fake-gpus`), with work on the `busy` ones unless `state` already exists."""
     try:
-        gpus = make_gpus(options.fake_gpus)
+        gpus = make_gpus(spec)
     except ValueError as error:
         raise BadInput(f"--fake-gpus {error}") from None
-    state = Path(options.fake_state) if options.fake_state else None
-    fake = FakeNvml(gpus, root=not options.fake_not_root, state_path=state)
+    fake = FakeNvml(gpus, root=not not_root, state_path=state)
     if state is None or not state.exists():
-        for index in options.fake_busy:
+        for index in busy:
             if not 0 <= index < len(gpus):
                 raise BadInput(f"--fake-busy {index}: no such GPU (--fake-gpus gives {len(gpus)})")
             fake.set_load(index, FAKE_BUSY_UTILIZATION, [FAKE_PID_BASE + index])
         fake.save()
-    fake.root = not options.fake_not_root
     return NvmlBackend(lib=fake)
+
+
+def build_backend(options: AgentOptions) -> NvmlBackend:
+    if options.backend == "real":
+        return NvmlBackend()
+    return fake_backend(options.fake_gpus, options.fake_busy, options.fake_not_root,
+                        Path(options.fake_state) if options.fake_state else None)
 
 
 def build_class_source(options: AgentOptions) -> ClassSource:

@@ -17,14 +17,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from greengpu.backends.kubernetes import SLEEP_ANNOTATION, KubeApi, PodInfo
+from greengpu.backends.kubernetes import CLASS_ANNOTATION, SLEEP_ANNOTATION, KubeApi, PodInfo
 from greengpu.control.sleep_control import SleepControl
 from greengpu.model import JOB_CLASSES, Cluster, ClusterSnapshot, Job, NodeState, PendingJob, PowerState, WakeNode
 from greengpu.policy import Policy
 from greengpu.sched.core import schedule_cycle
 
 log = logging.getLogger("greengpu.kube")
-CLASS_ANNOTATION = "greengpu.io/class"
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,7 @@ class SleepOutcome:
 
 class KubeSleep:
     def __init__(self, api: KubeApi, control: SleepControl, cluster: Cluster, policy: Policy,
-                 suspend: Callable[[str], None]) -> None:
+                 suspend: Callable[[str], object]) -> None:
         self.api = api
         self.control = control
         self.cluster = cluster

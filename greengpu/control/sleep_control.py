@@ -6,6 +6,8 @@ sends the wake-ups, persists every step in the state store and raises the alerts
 from __future__ import annotations
 
 import logging
+import shlex
+import subprocess
 from collections.abc import Callable, Iterable
 
 from greengpu.backends.wol import WakeError, Waker
@@ -14,6 +16,17 @@ from greengpu.energy.wake_verify import WakeEvent, WakeStage, advance, start_wak
 from greengpu.policy import SleepPolicy
 
 log = logging.getLogger("greengpu.sleep")
+
+
+def start_suspend(template: str, node: str) -> list[str]:
+    """Start the suspend command for `node` (`{node}` in `template` replaced), detached, and return its argv.
+
+    Detached because a Slurm hook must return at once; raises OSError when it cannot start.
+    """
+    argv = [part.format(node=node) for part in shlex.split(template)]
+    subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
+    return argv
 
 
 class SleepControl:

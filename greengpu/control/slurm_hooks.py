@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ import hostlist
 
 from greengpu.backends import slurm
 from greengpu.backends.wol import Waker
-from greengpu.control.sleep_control import SleepControl
+from greengpu.control.sleep_control import SleepControl, start_suspend
 from greengpu.control.state_store import StateStore
 from greengpu.errors import BadInput
 from greengpu.model import Cluster
@@ -83,12 +81,10 @@ def suspend(context: HookContext, expression: str) -> int:
     chosen = [n for n in names if n not in busy]
     control(context).suspended(chosen, "Slurm SuspendProgram (power saving)")
     for node in chosen:
-        argv = [part.format(node=node) for part in shlex.split(context.suspend_command)]
         try:
-            subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)  # detached: the hook must return at once
+            argv = start_suspend(context.suspend_command, node)
         except OSError as error:
-            log.error("%s: suspend command %s failed to start: %s", node, argv[0], error)
+            log.error("%s: suspend command %r failed to start: %s", node, context.suspend_command, error)
             return 1
         log.info("%s: suspend command started: %s", node, " ".join(argv))
     return 1 if busy else 0
