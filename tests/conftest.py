@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,16 @@ def shared_data_or_skip(relative: str) -> Path:
             pytest.fail(f"{path} is missing in CI: the public data must be beside the checkout")
         pytest.skip(f"public data {path} not present (it lives in ../shared/data beside a developer checkout)")
     return path
+
+
+@pytest.fixture
+def udp() -> Iterator[socket.socket]:
+    """A UDP socket on loopback (port chosen by the system) that receives magic packets in tests."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(5.0)
+    yield sock
+    sock.close()
 
 
 @pytest.fixture

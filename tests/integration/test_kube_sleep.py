@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from fake_kube import FakeKube, node, pod
+from manual_clock import ManualClock
 
 from greengpu.backends.kubernetes import SLEEP_ANNOTATION, KubeApi, KubeError, make_api_client
 from greengpu.backends.wol import Waker
@@ -19,23 +20,6 @@ from greengpu.control.sleep_control import SleepControl
 from greengpu.control.state_store import StateStore
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
-@pytest.fixture
-def udp() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(5.0)
-    yield sock
-    sock.close()
-
-
 @pytest.fixture
 def kube() -> FakeKube:
     with FakeKube() as server:
@@ -43,7 +27,7 @@ def kube() -> FakeKube:
         yield server
 
 
-def setup(tmp_path: Path, kube: FakeKube, port: int) -> tuple[KubeSleep, list[str], Clock]:
+def setup(tmp_path: Path, kube: FakeKube, port: int) -> tuple[KubeSleep, list[str], ManualClock]:
     inventory = tmp_path / "cluster.yaml"
     inventory.write_text(f"""\
 site: {{pue: 1.2, price_per_kwh: 0.1, carbon_g_per_kwh: 300}}
@@ -57,7 +41,7 @@ nodes:
   - {{name: "gpu[3-4]", type: small, mac: "02:00:5e:20:00:03", wol_host: 127.0.0.1, wol_port: {port}}}
 """)
     cluster = load_cluster(inventory)
-    clock = Clock()
+    clock = ManualClock()
     policy = load_policy("default")
     control = SleepControl(StateStore(tmp_path / "state.db"), Waker(cluster), policy.sleep, clock=clock)
     suspended: list[str] = []

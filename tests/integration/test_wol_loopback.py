@@ -26,13 +26,6 @@ nodes:
     return path
 
 
-@pytest.fixture
-def udp() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(5.0)
-    yield sock
-    sock.close()
 
 
 def test_magic_packet_arrives_byte_for_byte(tmp_path: Path, udp: socket.socket) -> None:

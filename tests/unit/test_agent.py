@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from manual_clock import ManualClock
 
 from greengpu.backends.fake_nvml import FakeGpu, FakeNvml, make_gpus
 from greengpu.backends.nvml import NvmlBackend
@@ -21,17 +22,11 @@ POLICY = CappingPolicy(enabled=True, idle_to_min_limit=True, classes={
 })
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
 
 
 def make_agent(tmp_path: Path, gpus: list[FakeGpu], classes: dict[int, str], dry_run: bool = False,
-               root: bool = True, fake: FakeNvml | None = None) -> tuple[Agent, FakeNvml, Clock]:
-    clock = Clock()
+               root: bool = True, fake: FakeNvml | None = None) -> tuple[Agent, FakeNvml, ManualClock]:
+    clock = ManualClock(0.0)
     fake = fake or FakeNvml(gpus, root=root, clock=clock)
     agent = Agent(NvmlBackend(lib=fake, clock=clock), POLICY, LocalMap(classes), Journal(tmp_path / "journal.jsonl"),
                   dry_run=dry_run, nonbinding_after_s=30.0, clock=clock)
@@ -139,7 +134,7 @@ def test_not_root_keeps_reading_and_journals_no_write(tmp_path: Path) -> None:
 
 
 def test_restart_after_a_crash_restores_first(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     fake = FakeNvml(make_gpus("2xA100"), clock=clock)
     fake.set_load(0, 0.9, [7])
     fake.set_load(1, 0.9, [8])
@@ -215,7 +210,7 @@ def test_kubernetes_pod_annotation_gives_the_class(tmp_path: Path) -> None:
     (tmp_path / "502" / "cgroup").write_text(f"12:memory:/kubepods/besteffort/pod{training_uid}/4f5e\n")
     (tmp_path / "503").mkdir()
     (tmp_path / "503" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-3.scope\n")
-    clock = Clock()
+    clock = ManualClock(0.0)
     fake = FakeNvml(make_gpus("4xA100"), clock=clock)
     for index, pid in enumerate((501, 502, 503)):
         fake.set_load(index, 0.9, [pid])

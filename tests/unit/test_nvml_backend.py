@@ -8,6 +8,7 @@ import pynvml
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from manual_clock import ManualClock
 
 from greengpu.backends.fake_nvml import FakeNvml, make_gpus
 from greengpu.backends.nvml import (
@@ -18,16 +19,8 @@ from greengpu.backends.nvml import (
 )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
-def backend_for(spec: str, root: bool = True) -> tuple[NvmlBackend, FakeNvml, Clock]:
-    clock = Clock()
+def backend_for(spec: str, root: bool = True) -> tuple[NvmlBackend, FakeNvml, ManualClock]:
+    clock = ManualClock()
     fake = FakeNvml(make_gpus(spec), root=root, clock=clock)
     backend = NvmlBackend(lib=fake, clock=clock)
     backend.open()

@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from manual_clock import ManualClock
 
 from greengpu.backends.wol import Waker
 from greengpu.config.inventory import load_cluster
@@ -69,21 +70,8 @@ nodes:
     return path
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
 
 
-@pytest.fixture
-def udp() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(5.0)
-    yield sock
-    sock.close()
 
 
 def received_macs(sock: socket.socket, count: int) -> list[str]:
@@ -97,7 +85,7 @@ def received_macs(sock: socket.socket, count: int) -> list[str]:
 
 def test_controller_restart_in_the_middle_of_a_wake_resumes_verification(tmp_path: Path, udp: socket.socket) -> None:
     cluster = load_cluster(inventory(tmp_path, udp.getsockname()[1]))
-    clock = Clock()
+    clock = ManualClock()
     first = SleepControl(StateStore(tmp_path / "state.db"), Waker(cluster), POLICY, clock=clock)
     first.suspended(["gpu02"], "idle 900 s in the night window")
     first.wake(["gpu02"], "job 42 needs 8 GPUs")
@@ -124,7 +112,7 @@ def test_controller_restart_in_the_middle_of_a_wake_resumes_verification(tmp_pat
 
 def test_a_node_that_never_wakes_is_failed_and_alerted(tmp_path: Path, udp: socket.socket) -> None:
     cluster = load_cluster(inventory(tmp_path, udp.getsockname()[1]))
-    clock = Clock()
+    clock = ManualClock()
     control = SleepControl(StateStore(tmp_path / "state.db"), Waker(cluster), POLICY, clock=clock)
     control.wake(["gpu01"], "job 1")
     for _ in range(20):
@@ -138,7 +126,7 @@ def test_a_node_that_never_wakes_is_failed_and_alerted(tmp_path: Path, udp: sock
 
 def test_a_node_already_waking_is_not_sent_twice(tmp_path: Path, udp: socket.socket) -> None:
     cluster = load_cluster(inventory(tmp_path, udp.getsockname()[1]))
-    control = SleepControl(StateStore(tmp_path / "state.db"), Waker(cluster), POLICY, clock=Clock())
+    control = SleepControl(StateStore(tmp_path / "state.db"), Waker(cluster), POLICY, clock=ManualClock())
     assert len(control.wake(["gpu01", "gpu02"], "burst")) == 2
     assert control.wake(["gpu01"], "another job") == []
     received_macs(udp, 2)
