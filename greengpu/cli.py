@@ -334,23 +334,42 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
 @click.option("--redundancy-gpus", type=click.IntRange(min=0), default=None, help="Spare GPUs on top (default 0).")
 @click.option("--models", type=click.Choice(["all", "baselines"]), default="all", show_default=True,
               help="baselines: skip the statsmodels candidates (seconds instead of tens of seconds).")
+@click.option("--settings", "settings_file", default=None, metavar="FILE",
+              help="Plan settings YAML: inputs, sizing, projects, efficiency gains, growth, buffer "
+              "(forecasts/plan.yaml is one; flags override it).")
+@click.option("--buffer-factor", type=click.FloatRange(1.0, 10.0), default=None,
+              help="Multiply the upper peak by this (default 1.0).")
+@click.option("--growth", "growth_gpus_per_month", type=float, default=None, metavar="GPUS_PER_MONTH",
+              help="Expected growth of daily peaks, replacing the measured one.")
+@click.option("--html", "html_file", default=None, metavar="FILE", help="Also write a self-contained HTML report "
+              "with charts.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (CONTRACTS.md section 5).")
 def plan(history_file: str | None, trace_file: str | None, trace_format: str, cluster_file: str | None,
          horizon: str | None, lead_time: str | None, target_utilisation: float | None,
-         redundancy_gpus: int | None, models: str, as_json: bool) -> None:
+         redundancy_gpus: int | None, models: str, settings_file: str | None, buffer_factor: float | None,
+         growth_gpus_per_month: float | None, html_file: str | None, as_json: bool) -> None:
     """How many GPUs will we need, when must we order them, and what would greengpu save?
 
     With no arguments, plans the bundled example in forecasts/ (Philly's public demand, 1,000 GPUs).
     The forecast model ships only if its backtest beats the baselines (docs/FORECAST.md).
     """
     from greengpu.control.plan_main import PlanOptions, run_plan
+    from greengpu.report.plan_text import render_text
 
-    payload, text = run_plan(PlanOptions(history_file, trace_file, trace_format, cluster_file, horizon, lead_time,
-                                         target_utilisation, redundancy_gpus, baselines_only=models == "baselines"))
+    payload, _ = run_plan(PlanOptions(history_file, trace_file, trace_format, cluster_file, horizon, lead_time,
+                                      target_utilisation, redundancy_gpus, baselines_only=models == "baselines",
+                                      settings_file=settings_file, buffer_factor=buffer_factor,
+                                      growth_gpus_per_month=growth_gpus_per_month))
+    if html_file is not None:
+        from greengpu.report.plan_html import write_plan_html
+
+        write_plan_html(payload, html_file)
     if as_json:
         click.echo(json.dumps(payload, indent=2, sort_keys=True))
     else:
-        text()
+        render_text(payload)
+        if html_file is not None:
+            click.echo(f"HTML report: {html_file}")
 
 
 @cli.group()

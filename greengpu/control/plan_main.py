@@ -4,7 +4,6 @@ replay, and render the result (JSON or rich tables)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pandas as pd
 from greengpu.errors import BadInput
 from greengpu.forecast.demand import demand_from_history, demand_from_jobs
 from greengpu.forecast.models import BASELINES
-from greengpu.forecast.plan import PlanResult, PlanSettings, make_plan
+from greengpu.forecast.plan import PlanInputs, PlanResult, PlanSettings, make_plan
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([hdw])\s*$")
 _UNIT_DAYS = {"h": 1 / 24, "d": 1.0, "w": 7.0}
@@ -31,6 +30,9 @@ class PlanOptions:
     target_utilisation: float | None
     redundancy_gpus: int | None
     baselines_only: bool = False
+    settings_file: str | None = None
+    buffer_factor: float | None = None
+    growth_gpus_per_month: float | None = None
 
 
 def parse_days(text: str, what: str) -> int:
@@ -49,25 +51,6 @@ def bundled_example() -> Path:
             return candidate
     raise BadInput("no arguments and no bundled example: forecasts/plan.yaml is not beside this install; "
                    "give --history FILE or --trace FILE")
-
-
-def _example_settings(path: Path) -> dict[str, Any]:
-    from greengpu.config.fields import Fields
-    from greengpu.config.yamlsource import load_yaml_file
-
-    document = load_yaml_file(path)
-    fields = Fields(document, (), document.value)
-    fields.reject_unknown(("history", "cluster", "horizon", "lead_time", "target_utilisation", "redundancy_gpus",
-                           "max_wait_probability"))
-    return {
-        "history": str(path.parent / (fields.string("history", required=True) or "")),
-        "cluster": str(path.parent / (fields.string("cluster", required=True) or "")),
-        "horizon": fields.string("horizon", "90d"),
-        "lead_time": fields.string("lead_time", "12w"),
-        "target_utilisation": fields.number("target_utilisation", 0.65, minimum=0.05, maximum=1.0),
-        "redundancy_gpus": fields.integer("redundancy_gpus", 0, minimum=0),
-        "max_wait_probability": fields.number("max_wait_probability", 0.10, minimum=0.0001, maximum=1.0),
-    }
 
 
 def read_history(path: str) -> pd.Series:
@@ -100,20 +83,34 @@ def read_history(path: str) -> pd.Series:
     return demand_from_history(frame)
 
 
-def run_plan(options: PlanOptions) -> tuple[dict[str, Any], Callable[[], None]]:
-    settings_source: dict[str, Any] = {}
-    history_file, cluster_file = options.history_file, options.cluster_file
-    if history_file is None and options.trace_file is None:
-        settings_source = _example_settings(bundled_example())
-        history_file = settings_source["history"]
-        cluster_file = cluster_file or settings_source["cluster"]
-    if history_file is not None and options.trace_file is not None:
+def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
+    """Read the inputs, plan, and (with a trace and a cluster) replay the savings: the JSON payload."""
+    from greengpu.config.plan_settings import load_plan_file
+
+    settings_file = options.settings_file
+    if settings_file is None and options.history_file is None and options.trace_file is None:
+        settings_file = str(bundled_example())
+    plan_file = load_plan_file(settings_file) if settings_file is not None else None
+    given = plan_file.values if plan_file is not None else {}
+    inputs = plan_file.inputs if plan_file is not None else PlanInputs()
+    if options.buffer_factor is not None:
+        inputs = replace(inputs, buffer_factor=options.buffer_factor)
+    if options.growth_gpus_per_month is not None:
+        inputs = replace(inputs, growth_gpus_per_month=options.growth_gpus_per_month)
+    if options.history_file is not None and options.trace_file is not None:
         raise BadInput("give --history or --trace, not both")
+    history_file, trace_file = options.history_file, options.trace_file
+    if history_file is None and trace_file is None:
+        history_file, trace_file = given.get("history"), given.get("trace")
+    if history_file is None and trace_file is None:
+        raise BadInput(f"{settings_file}: no history or trace: give --history FILE or --trace FILE")
+    trace_format = options.trace_format if options.trace_file is not None else given.get("trace_format", "csv")
+    cluster_file = options.cluster_file or given.get("cluster")
     jobs = None
-    if options.trace_file is not None:
+    if trace_file is not None:
         from greengpu.sim.traces import read_trace
 
-        jobs = read_trace(options.trace_file, options.trace_format).jobs
+        jobs = read_trace(trace_file, trace_format).jobs
         series = demand_from_jobs(jobs)
     else:
         assert history_file is not None
@@ -127,28 +124,50 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], Callable[[], None]]:
         installed = sum(cluster.node_types[n.type_name].gpus for n in cluster.nodes)
     days = (series.index[-1] - series.index[0]).total_seconds() / 86400 if len(series) else 0
     if days < 15:
-        raise BadInput(f"{options.trace_file or history_file}: {days:.1f} days of history; the backtest needs at "
+        raise BadInput(f"{trace_file or history_file}: {days:.1f} days of history; the backtest needs at "
                        "least 15 (14 to train, 1 to test)")
     settings = PlanSettings(
-        horizon_days=parse_days(options.horizon or settings_source.get("horizon") or "90d", "--horizon"),
-        lead_time_days=parse_days(options.lead_time or settings_source.get("lead_time") or "12w", "--lead-time"),
-        target_utilisation=options.target_utilisation or settings_source.get("target_utilisation") or 0.65,
+        horizon_days=parse_days(options.horizon or given.get("horizon") or "90d", "--horizon"),
+        lead_time_days=parse_days(options.lead_time or given.get("lead_time") or "12w", "--lead-time"),
+        target_utilisation=options.target_utilisation or given.get("target_utilisation") or 0.65,
         redundancy_gpus=(options.redundancy_gpus if options.redundancy_gpus is not None
-                         else settings_source.get("redundancy_gpus") or 0),
-        max_wait_probability=settings_source.get("max_wait_probability") or 0.10,
+                         else given.get("redundancy_gpus") or 0),
+        max_wait_probability=given.get("max_wait_probability") or 0.10,
+        growth_window_days=parse_days(given.get("growth_window") or "4w", "growth_window"),
     )
     if options.baselines_only:
         settings = replace(settings, models=BASELINES)
-    result = make_plan(series, installed, settings)
+    result = make_plan(series, installed, settings, inputs)
     payload: dict[str, Any] = {"forecast": result.forecast, "capacity": result.capacity, "months": result.months,
-                               "growth": result.growth, "flags": result.flags,
+                               "growth": result.growth, "flags": result.flags, "inputs": result.inputs,
+                               "scenarios": result.scenarios, "days": result.days, "day_ahead": result.day_ahead,
                                "settings": {k: v for k, v in asdict(settings).items() if k != "models"},
-                               "history": {"source": options.trace_file or history_file, "hours": len(series),
+                               "history": {"source": trace_file or history_file, "hours": len(series),
                                            "first": series.index[0].isoformat(),
-                                           "last": series.index[-1].isoformat()}}
+                                           "last": series.index[-1].isoformat(),
+                                           "recent": _recent_history(series),
+                                           "daily_peaks": _daily_peaks(series)}}
+    if settings_file is not None:
+        payload["settings"]["file"] = settings_file
     if jobs is not None and cluster is not None:
         payload["savings"] = _savings(cluster, jobs)
-    return payload, lambda: _render(payload, result)
+    return payload, result
+
+
+RECENT_DAYS = 14
+
+
+def _daily_peaks(series: pd.Series) -> list[list[Any]]:
+    peaks = series.astype(float).resample("D").max().dropna()
+    return [[when.date().isoformat(), round(float(value), 1)]
+            for when, value in zip(pd.DatetimeIndex(peaks.index), peaks.to_numpy(dtype=float), strict=True)]
+
+
+def _recent_history(series: pd.Series) -> list[list[Any]]:
+    """The last two weeks, hourly, for the chart beside the day-ahead forecast."""
+    hourly = series.astype(float).resample("h").mean().interpolate().iloc[-RECENT_DAYS * 24:]
+    return [[when.isoformat(), round(float(value), 1)]
+            for when, value in zip(pd.DatetimeIndex(hourly.index), hourly.to_numpy(dtype=float), strict=True)]
 
 
 def _savings(cluster: Any, jobs: Any) -> dict[str, Any]:
@@ -161,46 +180,3 @@ def _savings(cluster: Any, jobs: Any) -> dict[str, Any]:
     base, ours = results["always-on"], results["default"]
     out["saved"] = {k: base[k] - ours[k] for k in ("energy_kwh", "cost", "co2_kg")}
     return out
-
-
-def _render(payload: dict[str, Any], result: PlanResult) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    forecast, capacity, growth = payload["forecast"], payload["capacity"], payload["growth"]
-    history = payload["history"]
-    console.print(f"[bold]greengpu plan[/bold]: {history['hours']:,} hours of demand from {history['source']} "
-                  f"({history['first'][:10]} to {history['last'][:10]})")
-    models = Table(title=f"Day-ahead backtest, {forecast['origins']} origins (MASE, lower is better)")
-    models.add_column("model")
-    models.add_column("MASE", justify="right")
-    for name, mase in forecast["models"].items():
-        mark = " (shipped)" if name == forecast["model"] else ""
-        models.add_row(name + mark, f"{mase:.3f}" if mase is not None else "n/a")
-    console.print(models)
-    console.print(forecast["reason"])
-    console.print(f"Calibrated bands cover {forecast['coverage_80']:.0%} (80%) and {forecast['coverage_95']:.0%} "
-                  f"(95%) of backtest hours.")
-    console.print(f"Daily peak demand now {growth['peak_level_gpus']:g} GPUs, growing "
-                  f"{growth['peak_growth_gpus_per_day']:g} GPUs/day (Theil-Sen over {growth['window_days']:g} days); "
-                  f"upper band +{growth['upper_offset_gpus']:g} GPUs.")
-    months = Table(title=f"GPUs needed (target utilisation {capacity['target_utilisation']:.0%}, "
-                         f"+{capacity['redundancy_gpus']} spare, P(wait) <= {capacity['max_wait_probability']:.0%})")
-    for column in ("month", "peak", "upper peak", "required"):
-        months.add_column(column, justify="right")
-    for month in payload["months"]:
-        months.add_row(month["month"], f"{month['peak_gpus']:g}", f"{month['upper_peak_gpus']:g}",
-                       str(month["required_gpus"]))
-    console.print(months)
-    installed = capacity["installed_gpus"]
-    console.print(f"Installed: {installed if installed is not None else 'unknown (give --cluster)'}; required "
-                  f"within {capacity['horizon_days']} days: {capacity['required_gpus']}; run out: "
-                  f"{capacity['run_out_date'] or 'not within the horizon'}; order by: "
-                  f"{capacity['order_by_date'] or '-'} (lead time {capacity['lead_time_days']} days).")
-    if "savings" in payload:
-        saved = payload["savings"]["saved"]
-        console.print(f"greengpu default vs always-on on this trace: {saved['energy_kwh']:,.0f} kWh, "
-                      f"{saved['cost']:,.0f} in cost and {saved['co2_kg']:,.0f} kg CO2 saved.")
-    for flag in payload["flags"]:
-        console.print(f"[yellow]note:[/yellow] {flag}")

@@ -11,8 +11,15 @@ Method (docs/FORECAST.md):
    median, at 95%, out of sample). GPUs needed = ceil(upper
    peak / target utilisation) + redundancy, and at least the Erlang-C count that keeps P(wait) under
    `max_wait_probability` for the day's mean demand.
-4. Run-out: the first day that needs more GPUs than are installed; order-by: run-out minus the lead
+4. Planning inputs beyond history (`PlanInputs`, each shown in the report): the measured growth can be
+   replaced by an expected one; efficiency gains scale the organic demand from their date (-15% GPU-hours
+   from quantization: x 0.85); planned projects add their GPUs from their start to their end; the
+   buffer factor multiplies the upper peak last.
+5. Run-out: the first day that needs more GPUs than are installed; order-by: run-out minus the lead
    time (flagged when already past).
+6. Scenarios: the same plan at the median, 80% and 95% peak quantiles x several utilisation targets.
+7. Day ahead: the shipped model's next 24 hours with the calibrated 80% and 95% bands (the chart, and
+   the sleep planner's forecast-driven warm reserve).
 """
 
 from __future__ import annotations
@@ -24,9 +31,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from greengpu.forecast.backtest import calibrate, choose, prepare, run_backtest
+from greengpu.forecast.backtest import CANDIDATE_WINDOW_H, Calibration, calibrate, choose, prepare, run_backtest
 from greengpu.forecast.capacity import gpus_needed, servers_for_wait
-from greengpu.forecast.models import BASELINES, CANDIDATES, DAY_H, ModelSpec
+from greengpu.forecast.models import BASELINES, CANDIDATES, DAY_H, ModelSpec, guarded
+
+SCENARIO_QUANTILES = (0.5, 0.8, 0.95)
+SCENARIO_UTILISATIONS = (0.5, 0.65, 0.8)
 
 
 @dataclass(frozen=True)
@@ -43,12 +53,44 @@ class PlanSettings:
 
 
 @dataclass(frozen=True)
+class Project:
+    """A planned project: `gpus` more busy GPUs at peak from `start` (inclusive) to `end` (exclusive)."""
+    name: str
+    gpus: float
+    start: pd.Timestamp
+    end: pd.Timestamp | None = None
+
+
+@dataclass(frozen=True)
+class EfficiencyGain:
+    """An expected change in the organic workload's GPU-hours from `start`: -0.15 is 15% fewer."""
+    name: str
+    change: float
+    start: pd.Timestamp
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    projects: tuple[Project, ...] = ()
+    efficiency: tuple[EfficiencyGain, ...] = ()
+    buffer_factor: float = 1.0
+    growth_gpus_per_month: float | None = None
+    """Expected growth of daily peaks; None uses the measured Theil-Sen growth."""
+
+
+@dataclass(frozen=True)
 class PlanResult:
     forecast: dict[str, Any]
     capacity: dict[str, Any]
     months: list[dict[str, Any]]
     growth: dict[str, float]
     flags: list[str] = field(default_factory=list)
+    inputs: dict[str, Any] = field(default_factory=dict)
+    scenarios: list[dict[str, Any]] = field(default_factory=list)
+    days: list[dict[str, Any]] = field(default_factory=list)
+    """Per day of the horizon: peak, upper peak and GPUs required."""
+    day_ahead: list[dict[str, Any]] = field(default_factory=list)
+    """The next 24 hours: point forecast and calibrated 80% and 95% bands."""
 
 
 def theil_sen_slope(values: np.ndarray) -> float:
@@ -75,7 +117,65 @@ def peak_upper_offset(daily_peaks: np.ndarray, level: float = 0.95, lookback_day
     return max(0.0, float(values[rank - 1]))
 
 
-def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSettings) -> PlanResult:
+DAYS_PER_MONTH = 365.25 / 12
+
+
+@dataclass(frozen=True)
+class PeakModel:
+    """Where daily peaks stand and go: the organic part, before planning inputs."""
+    level: float
+    slope_per_day: float
+    mean_ratio: float
+    """Median daily mean over median daily peak: the Erlang-C check's mean demand per peak GPU."""
+
+
+@dataclass(frozen=True)
+class PlannedDay:
+    day: pd.Timestamp
+    peak: float
+    upper: float
+    required: int
+
+
+def efficiency_factor(day: pd.Timestamp, gains: tuple[EfficiencyGain, ...]) -> float:
+    factor = 1.0
+    for gain in gains:
+        if day >= gain.start:
+            factor *= 1.0 + gain.change
+    return factor
+
+
+def project_gpus(day: pd.Timestamp, projects: tuple[Project, ...]) -> float:
+    return sum(p.gpus for p in projects if day >= p.start and (p.end is None or day < p.end))
+
+
+def plan_days(days: pd.DatetimeIndex, peaks: PeakModel, upper_offset: float, target_utilisation: float,
+              settings: PlanSettings, inputs: PlanInputs) -> list[PlannedDay]:
+    """Each day's peak, upper peak (with the planning inputs) and GPUs required."""
+    planned = []
+    for ahead, day in enumerate(days, start=1):
+        day_naive = day.tz_localize(None) if day.tz is not None else day
+        organic = max(0.0, peaks.level + peaks.slope_per_day * ahead)
+        factor = efficiency_factor(day_naive, inputs.efficiency)
+        extra = project_gpus(day_naive, inputs.projects)
+        peak = organic * factor + extra
+        upper = ((organic + upper_offset) * factor + extra) * inputs.buffer_factor
+        by_rule = gpus_needed(upper, target_utilisation, settings.redundancy_gpus)
+        mean_demand = organic * peaks.mean_ratio * factor + extra
+        by_wait = servers_for_wait(max(0.0, mean_demand), settings.max_wait_probability)
+        planned.append(PlannedDay(day, peak, upper, max(by_rule, by_wait)))
+    return planned
+
+
+def run_out_day(planned: list[PlannedDay], installed_gpus: int | None) -> pd.Timestamp | None:
+    if installed_gpus is None:
+        return None
+    return next((d.day for d in planned if d.required > installed_gpus), None)
+
+
+def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSettings,
+              inputs: PlanInputs | None = None) -> PlanResult:
+    inputs = inputs or PlanInputs()
     prepared = prepare(history, capacity=float(installed_gpus) if installed_gpus else None)
     series = prepared.series
     flags = list(prepared.flags)
@@ -87,56 +187,114 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
 
     daily_peaks = series.resample("D").max().dropna()
     window = daily_peaks.iloc[-settings.growth_window_days:].to_numpy(dtype=float)
-    slope = theil_sen_slope(window)
-    if slope < 0 and not settings.allow_decline:
+    measured_slope = theil_sen_slope(window)
+    slope = measured_slope
+    if inputs.growth_gpus_per_month is not None:
+        slope = inputs.growth_gpus_per_month / DAYS_PER_MONTH
+    elif slope < 0 and not settings.allow_decline:
         flags.append(f"demand peaks fell {-slope:.2f} GPUs/day over the last {len(window)} days; planned flat")
         slope = 0.0
     level = float(np.median(window[-7:]))
-    upper_offset = peak_upper_offset(daily_peaks.to_numpy(dtype=float))
+    peak_values = daily_peaks.to_numpy(dtype=float)
+    offsets = {q: peak_upper_offset(peak_values, level=q) for q in SCENARIO_QUANTILES}
+    upper_offset = offsets[0.95]
     daily_mean = series.resample("D").mean().dropna()
     mean_level = float(np.median(daily_mean.to_numpy(dtype=float)[-7:]))
-    mean_ratio = mean_level / level if level > 0 else 1.0
+    peaks = PeakModel(level, slope, mean_level / level if level > 0 else 1.0)
 
     start = series.index[-1].normalize() + pd.Timedelta(days=1)
     days = pd.date_range(start, periods=settings.horizon_days, freq="D")
-    rows = []
-    for ahead, day in enumerate(days, start=1):
-        peak = level + slope * ahead
-        upper = max(0.0, peak + upper_offset)
-        by_rule = gpus_needed(upper, settings.target_utilisation, settings.redundancy_gpus)
-        by_wait = servers_for_wait(max(0.0, peak * mean_ratio), settings.max_wait_probability)
-        rows.append((day, peak, upper, max(by_rule, by_wait)))
-    run_out = next((day for day, _, _, need in rows if installed_gpus is not None and need > installed_gpus), None)
+    planned = plan_days(days, peaks, upper_offset, settings.target_utilisation, settings, inputs)
+    run_out = run_out_day(planned, installed_gpus)
     order_by = run_out - pd.Timedelta(days=settings.lead_time_days) if run_out is not None else None
     if order_by is not None and run_out is not None and order_by <= start:
         flags.append(f"order-by date {order_by.date()} has passed: with a {settings.lead_time_days}-day lead time "
                      f"the GPUs needed from {run_out.date()} cannot arrive in time")
-    months = []
-    frame = pd.DataFrame(rows, columns=["day", "peak", "upper", "need"]).set_index("day")
-    day_index = pd.DatetimeIndex(frame.index)
-    months_index = (day_index.tz_convert(None) if day_index.tz is not None else day_index).to_period("M")
-    for month, part in frame.groupby(months_index):
-        months.append({"month": str(month), "peak_gpus": round(float(part["peak"].max()), 1),
-                       "upper_peak_gpus": round(float(part["upper"].max()), 1),
-                       "required_gpus": int(part["need"].max())})
-    required = max(need for _, _, _, need in rows) if rows else 0
+    required = max((d.required for d in planned), default=0)
     return PlanResult(
         forecast={"model": choice.model, "mase": _round(choice.mase), "baseline": choice.baseline,
                   "baseline_mase": _round(choice.baseline_mase), "origins": choice.origins,
                   "wins": choice.wins, "shipped_candidate": choice.shipped_candidate, "reason": choice.reason,
                   "coverage_80": _round(calibration.coverage[0.8]), "coverage_95": _round(calibration.coverage[0.95]),
-                  "models": {m.name: _round(m.mase) for m in backtest.models.values()}},
+                  "models": {m.name: _round(m.mase) for m in backtest.models.values()},
+                  "fit_s": {m.name: _round(m.fit_s) for m in backtest.models.values()}},
         capacity={"installed_gpus": installed_gpus, "required_gpus": required,
-                  "run_out_date": run_out.date().isoformat() if run_out is not None else None,
-                  "order_by_date": order_by.date().isoformat() if order_by is not None else None,
+                  "run_out_date": _iso(run_out), "order_by_date": _iso(order_by),
                   "target_utilisation": settings.target_utilisation, "redundancy_gpus": settings.redundancy_gpus,
                   "lead_time_days": settings.lead_time_days, "horizon_days": settings.horizon_days,
                   "max_wait_probability": settings.max_wait_probability},
-        months=months,
+        months=_months(planned),
         growth={"peak_level_gpus": round(level, 1), "peak_growth_gpus_per_day": round(slope, 3),
+                "measured_growth_gpus_per_day": round(measured_slope, 3),
                 "upper_offset_gpus": round(upper_offset, 1), "window_days": float(len(window))},
         flags=flags,
+        inputs=_inputs_summary(inputs, measured_slope, slope),
+        scenarios=_scenarios(days, peaks, offsets, settings, inputs, installed_gpus),
+        days=[{"day": _iso(d.day), "peak_gpus": round(d.peak, 1), "upper_peak_gpus": round(d.upper, 1),
+               "required_gpus": d.required} for d in planned],
+        day_ahead=_day_ahead(series, choice.model, settings.models, calibration),
     )
+
+
+def _months(planned: list[PlannedDay]) -> list[dict[str, Any]]:
+    if not planned:
+        return []
+    frame = pd.DataFrame([(d.day, d.peak, d.upper, d.required) for d in planned],
+                         columns=["day", "peak", "upper", "need"]).set_index("day")
+    day_index = pd.DatetimeIndex(frame.index)
+    months_index = (day_index.tz_convert(None) if day_index.tz is not None else day_index).to_period("M")
+    return [{"month": str(month), "peak_gpus": round(float(part["peak"].max()), 1),
+             "upper_peak_gpus": round(float(part["upper"].max()), 1), "required_gpus": int(part["need"].max())}
+            for month, part in frame.groupby(months_index)]
+
+
+def _scenarios(days: pd.DatetimeIndex, peaks: PeakModel, offsets: dict[float, float], settings: PlanSettings,
+               inputs: PlanInputs, installed_gpus: int | None) -> list[dict[str, Any]]:
+    """Required GPUs and run-out date for each peak quantile x utilisation target."""
+    utilisations = sorted({*SCENARIO_UTILISATIONS, settings.target_utilisation})
+    rows = []
+    for quantile in SCENARIO_QUANTILES:
+        for utilisation in utilisations:
+            planned = plan_days(days, peaks, offsets[quantile], utilisation, settings, inputs)
+            rows.append({"quantile": quantile, "target_utilisation": utilisation,
+                         "required_gpus": max((d.required for d in planned), default=0),
+                         "run_out_date": _iso(run_out_day(planned, installed_gpus))})
+    return rows
+
+
+def _inputs_summary(inputs: PlanInputs, measured_slope: float, used_slope: float) -> dict[str, Any]:
+    return {
+        "projects": [{"name": p.name, "gpus": p.gpus, "start": _iso(p.start), "end": _iso(p.end)}
+                     for p in inputs.projects],
+        "efficiency": [{"name": g.name, "change": g.change, "start": _iso(g.start)} for g in inputs.efficiency],
+        "buffer_factor": inputs.buffer_factor,
+        "growth_gpus_per_month": (round(inputs.growth_gpus_per_month, 2) if inputs.growth_gpus_per_month is not None
+                                  else None),
+        "measured_growth_gpus_per_month": round(measured_slope * DAYS_PER_MONTH, 2),
+        "used_growth_gpus_per_month": round(used_slope * DAYS_PER_MONTH, 2),
+    }
+
+
+def _day_ahead(series: pd.Series, model: str, models: tuple[ModelSpec, ...],
+               calibration: Calibration) -> list[dict[str, Any]]:
+    """The shipped model's next 24 hours from the whole history, with the calibrated bands."""
+    spec = next(m for m in models if m.name == model)
+    history = series.iloc[-CANDIDATE_WINDOW_H:] if spec.kind == "candidate" else series
+    point = guarded(spec, history, DAY_H).values
+    times = pd.date_range(series.index[-1] + pd.Timedelta(hours=1), periods=DAY_H, freq="h")
+    rows = []
+    for step, when in enumerate(times):
+        row: dict[str, Any] = {"time": when.isoformat(), "gpus": round(max(0.0, float(point[step])), 1)}
+        for level in calibration.levels:
+            tag = int(round(level * 100))
+            row[f"lower_{tag}"] = round(max(0.0, float(point[step] + calibration.lower[level][step])), 1)
+            row[f"upper_{tag}"] = round(max(0.0, float(point[step] + calibration.upper[level][step])), 1)
+        rows.append(row)
+    return rows
+
+
+def _iso(day: pd.Timestamp | None) -> str | None:
+    return day.date().isoformat() if day is not None else None
 
 
 def _round(value: float) -> float | None:

@@ -1,0 +1,111 @@
+"""Load `greengpu plan` settings files (forecasts/plan.yaml is one): inputs, sizing rules and the
+planning inputs beyond history (projects, efficiency gains, expected growth, a buffer factor).
+
+Every error names file, line and key. Relative paths are relative to the settings file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from greengpu.config.fields import Fields
+from greengpu.config.yamlsource import PathKey, YamlDocument, load_yaml_file
+from greengpu.forecast.plan import EfficiencyGain, PlanInputs, Project
+
+KEYS = ("history", "trace", "trace_format", "cluster", "horizon", "lead_time", "target_utilisation",
+        "redundancy_gpus", "max_wait_probability", "growth_window", "growth_gpus_per_month", "buffer_factor",
+        "projects", "efficiency")
+PERCENT = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*%\s*$")
+
+
+@dataclass(frozen=True)
+class PlanFile:
+    values: dict[str, Any]
+    """Plain settings (paths resolved); absent keys are absent."""
+    inputs: PlanInputs
+
+
+def _date(doc: YamlDocument, path: PathKey, value: Any) -> pd.Timestamp:
+    if isinstance(value, dt.date):
+        return pd.Timestamp(value)
+    if isinstance(value, str):
+        try:
+            return pd.Timestamp(dt.date.fromisoformat(value.strip()))
+        except ValueError:
+            pass
+    raise doc.error(path, f"expected a date such as 2027-01-15, got {value!r}")
+
+
+def _change(fields: Fields, key: str) -> float:
+    value = fields.raw(key)
+    if isinstance(value, str) and (match := PERCENT.match(value)):
+        change = float(match.group(1)) / 100.0
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        change = float(value)
+    else:
+        raise fields.error(key, f"expected a change such as -15% or -0.15, got {value!r}")
+    if not -0.95 <= change <= 10.0:
+        raise fields.error(key, f"must be between -95% and +1000%, got {change:+.0%}")
+    return change
+
+
+def _projects(fields: Fields) -> tuple[Project, ...]:
+    projects = []
+    for path, item in fields.items("projects"):
+        project = Fields(fields.doc, path, item)
+        project.reject_unknown(("name", "gpus", "start", "end"))
+        name = project.string("name", required=True) or ""
+        gpus = project.req_number("gpus", minimum=0)
+        start = _date(fields.doc, (*path, "start"), project.raw("start"))
+        end = _date(fields.doc, (*path, "end"), project.raw("end")) if project.has("end") else None
+        if end is not None and end <= start:
+            raise project.error("end", f"must be after start ({start.date()})")
+        projects.append(Project(name, gpus, start, end))
+    return tuple(projects)
+
+
+def _efficiency(fields: Fields) -> tuple[EfficiencyGain, ...]:
+    gains = []
+    for path, item in fields.items("efficiency"):
+        gain = Fields(fields.doc, path, item)
+        gain.reject_unknown(("name", "change", "start"))
+        if not gain.has("change"):
+            raise gain.error("change", "missing required key")
+        gains.append(EfficiencyGain(gain.string("name", required=True) or "", _change(gain, "change"),
+                                    _date(fields.doc, (*path, "start"), gain.raw("start"))))
+    return tuple(gains)
+
+
+def load_plan_file(path: str | Path) -> PlanFile:
+    document = load_yaml_file(path)
+    fields = Fields(document, (), document.value)
+    fields.reject_unknown(KEYS)
+    base = Path(path).parent
+    values: dict[str, Any] = {}
+    for key in ("history", "trace", "cluster"):
+        if fields.has(key):
+            values[key] = str(base / (fields.string(key) or ""))
+    if fields.has("trace_format"):
+        values["trace_format"] = fields.string("trace_format", choices=("csv", "philly", "sacct"))
+    for key in ("horizon", "lead_time", "growth_window"):
+        if fields.has(key):
+            values[key] = fields.string(key)
+    if fields.has("target_utilisation"):
+        values["target_utilisation"] = fields.number("target_utilisation", minimum=0.05, maximum=1.0)
+    if fields.has("redundancy_gpus"):
+        values["redundancy_gpus"] = fields.integer("redundancy_gpus", minimum=0)
+    if fields.has("max_wait_probability"):
+        values["max_wait_probability"] = fields.number("max_wait_probability", minimum=0.0001, maximum=1.0)
+    if fields.has("history") and fields.has("trace"):
+        raise fields.error("trace", "give history or trace, not both")
+    growth = fields.number("growth_gpus_per_month")
+    buffer = fields.number("buffer_factor", 1.0, minimum=1.0, maximum=10.0)
+    inputs = PlanInputs(projects=_projects(fields), efficiency=_efficiency(fields), buffer_factor=buffer or 1.0,
+                        growth_gpus_per_month=growth)
+    return PlanFile(values, inputs)

@@ -1,0 +1,153 @@
+"""`greengpu plan --html FILE`: one self-contained page (inline SVG charts, inline CSS, no scripts, no
+external links) from the plan's JSON payload.
+
+Byte-identical for the same input: matplotlib's SVG ids come from a fixed `svg.hashsalt`, its Date
+metadata is dropped, text stays text (`svg.fonttype: none`, so no font glyph paths whose order could
+vary), and the page carries no generation time.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from greengpu.errors import BadInput
+from greengpu.report.plan_text import growth_text
+
+# Typed Any: matplotlib's stubs want literal rc keys, and these are literal rc keys.
+SVG_RC: Any = {"svg.hashsalt": "greengpu-plan", "svg.fonttype": "none", "font.family": "DejaVu Sans",
+          "font.size": 9.0, "axes.spines.top": False, "axes.spines.right": False}
+COLOURS = {"history": "#4a4a4a", "forecast": "#1f6fb4", "band95": "#cfe2f3", "band80": "#9fc5e8",
+           "upper": "#e69138", "required": "#cc0000", "installed": "#38761d", "default": "#38761d",
+           "always-on": "#999999"}
+
+
+def _svg(figure: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": "greengpu"}, bbox_inches="tight")
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG sits inside HTML
+
+
+def _finish(figure: Any, axes: Any) -> None:
+    """GPUs from zero with headroom, so a line at the top is not lost in the frame; the legend above."""
+    axes.set_ylabel("GPUs")
+    axes.set_ylim(0, axes.get_ylim()[1] * 1.08)
+    axes.legend(loc="lower left", bbox_to_anchor=(0.0, 1.01), fontsize=7.5, frameon=False, ncol=3)
+    figure.autofmt_xdate()
+
+
+def demand_chart(payload: dict[str, Any]) -> str:
+    """The last two weeks of hourly demand and the next 24 hours with calibrated 80% and 95% bands."""
+    import matplotlib.pyplot as plt
+
+    recent = payload["history"]["recent"]
+    ahead = pd.DataFrame(payload["day_ahead"])
+    figure, axes = plt.subplots(figsize=(9.0, 3.2))
+    axes.plot(pd.to_datetime([t for t, _ in recent]), [v for _, v in recent], color=COLOURS["history"],
+              linewidth=0.9, label="demand (busy + pending GPUs)")
+    if len(ahead):
+        times = pd.to_datetime(ahead["time"])
+        axes.fill_between(times, ahead["lower_95"], ahead["upper_95"], color=COLOURS["band95"], label="95% band")
+        axes.fill_between(times, ahead["lower_80"], ahead["upper_80"], color=COLOURS["band80"], label="80% band")
+        axes.plot(times, ahead["gpus"], color=COLOURS["forecast"], linewidth=1.4,
+                  label=f"forecast ({payload['forecast']['model']})")
+    installed = payload["capacity"]["installed_gpus"]
+    if installed:
+        axes.axhline(installed, color=COLOURS["installed"], linestyle="--", linewidth=1.0, label="installed GPUs")
+    _finish(figure, axes)
+    return _svg(figure)
+
+
+def capacity_chart(payload: dict[str, Any]) -> str:
+    """Daily peaks so far, the planned peak and upper peak, GPUs required, and the installed line."""
+    import matplotlib.pyplot as plt
+
+    peaks = payload["history"]["daily_peaks"]
+    days = pd.DataFrame(payload["days"])
+    capacity = payload["capacity"]
+    figure, axes = plt.subplots(figsize=(9.0, 3.4))
+    axes.plot(pd.to_datetime([d for d, _ in peaks]), [v for _, v in peaks], color=COLOURS["history"],
+              linewidth=1.0, marker=".", markersize=3, label="daily peak demand")
+    if len(days):
+        when = pd.to_datetime(days["day"])
+        axes.plot(when, days["peak_gpus"], color=COLOURS["forecast"], linewidth=1.2, label="planned peak")
+        axes.plot(when, days["upper_peak_gpus"], color=COLOURS["upper"], linewidth=1.2,
+                  label="upper peak (95%, with inputs)")
+        axes.step(when, days["required_gpus"], where="post", color=COLOURS["required"], linewidth=1.4,
+                  label=f"GPUs required at {capacity['target_utilisation']:.0%}")
+    if capacity["installed_gpus"]:
+        axes.axhline(capacity["installed_gpus"], color=COLOURS["installed"], linestyle="--", linewidth=1.0,
+                     label="installed GPUs")
+    for key, label in (("run_out_date", "run out"), ("order_by_date", "order by")):
+        if capacity[key]:
+            when_line: Any = pd.Timestamp(capacity[key])  # matplotlib's date converter takes it; its stubs say float
+            axes.axvline(when_line, color="#666666", linestyle=":", linewidth=1.0)
+            axes.annotate(f"{label} {capacity[key]}", (pd.Timestamp(capacity[key]), 0), rotation=90,
+                          fontsize=7, va="bottom", ha="right", xytext=(-2, 4), textcoords="offset points")
+    _finish(figure, axes)
+    return _svg(figure)
+
+
+def savings_chart(savings: dict[str, Any]) -> str:
+    """always-on against default: facility energy, cost and CO2, side by side."""
+    import matplotlib.pyplot as plt
+
+    figure, all_axes = plt.subplots(1, 3, figsize=(9.0, 2.6))
+    for axes, (key, label) in zip(all_axes, (("energy_kwh", "energy (kWh)"), ("cost", "cost"),
+                                             ("co2_kg", "CO2 (kg)")), strict=True):
+        names = ["always-on", "default"]
+        values = [float(savings[name][key]) for name in names]
+        bars = axes.bar(names, values, color=[COLOURS[n] for n in names])
+        axes.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=7)
+        axes.set_title(label, fontsize=9)
+        axes.set_yticks([])
+        axes.spines["left"].set_visible(False)
+    figure.tight_layout()
+    return _svg(figure)
+
+
+TEMPLATE = "plan.html.j2"
+
+PHILLY_CREDIT = ("derived from the Philly trace (Microsoft, CC BY 4.0; Jeon et al., USENIX ATC'19) via the "
+                 "Pollux artifact (petuum/adaptdl, Apache-2.0).")
+
+
+def render_plan_html(payload: dict[str, Any]) -> str:
+    import jinja2
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with matplotlib.rc_context(SVG_RC):
+        demand_svg = demand_chart(payload)
+        capacity_svg = capacity_chart(payload)
+        savings_svg = savings_chart(payload["savings"]) if payload.get("savings") else ""
+    environment = jinja2.Environment(loader=jinja2.PackageLoader("greengpu.report", "templates"),
+                                     autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    scenarios = payload["scenarios"]
+    source = str(payload["history"]["source"]).lower()
+    return environment.get_template(TEMPLATE).render(
+        **{**payload, "savings": payload.get("savings")}, demand_svg=demand_svg, capacity_svg=capacity_svg,
+        savings_svg=savings_svg,
+        quantiles=sorted({r["quantile"] for r in scenarios}),
+        utilisations=sorted({r["target_utilisation"] for r in scenarios}),
+        scenario={(r["quantile"], r["target_utilisation"]): r for r in scenarios},
+        credit=PHILLY_CREDIT if "philly" in source else "",
+        pct=lambda v: "n/a" if v is None else f"{v:.0%}",
+        num=lambda v, digits: "n/a" if v is None else f"{v:.{digits}f}",
+        growth_text=growth_text(payload["inputs"], payload["growth"]),
+    )
+
+
+def write_plan_html(payload: dict[str, Any], path: str) -> None:
+    text = render_plan_html(payload)
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise BadInput(f"--html {path}: cannot write: {error.strerror}") from None

@@ -1,0 +1,149 @@
+"""Planning inputs beyond history (projects, efficiency gains, expected growth, a buffer factor), the
+scenario table, the day-ahead bands, and the settings file's located errors."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from greengpu.config.plan_settings import load_plan_file
+from greengpu.errors import ConfigError
+from greengpu.forecast.models import BASELINES
+from greengpu.forecast.plan import EfficiencyGain, PlanInputs, PlanSettings, Project, make_plan
+
+FLAT = PlanSettings(horizon_days=60, lead_time_days=14, target_utilisation=1.0, redundancy_gpus=0,
+                    max_wait_probability=1.0, models=BASELINES)
+
+
+def steady(days: int = 28, level: float = 100.0) -> pd.Series:
+    """The same daily shape every day: peaks exactly `level`, so the upper offset is 0."""
+    index = pd.date_range("2026-03-02", periods=days * 24, freq="h", tz="UTC")
+    hour = np.arange(len(index)) % 24
+    return pd.Series(level - 40.0 * (hour < 8), index=index)
+
+
+def day_row(result: object, day: str) -> dict[str, object]:
+    return next(d for d in result.days if d["day"] == day)  # type: ignore[attr-defined]
+
+
+def test_no_inputs_plans_the_measured_peak() -> None:
+    result = make_plan(steady(), 500, FLAT)
+    assert result.growth["upper_offset_gpus"] == 0.0
+    assert {d["required_gpus"] for d in result.days} == {100}
+    assert result.inputs["buffer_factor"] == 1.0 and result.inputs["projects"] == []
+
+
+def test_projects_efficiency_and_buffer_apply_from_their_dates() -> None:
+    inputs = PlanInputs(
+        projects=(Project("llm", 30.0, pd.Timestamp("2026-04-10"), pd.Timestamp("2026-04-20")),),
+        efficiency=(EfficiencyGain("int8", -0.2, pd.Timestamp("2026-04-05")),),
+        buffer_factor=1.1)
+    result = make_plan(steady(), 500, FLAT, inputs)
+    # Before the gain: 100 x 1.1 buffer.
+    assert day_row(result, "2026-04-01")["required_gpus"] == 110
+    # Gain: 100 x 0.8 = 80, x 1.1 = 88.
+    assert day_row(result, "2026-04-05")["required_gpus"] == 88
+    assert day_row(result, "2026-04-05")["peak_gpus"] == 80.0
+    # Project on top of the reduced organic demand: (80 + 30) x 1.1 = 121, until its end (exclusive).
+    assert day_row(result, "2026-04-10")["required_gpus"] == 121
+    assert day_row(result, "2026-04-19")["required_gpus"] == 121
+    assert day_row(result, "2026-04-20")["required_gpus"] == 88
+    assert result.capacity["required_gpus"] == 121
+    summary = result.inputs
+    assert summary["projects"] == [{"name": "llm", "gpus": 30.0, "start": "2026-04-10", "end": "2026-04-20"}]
+    assert summary["efficiency"] == [{"name": "int8", "change": -0.2, "start": "2026-04-05"}]
+    assert summary["buffer_factor"] == 1.1
+
+
+def test_expected_growth_replaces_the_measured_one() -> None:
+    result = make_plan(steady(), 500, FLAT, PlanInputs(growth_gpus_per_month=30.4375))  # 1 GPU a day
+    assert result.growth["peak_growth_gpus_per_day"] == pytest.approx(1.0)
+    assert result.inputs["measured_growth_gpus_per_month"] == 0.0
+    assert result.inputs["used_growth_gpus_per_month"] == pytest.approx(30.44, abs=0.01)
+    # Day 10 of the horizon needs 100 + 10 GPUs.
+    assert result.days[9]["required_gpus"] == 110
+
+
+def test_scenarios_cover_quantiles_by_utilisation_and_order_sensibly() -> None:
+    rng = np.random.default_rng(3)
+    base = steady(days=35)
+    series = base + rng.integers(0, 30, len(base))  # peaks vary day to day: quantiles differ
+    settings = PlanSettings(horizon_days=30, target_utilisation=0.7, max_wait_probability=1.0, models=BASELINES)
+    result = make_plan(series, 150, settings)
+    table = {(r["quantile"], r["target_utilisation"]): r for r in result.scenarios}
+    assert set(table) == {(q, u) for q in (0.5, 0.8, 0.95) for u in (0.5, 0.65, 0.7, 0.8)}
+    for u in (0.5, 0.65, 0.7, 0.8):
+        assert table[(0.5, u)]["required_gpus"] <= table[(0.8, u)]["required_gpus"] <= table[(0.95, u)]["required_gpus"]
+    for q in (0.5, 0.8, 0.95):
+        needs = [table[(q, u)]["required_gpus"] for u in (0.5, 0.65, 0.7, 0.8)]
+        assert needs == sorted(needs, reverse=True)
+    # The chosen settings' row is the plan itself.
+    assert table[(0.95, 0.7)]["required_gpus"] == result.capacity["required_gpus"]
+    assert table[(0.95, 0.7)]["run_out_date"] == result.capacity["run_out_date"]
+
+
+def test_day_ahead_has_nested_calibrated_bands() -> None:
+    index = pd.date_range("2026-03-02", periods=28 * 24, freq="h", tz="UTC")
+    rng = np.random.default_rng(5)
+    series = pd.Series(200 + 50 * np.sin(2 * np.pi * np.arange(len(index)) / 24) + rng.normal(0, 8, len(index)),
+                       index=index)
+    result = make_plan(series, 500, FLAT)
+    assert len(result.day_ahead) == 24
+    assert result.day_ahead[0]["time"] == "2026-03-30T00:00:00+00:00"
+    for row in result.day_ahead:
+        assert row["lower_95"] <= row["lower_80"] <= row["upper_80"] <= row["upper_95"]
+        assert row["lower_95"] < row["gpus"] < row["upper_95"]
+    widths = [row["upper_95"] - row["lower_95"] for row in result.day_ahead]
+    assert min(widths) > 10  # noise of sd 8: a 95% band at least +-1.3 sd wide
+
+
+def test_settings_file_is_read_with_dates_percentages_and_relative_paths(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text("history: demand.csv\nhorizon: 30d\nbuffer_factor: 1.25\ngrowth_gpus_per_month: 12\n"
+                    "projects:\n  - {name: a, gpus: 8, start: 2027-01-04, end: '2027-02-01'}\n"
+                    "efficiency:\n  - {name: quantization, change: -15%, start: 2027-01-01}\n"
+                    "  - {name: bigger models, change: 0.1, start: '2027-03-01'}\n")
+    loaded = load_plan_file(path)
+    assert loaded.values == {"history": str(tmp_path / "demand.csv"), "horizon": "30d"}
+    assert loaded.inputs.buffer_factor == 1.25 and loaded.inputs.growth_gpus_per_month == 12
+    assert loaded.inputs.projects == (Project("a", 8.0, pd.Timestamp("2027-01-04"), pd.Timestamp("2027-02-01")),)
+    assert [(g.name, g.change) for g in loaded.inputs.efficiency] == [("quantization", -0.15), ("bigger models", 0.1)]
+    assert math.isclose(loaded.inputs.efficiency[0].change, -0.15)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("projects:\n  - {name: a, gpus: 8, start: soon}\n", ":2: projects[0].start: expected a date such as 2027-01-15"),
+    ("projects:\n  - {name: a, gpus: -1, start: 2027-01-01}\n", ":2: projects[0].gpus: must be at least 0"),
+    ("projects:\n  - name: a\n    gpus: 4\n    start: 2027-02-01\n    end: 2027-01-01\n",
+     ":5: projects[0].end: must be after start (2027-02-01)"),
+    ("efficiency:\n  - {name: q, change: lots, start: 2027-01-01}\n",
+     ":2: efficiency[0].change: expected a change such as -15% or -0.15, got 'lots'"),
+    ("efficiency:\n  - {name: q, change: -150%, start: 2027-01-01}\n",
+     ":2: efficiency[0].change: must be between -95% and +1000%"),
+    ("buffer_factor: 0.5\n", ":1: buffer_factor: must be at least 1, got 0.5"),
+    ("horizon: 30d\nbufer_factor: 1.2\n", ":2: bufer_factor: unknown key"),
+])
+def test_bad_settings_name_file_line_and_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        load_plan_file(path)
+    assert str(raised.value).startswith(f"{path}{message}")
+
+
+def test_bad_settings_exit_2_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text("history: missing.csv\nefficiency:\n  - {name: q, change: lots, start: 2027-01-01}\n")
+    done = subprocess.run([sys.executable, "-m", "greengpu", "plan", "--settings", str(path)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"greengpu: {path}:3: efficiency[0].change: expected a change")
