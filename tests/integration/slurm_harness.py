@@ -211,8 +211,9 @@ PartitionName=gpu Nodes={self.nodes[0][:-1]}[1-{len(self.nodes)}] Default=YES Ma
     # --- queries -------------------------------------------------------------------------------
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        # cwd: sbatch writes each job's slurm-N.out in its working directory; keep it in the test's tree.
         return subprocess.run([_binary(argv[0]), *argv[1:]], env=self.env, capture_output=True, text=True,
-                              timeout=30, check=check)
+                              timeout=30, check=check, cwd=self.root)
 
     def states(self) -> dict[str, set[str]]:
         out = self.run("scontrol", "-o", "show", "node", check=False).stdout
