@@ -25,6 +25,7 @@ Method (docs/FORECAST.md):
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,8 +180,10 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
     prepared = prepare(history, capacity=float(installed_gpus) if installed_gpus else None)
     series = prepared.series
     flags = list(prepared.flags)
+    started = time.perf_counter()
     backtest = run_backtest(series, horizon_h=DAY_H, origins=settings.origins, min_train_h=14 * DAY_H,
                             models=settings.models)
+    backtest_s = time.perf_counter() - started
     flags += backtest.notes
     choice = choose(backtest)
     calibration = calibrate(backtest, choice.model)
@@ -217,7 +220,8 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
                   "wins": choice.wins, "shipped_candidate": choice.shipped_candidate, "reason": choice.reason,
                   "coverage_80": _round(calibration.coverage[0.8]), "coverage_95": _round(calibration.coverage[0.95]),
                   "models": {m.name: _round(m.mase) for m in backtest.models.values()},
-                  "fit_s": {m.name: _round(m.fit_s) for m in backtest.models.values()}},
+                  "fit_s": {m.name: _round(m.fit_s) for m in backtest.models.values()},
+                  "backtest_s": round(backtest_s, 2)},
         capacity={"installed_gpus": installed_gpus, "required_gpus": required,
                   "run_out_date": _iso(run_out), "order_by_date": _iso(order_by),
                   "target_utilisation": settings.target_utilisation, "redundancy_gpus": settings.redundancy_gpus,
