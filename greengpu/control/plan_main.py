@@ -138,7 +138,7 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
         growth_window_days=parse_days(given.get("growth_window") or "4w", "growth_window"),
     )
     if options.baselines_only:
-        settings = replace(settings, models=BASELINES)
+        settings = replace(settings, models=BASELINES, daily_candidates=False)
     # The two savings replays run in worker processes while this one backtests: on a trace they take
     # as long as the forecast, and a laptop has cores to spare.
     replays = _start_savings(cluster, jobs) if jobs is not None and cluster is not None else None

@@ -69,14 +69,18 @@ class NodeView:
     """When the node last became free of work; None while it holds work."""
 
 
-def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float) -> int:
-    """Free GPUs to keep awake: the fixed floor, or a share of the GPUs in use, whichever is more.
+def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_headroom_gpus: int = 0) -> int:
+    """Free GPUs to keep awake: the fixed floor, a share of the GPUs in use, and (with `use_forecast`)
+    the forecast's headroom, whichever is most.
 
     Demand arrives in bursts (a sweep of hundreds of one-GPU jobs), and bursts come when the
     cluster is busy: a reserve that follows use keeps them from waiting a boot at busy times and
-    costs little at quiet ones (docs/SLEEP.md has the Philly figures).
+    costs little at quiet ones (docs/SLEEP.md has the Philly figures). The forecast's headroom
+    (greengpu.forecast.reserve: the calibrated upper rise of demand at this hour of day, less what has
+    already arrived) wakes nodes before a daily ramp.
     """
-    return max(policy.warm_reserve_gpus, math.ceil(policy.warm_reserve_busy_fraction * busy_gpus - 1e-9))
+    headroom = forecast_headroom_gpus if policy.use_forecast else 0
+    return max(policy.warm_reserve_gpus, math.ceil(policy.warm_reserve_busy_fraction * busy_gpus - 1e-9), headroom)
 
 
 def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, *, blocked_pending: bool,

@@ -105,7 +105,10 @@ def pinball(actual: np.ndarray, quantile_forecast: np.ndarray, tau: float) -> fl
 
 
 def run_backtest(series: pd.Series, horizon_h: int = DAY_H, origins: int = 12, min_train_h: int = 7 * DAY_H,
-                 models: Sequence[ModelSpec] = BASELINES + CANDIDATES) -> Backtest:
+                 models: Sequence[ModelSpec] = BASELINES + CANDIDATES, season: int = DAY_H,
+                 candidate_window: int | None = CANDIDATE_WINDOW_H) -> Backtest:
+    """Every model from every origin. `horizon_h`, `min_train_h`, `season` (the MASE scale's and the
+    fallback's) and `candidate_window` are in steps of the series: hours, or days for daily peaks."""
     values = series.to_numpy(dtype=float)
     cuts = origin_positions(len(values), horizon_h, origins, min_train_h)
     notes = []
@@ -118,14 +121,15 @@ def run_backtest(series: pd.Series, horizon_h: int = DAY_H, origins: int = 12, m
         for cut, actual in zip(cuts, actuals, strict=True):
             # Candidates fit on the last CANDIDATE_WINDOW_H hours only: fit time grows with the
             # history, and three weeks hold both seasonalities (the weekly one three times).
-            first = max(0, cut - CANDIDATE_WINDOW_H) if spec.kind == "candidate" else 0
+            windowed = spec.kind == "candidate" and candidate_window is not None
+            first = max(0, cut - candidate_window) if windowed and candidate_window is not None else 0
             history = series.iloc[first:cut]
             start = time.perf_counter()
-            result = guarded(spec, history, horizon_h)
+            result = guarded(spec, history, horizon_h, season)
             elapsed += time.perf_counter() - start
             fallbacks += result.fell_back
             forecasts.append(result.values)
-            per_origin.append(float(np.mean(np.abs(actual - result.values))) / mase_scale(values[:cut]))
+            per_origin.append(float(np.mean(np.abs(actual - result.values))) / mase_scale(values[:cut], season))
             smapes.append(smape(actual, result.values))
         results[spec.name] = ModelBacktest(
             spec.name, spec.kind, float(np.mean(per_origin)) if per_origin else float("nan"),

@@ -50,7 +50,7 @@ def drift(history: pd.Series, horizon: int) -> np.ndarray:
     return np.asarray(values[-1] + slope * np.arange(1, horizon + 1), dtype=float)
 
 
-def _quiet(fit: Callable[[], np.ndarray]) -> np.ndarray:
+def quiet(fit: Callable[[], np.ndarray]) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence chatter; the guard judges the result
         return fit()
@@ -65,7 +65,7 @@ def ets(history: pd.Series, horizon: int) -> np.ndarray:
         result = model.fit(disp=False, maxiter=200)
         return np.asarray(result.forecast(horizon), dtype=float)
 
-    return _quiet(fit)
+    return quiet(fit)
 
 
 def unobserved_components(history: pd.Series, horizon: int) -> np.ndarray:
@@ -79,7 +79,7 @@ def unobserved_components(history: pd.Series, horizon: int) -> np.ndarray:
         result = model.fit(disp=False, maxiter=100)
         return np.asarray(result.forecast(horizon), dtype=float)
 
-    return _quiet(fit)
+    return quiet(fit)
 
 
 def sarimax(history: pd.Series, horizon: int) -> np.ndarray:
@@ -91,7 +91,7 @@ def sarimax(history: pd.Series, horizon: int) -> np.ndarray:
         result = model.fit(disp=False, maxiter=100)
         return np.asarray(result.forecast(horizon), dtype=float)
 
-    return _quiet(fit)
+    return quiet(fit)
 
 
 BASELINES = (
@@ -113,18 +113,22 @@ class GuardedForecast:
     reason: str = ""
 
 
-def guarded(spec: ModelSpec, history: pd.Series, horizon: int) -> GuardedForecast:
-    """`spec`'s forecast, or the seasonal naive one when it fails, is not finite, or is absurd."""
+def guarded(spec: ModelSpec, history: pd.Series, horizon: int, season: int = DAY_H) -> GuardedForecast:
+    """`spec`'s forecast, or the seasonal naive one (`season` steps) when it fails, is not finite, or is
+    absurd."""
+    def fallback() -> np.ndarray:
+        return seasonal_naive(history, horizon, season)
+
     try:
         values = spec.forecast(history, horizon)
     except Exception as error:  # a statsmodels fit can fail in many ways; all mean "use the baseline"
-        return GuardedForecast(seasonal_naive(history, horizon), True, f"{spec.name} failed: {error}")
+        return GuardedForecast(fallback(), True, f"{spec.name} failed: {error}")
     observed = history.to_numpy(dtype=float)
     span = max(1.0, float(np.nanmax(observed) - np.nanmin(observed)))
     low, high = float(np.nanmin(observed)) - ABSURD_FACTOR * span, float(np.nanmax(observed)) + ABSURD_FACTOR * span
     if values.shape != (horizon,) or not np.all(np.isfinite(values)):
-        return GuardedForecast(seasonal_naive(history, horizon), True, f"{spec.name}: non-finite forecast")
+        return GuardedForecast(fallback(), True, f"{spec.name}: non-finite forecast")
     if values.min() < low or values.max() > high:
-        return GuardedForecast(seasonal_naive(history, horizon), True, f"{spec.name}: forecast outside "
+        return GuardedForecast(fallback(), True, f"{spec.name}: forecast outside "
                                f"[{low:.0f}, {high:.0f}]")
     return GuardedForecast(values, False)

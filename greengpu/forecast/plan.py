@@ -34,6 +34,7 @@ import pandas as pd
 
 from greengpu.forecast.backtest import CANDIDATE_WINDOW_H, Calibration, calibrate, choose, prepare, run_backtest
 from greengpu.forecast.capacity import gpus_needed, servers_for_wait
+from greengpu.forecast.daily import DailyForecast, forecast_daily_peaks, theil_sen_slope
 from greengpu.forecast.models import BASELINES, CANDIDATES, DAY_H, ModelSpec, guarded
 
 SCENARIO_QUANTILES = (0.5, 0.8, 0.95)
@@ -51,6 +52,8 @@ class PlanSettings:
     growth_window_days: int = 28
     allow_decline: bool = False
     models: tuple[ModelSpec, ...] = BASELINES + CANDIDATES
+    daily_candidates: bool = True
+    """Backtest the statsmodels candidates on daily peaks too (greengpu.forecast.daily)."""
 
 
 @dataclass(frozen=True)
@@ -94,15 +97,6 @@ class PlanResult:
     """The next 24 hours: point forecast and calibrated 80% and 95% bands."""
 
 
-def theil_sen_slope(values: np.ndarray) -> float:
-    """Median of pairwise slopes (per step): one burst cannot tilt it."""
-    n = len(values)
-    if n < 2:
-        return 0.0
-    i, j = np.triu_indices(n, k=1)
-    return float(np.median((values[j] - values[i]) / (j - i)))
-
-
 def peak_upper_offset(daily_peaks: np.ndarray, level: float = 0.95, lookback_days: int = 7) -> float:
     """How far a day's peak rises above the median of the previous week's peaks, at `level`.
 
@@ -128,6 +122,8 @@ class PeakModel:
     slope_per_day: float
     mean_ratio: float
     """Median daily mean over median daily peak: the Erlang-C check's mean demand per peak GPU."""
+    path: np.ndarray | None = None
+    """A daily model's peak for each day ahead (it replaces level + slope x days when it ships)."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +152,12 @@ def plan_days(days: pd.DatetimeIndex, peaks: PeakModel, upper_offset: float, tar
     planned = []
     for ahead, day in enumerate(days, start=1):
         day_naive = day.tz_localize(None) if day.tz is not None else day
-        organic = max(0.0, peaks.level + peaks.slope_per_day * ahead)
+        if peaks.path is not None and ahead <= len(peaks.path):
+            organic = float(peaks.path[ahead - 1])
+            if not settings.allow_decline:
+                organic = max(organic, peaks.level)
+        else:
+            organic = max(0.0, peaks.level + peaks.slope_per_day * ahead)
         factor = efficiency_factor(day_naive, inputs.efficiency)
         extra = project_gpus(day_naive, inputs.projects)
         peak = organic * factor + extra
@@ -203,7 +204,9 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
     upper_offset = offsets[0.95]
     daily_mean = series.resample("D").mean().dropna()
     mean_level = float(np.median(daily_mean.to_numpy(dtype=float)[-7:]))
-    peaks = PeakModel(level, slope, mean_level / level if level > 0 else 1.0)
+    daily = forecast_daily_peaks(daily_peaks, settings.horizon_days, settings.origins, settings.daily_candidates)
+    path = daily.path if inputs.growth_gpus_per_month is None else None
+    peaks = PeakModel(level, slope, mean_level / level if level > 0 else 1.0, path)
 
     start = series.index[-1].normalize() + pd.Timedelta(days=1)
     days = pd.date_range(start, periods=settings.horizon_days, freq="D")
@@ -221,7 +224,8 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
                   "coverage_80": _round(calibration.coverage[0.8]), "coverage_95": _round(calibration.coverage[0.95]),
                   "models": {m.name: _round(m.mase) for m in backtest.models.values()},
                   "fit_s": {m.name: _round(m.fit_s) for m in backtest.models.values()},
-                  "backtest_s": round(backtest_s, 2)},
+                  "backtest_s": round(backtest_s, 2),
+                  "daily": _daily_summary(daily, path is not None)},
         capacity={"installed_gpus": installed_gpus, "required_gpus": required,
                   "run_out_date": _iso(run_out), "order_by_date": _iso(order_by),
                   "target_utilisation": settings.target_utilisation, "redundancy_gpus": settings.redundancy_gpus,
@@ -238,6 +242,16 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
                "required_gpus": d.required} for d in planned],
         day_ahead=_day_ahead(series, choice.model, settings.models, calibration),
     )
+
+
+def _daily_summary(daily: DailyForecast, used: bool) -> dict[str, Any]:
+    choice = daily.choice
+    return {"model": choice.model if choice else "peak_trend", "shipped_candidate": used,
+            "mase": _round(choice.mase) if choice else None,
+            "baseline": choice.baseline if choice else None,
+            "baseline_mase": _round(choice.baseline_mase) if choice else None,
+            "origins": choice.origins if choice else 0,
+            "models": {name: _round(value) for name, value in daily.mase.items()}, "note": daily.note}
 
 
 def _months(planned: list[PlannedDay]) -> list[dict[str, Any]]:

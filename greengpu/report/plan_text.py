@@ -28,6 +28,7 @@ def render_text(payload: dict[str, Any]) -> None:
     console.print(f"Daily peak demand now {growth['peak_level_gpus']:g} GPUs, growing "
                   f"{growth['peak_growth_gpus_per_day']:g} GPUs/day (Theil-Sen over {growth['window_days']:g} days); "
                   f"upper band +{growth['upper_offset_gpus']:g} GPUs.")
+    console.print(f"Long horizon: {forecast['daily']['note']}.")
     console.print(_inputs_table(payload["inputs"], growth))
     months = Table(title=f"GPUs needed (target utilisation {capacity['target_utilisation']:.0%}, "
                          f"+{capacity['redundancy_gpus']} spare, P(wait) <= {capacity['max_wait_probability']:.0%})")

@@ -30,6 +30,7 @@ from greengpu.energy.sleep import (
     warm_reserve_target_gpus,
 )
 from greengpu.energy.wake_verify import WakeStage, WakeTrack, advance, next_due_s, start_wake
+from greengpu.forecast.reserve import HOUR_S, DemandRiseForecaster
 from greengpu.model import (
     GPU_UNITS,
     Cluster,
@@ -61,7 +62,7 @@ CLASS_WAIT_SLA_S = {"inference": 300.0, "interactive": 300.0}
 """Longest wait before an inference or interactive job counts as an SLA violation."""
 
 _READY = (PowerState.AWAKE, PowerState.WAKING)
-_ARRIVE, _FINISH, _WAKE_DONE, _SUSPEND_DONE, _IDLE_CHECK, _TICK, _WAKE_CHECK = range(7)
+_ARRIVE, _FINISH, _WAKE_DONE, _SUSPEND_DONE, _IDLE_CHECK, _TICK, _WAKE_CHECK, _HOUR = range(8)
 
 
 @dataclass
@@ -138,6 +139,10 @@ class Simulation:
         self.host_w = 0.0
         self.allocated_gpus = 0.0
         self.gpu_hours_allocated = 0.0
+        self.offered_gpus = 0.0
+        """Running + pending GPUs: the demand the forecast-driven warm reserve follows."""
+        self.rise_forecast = (DemandRiseForecaster() if policy.sleep.enabled and policy.sleep.use_forecast
+                              else None)
         self.first_start: dict[str, float] = {}
         self.run_s: dict[str, float] = {}
         self.segment_start: dict[str, float] = {}
@@ -348,7 +353,7 @@ class Simulation:
 
     def _plan_suspends(self, blocked: bool) -> None:
         views = self._idle_awake_views()
-        reserve = warm_reserve_target_gpus(self.policy.sleep, self.allocated_gpus)
+        reserve = self._reserve_target_gpus()
         for action in plan_suspends(self.now_s, views, self.policy.sleep, blocked_pending=blocked,
                                     suspends_last_minute=self._recent(self.suspend_times), reserve_gpus=reserve):
             node = self.nodes[action.node]
@@ -418,7 +423,12 @@ class Simulation:
             if node.power is PowerState.ASLEEP and self.now_s - node.power_since_s >= sleep.min_asleep_s:
                 self._wake(node, action.reason)
                 budget -= 1
-        reserve = warm_reserve_target_gpus(sleep, self.allocated_gpus)
+        self._wake_for_reserve(budget)
+
+    def _wake_for_reserve(self, budget: int) -> None:
+        """Wake sleeping nodes (by name, within `budget`) while the warm reserve is short."""
+        sleep = self.policy.sleep
+        reserve = self._reserve_target_gpus()
         if reserve <= 0:
             return
         # warm_reserve_shortfall_gpus without building a view per node: this runs every cycle.
@@ -527,6 +537,8 @@ class Simulation:
             self._schedule_idle_check(node)
         for index, job in enumerate(self.jobs):
             self._push(job.submit_time_s, _ARRIVE, index)
+        if self.rise_forecast is not None:
+            self._push((math.floor(origin_s / HOUR_S) + 1) * HOUR_S, _HOUR, None)
         self.arrivals_left = len(self.jobs)
         end_s = origin_s + self.until_s if self.until_s is not None else math.inf
         processed = 0
@@ -578,13 +590,16 @@ class Simulation:
             self.pending[job.job_id] = PendingJob(job)
             self.arrivals_left -= 1
             self._dirty = True
+            self._demand_changed(job.gpus)
         elif kind == _FINISH:
             job_id, attempt = data
             if job_id in self.running and self.attempt.get(job_id) == attempt:
+                gpus = self.running[job_id].job.gpus
                 self._stop(job_id)
                 self.completed.add(job_id)
                 self.last_finish_s = self.now_s
                 self._dirty = True
+                self._demand_changed(-gpus)
         elif kind == _WAKE_DONE:
             node = self.nodes[data]
             if node.power is PowerState.WAKING:
@@ -611,6 +626,24 @@ class Simulation:
             if data is None:
                 self._tick_pending = False
             self._dirty = True
+        elif kind == _HOUR:
+            # The forecast's hour turns: its reserve may ask for nodes before any job waits (the ramp).
+            assert self.rise_forecast is not None
+            self.rise_forecast.observe(self.now_s, self.offered_gpus)
+            if self.policy.sleep.enabled and self.asleep_nodes:
+                self._wake_for_reserve(self.policy.sleep.max_wakes_per_min - self._recent(self.wake_times))
+            if self.arrivals_left or self.pending or self.running:
+                self._push(self.now_s + HOUR_S, _HOUR, None)
+
+    def _demand_changed(self, delta_gpus: float) -> None:
+        self.offered_gpus += delta_gpus
+        if self.rise_forecast is not None:
+            self.rise_forecast.observe(self.now_s, self.offered_gpus)
+
+    def _reserve_target_gpus(self) -> int:
+        headroom = (self.rise_forecast.headroom_gpus(self.now_s, self.offered_gpus)
+                    if self.rise_forecast is not None else 0)
+        return warm_reserve_target_gpus(self.policy.sleep, self.allocated_gpus, headroom)
 
     # ------------------------------------------------------------------ results
 

@@ -29,7 +29,7 @@ def six_months_history(path: Path) -> None:
     noise = np.zeros(SIX_MONTHS_H)
     for i in range(1, SIX_MONTHS_H):
         noise[i] = 0.8 * noise[i - 1] + rng.normal(0, 6)
-    weekday = (index.dayofweek < 5).astype(float)
+    weekday = (index.day_of_week < 5).astype(float)
     demand = 180 + 0.25 * t / 24 + 40 * np.sin(2 * np.pi * (t % 24 - 8) / 24) * weekday + 25 * weekday + noise
     busy = np.clip(demand, 0, 400)
     pending = np.clip(demand - 400, 0, None)

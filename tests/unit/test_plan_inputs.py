@@ -4,6 +4,7 @@ scenario table, the day-ahead bands, and the settings file's located errors."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,44 @@ def test_bad_settings_exit_2_with_one_line(tmp_path: Path) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(f"greengpu: {path}:3: efficiency[0].change: expected a change")
+
+
+def test_daily_peak_models_ship_on_a_weekly_shape_and_not_on_noise() -> None:
+    from greengpu.forecast.daily import forecast_daily_peaks
+
+    rng = np.random.default_rng(21)
+    days = pd.date_range("2026-01-05", periods=70, freq="D", tz="UTC")
+    weekday = (days.day_of_week < 5).astype(float)
+    shaped = pd.Series(100 + 1.5 * np.arange(70) + 40 * weekday + rng.normal(0, 2, 70), index=days)
+    result = forecast_daily_peaks(shaped, horizon_days=28, origins=10)
+    assert result.choice is not None and result.choice.origins == 10
+    assert result.choice.shipped_candidate, result.note
+    assert result.path is not None and len(result.path) == 28
+    # The path keeps the weekly shape and the growth: next weeks' weekdays sit ~40 above their weekends.
+    future = pd.date_range(days[-1] + pd.Timedelta(days=1), periods=28, freq="D")
+    weekdays = result.path[np.asarray(future.day_of_week < 5)]
+    weekends = result.path[np.asarray(future.day_of_week >= 5)]
+    assert 25 < weekdays.mean() - weekends.mean() < 55
+    assert result.path[21:].mean() > result.path[:7].mean() + 15  # three weeks of 1.5 GPUs/day growth
+
+    flat = pd.Series(300 + rng.normal(0, 10, 70), index=days)
+    plain = forecast_daily_peaks(flat, horizon_days=28, origins=6)
+    assert plain.choice is not None and not plain.choice.shipped_candidate
+    assert plain.path is None and "shipping the baseline" in plain.note
+
+    short = forecast_daily_peaks(flat.iloc[:30], horizon_days=28, origins=10)
+    assert short.choice is None and "needs 42" in short.note
+
+
+def test_a_shipped_daily_model_drives_the_plan() -> None:
+    index = pd.date_range("2026-01-05", periods=70 * 24, freq="h", tz="UTC")
+    day = np.arange(len(index)) // 24
+    weekday = (index.day_of_week < 5).astype(float)
+    hour_shape = np.sin(np.pi * (np.arange(len(index)) % 24) / 24)  # 0 at midnight, 1 at noon
+    rng = np.random.default_rng(4)
+    series = pd.Series((100 + 1.5 * day + 40 * weekday) * hour_shape + rng.normal(0, 1, len(index)), index=index)
+    result = make_plan(series, 1000, replace(FLAT, horizon_days=28, origins=6))
+    daily = result.forecast["daily"]
+    assert daily["shipped_candidate"] and daily["model"] in ("ets", "unobserved_components")
+    peaks = [d["peak_gpus"] for d in result.days]
+    assert max(peaks) - min(peaks) > 25  # weekdays and weekends differ, as they did in the history

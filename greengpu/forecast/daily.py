@@ -1,0 +1,121 @@
+"""Daily-resolution forecasts of daily peak demand, for the plan's long horizon, under the same gate.
+
+The capacity plan sizes for daily peaks weeks and months ahead; an hourly model is the wrong tool
+there. On the series of daily peaks this backtests, over a 14-day horizon from origins with at least
+28 days of training:
+- baselines: naive (yesterday's peak), seasonal naive (the peak a week before), and `peak_trend`, the
+  plan's own rule (median of the last week's peaks plus the Theil-Sen growth of the last 28 days,
+  floored at zero);
+- candidates: ETS (additive, damped trend, weekly season once three weeks are known) and
+  UnobservedComponents (local linear trend, weekly Fourier season).
+A candidate ships only under the hourly gate (MASE <= 0.95 x the best baseline's and better on at
+least half the origins); its forecast then becomes the plan's path of peaks. Otherwise the plan
+keeps its rule and says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from greengpu.forecast.backtest import Choice, choose, run_backtest
+from greengpu.forecast.models import ModelSpec, guarded, naive, quiet, seasonal_naive
+
+WEEK_D = 7
+HORIZON_D = 14
+MIN_TRAIN_D = 28
+TREND_WINDOW_D = 28
+
+
+def theil_sen_slope(values: np.ndarray) -> float:
+    """Median of pairwise slopes (per step): one burst cannot tilt it."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    i, j = np.triu_indices(n, k=1)
+    return float(np.median((values[j] - values[i]) / (j - i)))
+
+
+def peak_trend(history: pd.Series, horizon: int) -> np.ndarray:
+    values = history.to_numpy(dtype=float)
+    level = float(np.median(values[-WEEK_D:]))
+    slope = max(0.0, theil_sen_slope(values[-TREND_WINDOW_D:]))
+    return np.asarray(level + slope * np.arange(1, horizon + 1), dtype=float)
+
+
+def weekly_naive(history: pd.Series, horizon: int) -> np.ndarray:
+    return seasonal_naive(history, horizon, WEEK_D)
+
+
+def daily_ets(history: pd.Series, horizon: int) -> np.ndarray:
+    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
+
+    def fit() -> np.ndarray:
+        seasonal = "add" if len(history) >= 3 * WEEK_D else None
+        model = ETSModel(history.astype(float), error="add", trend="add", damped_trend=True, seasonal=seasonal,
+                         seasonal_periods=WEEK_D if seasonal else None)
+        return np.asarray(model.fit(disp=False, maxiter=200).forecast(horizon), dtype=float)
+
+    return quiet(fit)
+
+
+def daily_unobserved_components(history: pd.Series, horizon: int) -> np.ndarray:
+    from statsmodels.tsa.statespace.structural import UnobservedComponents
+
+    def fit() -> np.ndarray:
+        model = UnobservedComponents(history.astype(float), level="local linear trend",
+                                     freq_seasonal=[{"period": WEEK_D, "harmonics": 3}])
+        return np.asarray(model.fit(disp=False, maxiter=100).forecast(horizon), dtype=float)
+
+    return quiet(fit)
+
+
+DAILY_BASELINES = (
+    ModelSpec("naive", "baseline", naive),
+    ModelSpec("weekly_naive", "baseline", weekly_naive),
+    ModelSpec("peak_trend", "baseline", peak_trend),
+)
+DAILY_CANDIDATES = (
+    ModelSpec("ets", "candidate", daily_ets),
+    ModelSpec("unobserved_components", "candidate", daily_unobserved_components),
+)
+
+
+@dataclass(frozen=True)
+class DailyForecast:
+    choice: Choice | None
+    """None when the history is too short to backtest."""
+    mase: dict[str, float]
+    path: np.ndarray | None
+    """The shipped candidate's peaks for each day of the horizon; None when a baseline ships."""
+    note: str
+
+
+def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int,
+                         with_candidates: bool = True) -> DailyForecast:
+    """Backtest the daily models on `daily_peaks` (freq D) and, if a candidate ships, its path."""
+    days = len(daily_peaks)
+    if days < MIN_TRAIN_D + HORIZON_D:
+        return DailyForecast(None, {}, None, f"daily peaks: {days} days of history; the daily backtest needs "
+                                             f"{MIN_TRAIN_D + HORIZON_D}, so the plan's trend rule stands")
+    models = DAILY_BASELINES + (DAILY_CANDIDATES if with_candidates else ())
+    backtest = run_backtest(daily_peaks, horizon_h=HORIZON_D, origins=origins, min_train_h=MIN_TRAIN_D,
+                            models=models, season=WEEK_D, candidate_window=None)
+    choice = choose(backtest) if backtest.origins else None
+    mase = {m.name: m.mase for m in backtest.models.values()}
+    if choice is None:
+        return DailyForecast(None, mase, None, "daily peaks: no origin to backtest")
+    note = f"daily peaks ({len(backtest.origins)} origins, {HORIZON_D}-day horizon): {choice.reason}"
+    if not choice.shipped_candidate:
+        rule = f"the plan keeps its trend rule (peak_trend, MASE {mase['peak_trend']:.3f})"
+        if not with_candidates:
+            return DailyForecast(choice, mase, None, f"daily peaks: candidates not run; {rule}")
+        return DailyForecast(choice, mase, None, f"{note}; {rule}")
+    spec = next(m for m in models if m.name == choice.model)
+    result = guarded(spec, daily_peaks, horizon_days, WEEK_D)
+    if result.fell_back:
+        return DailyForecast(choice, mase, None, f"{note}; its fit on the whole history failed ({result.reason}), "
+                                                 "so the plan's trend rule stands")
+    return DailyForecast(choice, mase, np.maximum(result.values, 0.0), note)

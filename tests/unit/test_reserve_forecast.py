@@ -1,0 +1,95 @@
+"""The forecast-driven warm reserve: the calibrated upper rise of demand per hour of day, and the
+simulator waking nodes before a daily ramp."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from schedkit import job
+
+from greengpu.config.policy import load_policy
+from greengpu.energy.sleep import warm_reserve_target_gpus
+from greengpu.forecast.reserve import HOUR_S, DemandRiseForecaster, conformal_upper
+from greengpu.model import Cluster, Node, NodeType, Site
+from greengpu.policy import SleepPolicy
+from greengpu.sim.engine import Simulation
+
+DAY_S = 86_400.0
+T0 = 1_700_006_400.0  # a whole hour: 2023-11-15 00:00 UTC
+
+
+def test_conformal_upper_takes_the_finite_sample_rank() -> None:
+    # 19 samples at 95%: rank ceil(20 x 0.95) = 19, the largest; 39 samples: rank 38.
+    assert conformal_upper([float(i) for i in range(19)], 0.95) == 18.0
+    assert conformal_upper([float(i) for i in range(39)], 0.95) == 37.0
+    assert conformal_upper([], 0.95) == 0.0
+
+
+def ramp_days(forecaster: DemandRiseForecaster, days: int, ramp_gpus: float) -> None:
+    """Demand sits at 10 GPUs and jumps by `ramp_gpus` at 09:20 every day, back at 17:00."""
+    for day in range(days):
+        base = T0 + day * DAY_S
+        forecaster.observe(base + 9 * HOUR_S + 1200, 10 + ramp_gpus)
+        forecaster.observe(base + 17 * HOUR_S, 10.0)
+
+
+def test_the_rise_is_learnt_per_hour_of_day_and_needs_a_few_days() -> None:
+    forecaster = DemandRiseForecaster(min_samples=3)
+    forecaster.observe(T0, 10.0)
+    ramp_days(forecaster, 2, 40.0)
+    nine = T0 + 2 * DAY_S + 9 * HOUR_S
+    assert forecaster.upper_rise_gpus(nine) == 0.0  # two days seen: not enough to say
+    ramp_days_from = T0 + 2 * DAY_S
+    for day in range(3):
+        base = ramp_days_from + day * DAY_S
+        forecaster.observe(base + 9 * HOUR_S + 1200, 50.0)
+        forecaster.observe(base + 17 * HOUR_S, 10.0)
+    nine = T0 + 5 * DAY_S + 9 * HOUR_S
+    forecaster.observe(nine, 10.0)  # the 09:00 hour of day 6 begins
+    assert forecaster.upper_rise_gpus(nine) == 40.0
+    assert forecaster.upper_rise_gpus(nine + 2 * HOUR_S) == 0.0  # 11:00: demand never rises then
+    # Before the ramp the reserve keeps the whole rise; once 25 GPUs have arrived, the rest.
+    assert forecaster.headroom_gpus(nine + 60, 10.0) == 40
+    forecaster.observe(nine + 600, 35.0)
+    assert forecaster.headroom_gpus(nine + 600, 35.0) == 15
+
+
+def test_the_forecast_adds_to_the_reserve_only_when_the_policy_uses_it() -> None:
+    policy = SleepPolicy(enabled=True, warm_reserve_gpus=4, warm_reserve_busy_fraction=0.1)
+    assert warm_reserve_target_gpus(policy, 100.0, 30) == 10
+    assert warm_reserve_target_gpus(replace(policy, use_forecast=True), 100.0, 30) == 30
+    assert warm_reserve_target_gpus(replace(policy, use_forecast=True), 100.0, 0) == 10
+
+
+def ramp_cluster(nodes: int) -> Cluster:
+    node_type = NodeType(name="four", gpus=4, gpu_model="A100", gpu_idle_w=50, gpu_max_w=300, gpu_min_limit_w=100,
+                         host_idle_w=200, host_sleep_w=10, boot_s=300)
+    return Cluster(site=Site(pue=1.0, price_per_kwh=0.1, carbon_g_per_kwh=100), node_types={"four": node_type},
+                   nodes=tuple(Node(f"n{i:02d}", "four") for i in range(nodes)), tenants={})
+
+
+def morning_ramp_jobs(days: int) -> list:
+    """Every day at 09:10, sixteen one-GPU jobs of 40 minutes arrive together; nothing else."""
+    return [job(f"d{day}-{k}", gpus=1, duration_s=2400, submit_time_s=T0 + day * DAY_S + 9 * HOUR_S + 600)
+            for day in range(days) for k in range(16)]
+
+
+def test_the_simulator_wakes_nodes_for_the_forecast_ramp_before_jobs_wait() -> None:
+    base = load_policy("default")
+    no_forecast = replace(base, sleep=replace(base.sleep, warm_reserve_busy_fraction=0.0, use_forecast=False))
+    with_forecast = replace(base, sleep=replace(base.sleep, warm_reserve_busy_fraction=0.0, use_forecast=True))
+    jobs = morning_ramp_jobs(8)
+    plain = Simulation(ramp_cluster(6), no_forecast, jobs)
+    plain.run()
+    forecast = Simulation(ramp_cluster(6), with_forecast, jobs)
+    result = forecast.run().values
+    assert result["invariant_violations"] == 0
+
+    def waits_on(sim: Simulation, day: int) -> list[float]:
+        return [sim.first_start[j.job_id] - j.submit_time_s for j in sim.jobs if j.job_id.startswith(f"d{day}-")]
+
+    # Without the forecast every morning's jobs wait a boot; with it, once three mornings are known,
+    # the 09:00 hour opens with 16 GPUs awake and nobody waits.
+    assert all(max(waits_on(plain, day)) >= 300 for day in range(1, 8))
+    assert all(max(waits_on(forecast, day)) == 0 for day in range(4, 8))
+    assert max(waits_on(forecast, 1)) >= 300  # day 1: nothing learnt yet
