@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from greengpu.errors import BadInput
-from greengpu.report.plan_text import growth_text
+from greengpu.report.plan_text import growth_text, tenant_rows
 
 # Typed Any: matplotlib's stubs want literal rc keys, and these are literal rc keys.
 SVG_RC: Any = {"svg.hashsalt": "greengpu-plan", "svg.fonttype": "none", "font.family": "DejaVu Sans",
@@ -142,6 +142,7 @@ def render_plan_html(payload: dict[str, Any]) -> str:
         pct=lambda v: "n/a" if v is None else f"{v:.0%}",
         num=lambda v, digits: "n/a" if v is None else f"{v:.{digits}f}",
         growth_text=growth_text(payload["inputs"], payload["growth"]),
+        tenants=tenant_rows(payload["savings"]) if payload.get("savings") else [],
     )
 
 

@@ -48,6 +48,7 @@ def render_text(payload: dict[str, Any]) -> None:
         saved = payload["savings"]["saved"]
         console.print(f"greengpu default vs always-on on this trace: {saved['energy_kwh']:,.0f} kWh, "
                       f"{saved['cost']:,.0f} in cost and {saved['co2_kg']:,.0f} kg CO2 saved.")
+        console.print(_tenant_table(payload["savings"]))
     for flag in payload["flags"]:
         console.print(f"[yellow]note:[/yellow] {flag}")
 
@@ -94,3 +95,28 @@ def growth_text(inputs: dict[str, Any], growth: dict[str, Any]) -> str:
         return (f"{used:+g} GPUs/month (measured {measured:+g} over {growth['window_days']:g} days; a fall is "
                 "planned flat)")
     return f"{used:+g} GPUs/month (measured over {growth['window_days']:g} days)"
+
+
+def tenant_rows(savings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per tenant (and idle): cost and CO2 under always-on and default, and what default saves."""
+    base, ours = savings["always-on"]["tenants"], savings["default"]["tenants"]
+    rows = []
+    for tenant in sorted(set(base) | set(ours), key=lambda t: (t == "(idle)", t)):
+        zero = {"energy_kwh": 0.0, "cost": 0.0, "co2_kg": 0.0, "gpu_hours": 0.0}
+        a, b = base.get(tenant, zero), ours.get(tenant, zero)
+        rows.append({"tenant": tenant, "gpu_hours": b["gpu_hours"], "always_on_cost": a["cost"],
+                     "default_cost": b["cost"], "saved_cost": a["cost"] - b["cost"],
+                     "saved_co2_kg": a["co2_kg"] - b["co2_kg"]})
+    return rows
+
+
+def _tenant_table(savings: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="Cost per tenant (jobs' own draw and host share; idle: what no job used)")
+    for column in ("tenant", "GPU-hours", "always-on cost", "default cost", "saved", "CO2 saved kg"):
+        table.add_column(column, justify="left" if column == "tenant" else "right")
+    for row in tenant_rows(savings):
+        table.add_row(row["tenant"], f"{row['gpu_hours']:,.0f}", f"{row['always_on_cost']:,.0f}",
+                      f"{row['default_cost']:,.0f}", f"{row['saved_cost']:,.0f}", f"{row['saved_co2_kg']:,.0f}")
+    return table

@@ -80,7 +80,8 @@ def test_html_report_renders_in_headless_chromium_and_is_byte_identical(repo: Pa
     assert "<script" not in html and "<link" not in html and "@import" not in html
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", html)
     assert not re.search(r"url\(\s*['\"]?(https?:|//|file:)", html)
-    for text in ("vision pilot", "mixed precision", "-10%", "x 1.2 on the upper peak", "Scenarios"):
+    for text in ("vision pilot", "mixed precision", "-10%", "x 1.2 on the upper peak", "Scenarios", "postdocs",
+                 "(idle)", "Long horizon:"):
         assert text in html
 
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1200,3000"]
@@ -90,7 +91,7 @@ def test_html_report_renders_in_headless_chromium_and_is_byte_identical(repo: Pa
     for figure_id in ("chart-demand", "chart-capacity", "chart-savings"):
         start = dom.stdout.index(f'id="{figure_id}"')
         assert "<svg" in dom.stdout[start:start + 400], f"{figure_id} has no SVG in the rendered DOM"
-    for table_id in ("models", "inputs", "months", "scenarios", "savings"):
+    for table_id in ("models", "inputs", "months", "scenarios", "savings", "tenants"):
         assert f'id="{table_id}"' in dom.stdout
 
     screenshot = tmp_path / "plan.png"

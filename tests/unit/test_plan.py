@@ -91,9 +91,18 @@ def test_savings_compare_always_on_and_default_on_the_same_trace(repo: Path) -> 
 
     cluster = load_cluster(repo / "examples" / "lab-a100.cluster.yaml")
     t0 = 1_700_000_000.0
-    jobs = [job(f"j{i}", gpus=1, duration_s=1800, submit_time_s=t0 + i * 7200) for i in range(12)]
+    jobs = [job(f"j{i}", gpus=1, duration_s=1800, submit_time_s=t0 + i * 7200,
+                tenant="postdocs" if i % 3 == 0 else "phd-students") for i in range(12)]
     savings = _savings(cluster, jobs)
     assert set(savings) == {"always-on", "default", "saved"}
     saved = savings["saved"]["energy_kwh"]
     assert saved == pytest.approx(savings["always-on"]["energy_kwh"] - savings["default"]["energy_kwh"])
     assert saved > 0  # a mostly idle lab: sleep and capping save energy
+    for policy in ("always-on", "default"):
+        tenants = savings[policy]["tenants"]
+        assert set(tenants) == {"phd-students", "postdocs", "(idle)"}
+        # Tenants plus idle add up to the site: what each tenant is billed, and what nobody is.
+        for key in ("energy_kwh", "cost", "co2_kg"):
+            assert sum(row[key] for row in tenants.values()) == pytest.approx(savings[policy][key], abs=0.01)
+        assert tenants["phd-students"]["gpu_hours"] == pytest.approx(8 * 0.5, rel=0.1)
+        assert tenants["postdocs"]["gpu_hours"] == pytest.approx(4 * 0.5, rel=0.1)

@@ -4,9 +4,9 @@ scenario table, the day-ahead bands, and the settings file's located errors."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
