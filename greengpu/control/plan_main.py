@@ -13,9 +13,15 @@ from typing import Any
 import pandas as pd
 
 from greengpu.errors import BadInput
-from greengpu.forecast.demand import demand_from_history, demand_from_jobs
+from greengpu.forecast.demand import (
+    ANY_MODEL,
+    demand_by_model_from_history,
+    demand_by_model_from_jobs,
+    demand_from_history,
+    demand_from_jobs,
+)
 from greengpu.forecast.models import BASELINES
-from greengpu.forecast.plan import PlanInputs, PlanResult, PlanSettings, make_plan
+from greengpu.forecast.plan import PlanInputs, PlanResult, PlanSettings, make_plan, size_by_model
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([hdw])\s*$")
 _UNIT_DAYS = {"h": 1 / 24, "d": 1.0, "w": 7.0}
@@ -57,6 +63,11 @@ def bundled_example() -> Path:
 
 def read_history(path: str) -> pd.Series:
     """A usage history CSV -> hourly demand; bad input names file, line and column."""
+    return demand_from_history(read_history_frame(path))
+
+
+def read_history_frame(path: str) -> pd.DataFrame:
+    """A usage history CSV, validated (times parsed, GPU counts numbers >= 0)."""
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
@@ -82,7 +93,7 @@ def read_history(path: str) -> pd.Series:
     frame["time"] = times
     if len(frame) < 2:
         raise BadInput(f"{path}: needs at least two rows of history")
-    return demand_from_history(frame)
+    return frame
 
 
 def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
@@ -114,16 +125,23 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
 
         jobs = read_trace(trace_file, trace_format).jobs
         series = demand_from_jobs(jobs)
+        by_model = demand_by_model_from_jobs(jobs)
     else:
         assert history_file is not None
-        series = read_history(history_file)
+        frame = read_history_frame(history_file)
+        series = demand_from_history(frame)
+        by_model = demand_by_model_from_history(frame)
     cluster = None
     installed = None
+    installed_by_model: dict[str, int] = {}
     if cluster_file is not None:
         from greengpu.config.inventory import load_cluster
 
         cluster = load_cluster(cluster_file)
         installed = sum(cluster.node_types[n.type_name].gpus for n in cluster.nodes)
+        for node in cluster.nodes:
+            node_type = cluster.node_types[node.type_name]
+            installed_by_model[node_type.gpu_model] = installed_by_model.get(node_type.gpu_model, 0) + node_type.gpus
     days = (series.index[-1] - series.index[0]).total_seconds() / 86400 if len(series) else 0
     if days < 15:
         raise BadInput(f"{trace_file or history_file}: {days:.1f} days of history; the backtest needs at "
@@ -156,6 +174,8 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
                                            "daily_peaks": _daily_peaks(series)}}
     if settings_file is not None:
         payload["settings"]["file"] = settings_file
+    if set(by_model) - {ANY_MODEL}:  # some demand is pinned to a GPU model: size each model's pool
+        payload["gpu_models"] = size_by_model(by_model, installed_by_model, settings)
     payload["timing"] = {"plan_s": round(plan_s, 2), "backtest_s": result.forecast["backtest_s"]}
     if replays is not None:
         started = time.perf_counter()

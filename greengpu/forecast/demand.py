@@ -54,3 +54,38 @@ def demand_from_history(frame: pd.DataFrame) -> pd.Series:
     if "tenant" in frame:
         series = series.groupby(level=0).sum()  # per-tenant rows add up to the cluster
     return series.sort_index().resample("h").mean()
+
+
+ANY_MODEL = "(any model)"
+
+
+def model_of_job(job: Job) -> str:
+    """The one GPU model a job is pinned to, or ANY_MODEL when it accepts several or any."""
+    return next(iter(job.gpu_types)) if job.gpu_types is not None and len(job.gpu_types) == 1 else ANY_MODEL
+
+
+def demand_by_model_from_jobs(jobs: Sequence[Job]) -> dict[str, pd.Series]:
+    """Hourly demand per GPU model a job is pinned to (ANY_MODEL: the rest), on one common index."""
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(model_of_job(job), []).append(job)
+    return _aligned({model: demand_from_jobs(group) for model, group in groups.items()})
+
+
+def demand_by_model_from_history(frame: pd.DataFrame) -> dict[str, pd.Series]:
+    """Per `gpu_model` (an optional history column; empty: ANY_MODEL), the hourly demand."""
+    if "gpu_model" not in frame:
+        return {}
+    models = frame["gpu_model"].fillna("").astype(str).str.strip().replace("", ANY_MODEL)
+    return _aligned({str(model): demand_from_history(part) for model, part in frame.groupby(models)})
+
+
+def _aligned(series_by_model: dict[str, pd.Series]) -> dict[str, pd.Series]:
+    if not series_by_model:
+        return {}
+    index = series_by_model[next(iter(series_by_model))].index
+    for series in series_by_model.values():
+        index = index.union(series.index)
+    full = pd.date_range(index.min(), index.max(), freq="h")
+    # No row for a model in an hour means no demand for it then.
+    return {model: series.reindex(full).fillna(0.0) for model, series in sorted(series_by_model.items())}

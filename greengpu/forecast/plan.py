@@ -35,6 +35,7 @@ import pandas as pd
 from greengpu.forecast.backtest import CANDIDATE_WINDOW_H, Calibration, calibrate, choose, prepare, run_backtest
 from greengpu.forecast.capacity import gpus_needed, servers_for_wait
 from greengpu.forecast.daily import DailyForecast, forecast_daily_peaks, theil_sen_slope
+from greengpu.forecast.demand import ANY_MODEL
 from greengpu.forecast.models import BASELINES, CANDIDATES, DAY_H, ModelSpec, guarded
 
 SCENARIO_QUANTILES = (0.5, 0.8, 0.95)
@@ -242,6 +243,40 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
                "required_gpus": d.required} for d in planned],
         day_ahead=_day_ahead(series, choice.model, settings.models, calibration),
     )
+
+
+def size_by_model(demand_by_model: dict[str, pd.Series], installed_by_model: dict[str, int],
+                  settings: PlanSettings) -> list[dict[str, Any]]:
+    """Per GPU model jobs are pinned to: the same peak rule as the cluster (level, Theil-Sen growth,
+    calibrated upper rise), sized against that model's installed GPUs. Planning inputs are the
+    cluster's and are not split by model; the demand that accepts any model is reported, not sized."""
+    rows = []
+    for model, series in demand_by_model.items():
+        daily_peaks = series.resample("D").max().dropna()
+        if daily_peaks.empty:
+            continue
+        window = daily_peaks.iloc[-settings.growth_window_days:].to_numpy(dtype=float)
+        slope = theil_sen_slope(window)
+        slope = slope if settings.allow_decline else max(0.0, slope)
+        level = float(np.median(window[-7:]))
+        offset = peak_upper_offset(daily_peaks.to_numpy(dtype=float))
+        mean_level = float(np.median(series.resample("D").mean().dropna().to_numpy(dtype=float)[-7:]))
+        peaks = PeakModel(level, slope, mean_level / level if level > 0 else 1.0)
+        start = series.index[-1].normalize() + pd.Timedelta(days=1)
+        days = pd.date_range(start, periods=settings.horizon_days, freq="D")
+        # A model the cluster lacks has 0 installed: its pinned jobs can never run, and it says so.
+        installed = installed_by_model.get(model, 0) if installed_by_model else None
+        row: dict[str, Any] = {"gpu_model": model, "installed_gpus": installed, "peak_gpus": round(level, 1),
+                               "growth_gpus_per_day": round(slope, 3), "upper_offset_gpus": round(offset, 1)}
+        if model != ANY_MODEL or not installed_by_model:
+            planned = plan_days(days, peaks, offset, settings.target_utilisation, settings, PlanInputs())
+            row["required_gpus"] = max((d.required for d in planned), default=0)
+            row["run_out_date"] = _iso(run_out_day(planned, installed))
+        else:
+            row["required_gpus"] = None  # accepts any model: it shares every pool
+            row["run_out_date"] = None
+        rows.append(row)
+    return rows
 
 
 def _daily_summary(daily: DailyForecast, used: bool) -> dict[str, Any]:

@@ -133,8 +133,8 @@ def render_plan_html(payload: dict[str, Any]) -> str:
     scenarios = payload["scenarios"]
     source = str(payload["history"]["source"]).lower()
     return environment.get_template(TEMPLATE).render(
-        **{**payload, "savings": payload.get("savings")}, demand_svg=demand_svg, capacity_svg=capacity_svg,
-        savings_svg=savings_svg,
+        **{**payload, "savings": payload.get("savings"), "gpu_models": payload.get("gpu_models")},
+        demand_svg=demand_svg, capacity_svg=capacity_svg, savings_svg=savings_svg,
         quantiles=sorted({r["quantile"] for r in scenarios}),
         utilisations=sorted({r["target_utilisation"] for r in scenarios}),
         scenario={(r["quantile"], r["target_utilisation"]): r for r in scenarios},

@@ -44,6 +44,8 @@ def render_text(payload: dict[str, Any]) -> None:
                   f"{capacity['run_out_date'] or 'not within the horizon'}; order by: "
                   f"{capacity['order_by_date'] or '-'} (lead time {capacity['lead_time_days']} days).")
     console.print(_scenario_table(payload["scenarios"], capacity))
+    if payload.get("gpu_models"):
+        console.print(_model_table(payload["gpu_models"]))
     if "savings" in payload:
         saved = payload["savings"]["saved"]
         console.print(f"greengpu default vs always-on on this trace: {saved['energy_kwh']:,.0f} kWh, "
@@ -119,4 +121,18 @@ def _tenant_table(savings: dict[str, Any]) -> Any:
     for row in tenant_rows(savings):
         table.add_row(row["tenant"], f"{row['gpu_hours']:,.0f}", f"{row['always_on_cost']:,.0f}",
                       f"{row['default_cost']:,.0f}", f"{row['saved_cost']:,.0f}", f"{row['saved_co2_kg']:,.0f}")
+    return table
+
+
+def _model_table(rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="Per GPU model (jobs pinned to one model; the cluster's planning inputs not split)")
+    for column in ("GPU model", "installed", "peak", "upper rise", "required", "run out"):
+        table.add_column(column, justify="left" if column == "GPU model" else "right")
+    for row in rows:
+        required = "shares every pool" if row["required_gpus"] is None else f"{row['required_gpus']:,}"
+        installed = "-" if row["installed_gpus"] is None else f"{row['installed_gpus']:,}"
+        table.add_row(row["gpu_model"], installed, f"{row['peak_gpus']:g}", f"+{row['upper_offset_gpus']:g}",
+                      required, row["run_out_date"] or "-")
     return table

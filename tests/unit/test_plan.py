@@ -106,3 +106,59 @@ def test_savings_compare_always_on_and_default_on_the_same_trace(repo: Path) -> 
             assert sum(row[key] for row in tenants.values()) == pytest.approx(savings[policy][key], abs=0.01)
         assert tenants["phd-students"]["gpu_hours"] == pytest.approx(8 * 0.5, rel=0.1)
         assert tenants["postdocs"]["gpu_hours"] == pytest.approx(4 * 0.5, rel=0.1)
+
+
+TWO_MODELS = """site: {pue: 1.2, price_per_kwh: 0.1, carbon_g_per_kwh: 300}
+node_types:
+  a100x4: {gpus: 4, gpu_model: A100, gpu_idle_w: 50, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300,
+           host_sleep_w: 5, boot_s: 200}
+  h100x8: {gpus: 8, gpu_model: H100, gpu_idle_w: 70, gpu_max_w: 700, gpu_min_limit_w: 200, host_idle_w: 500,
+           host_sleep_w: 8, boot_s: 300}
+nodes:
+  - {name: "a[1-2]", type: a100x4}
+  - {name: "h1", type: h100x8}
+tenants:
+  lab: {quota_gpus: 16}
+"""
+
+
+def test_demand_pinned_to_gpu_models_is_sized_per_model(tmp_path: Path) -> None:
+    cluster = tmp_path / "two.cluster.yaml"
+    cluster.write_text(TWO_MODELS)
+    rows = ["job_id,submit_time,duration_s,gpus,tenant,gpu_type"]
+    start = pd.Timestamp("2026-03-02T00:00:00Z")
+    for day in range(21):
+        noon = start + pd.Timedelta(days=day, hours=12)
+        # Every day at noon: 6 A100s for 2 hours, 4 H100s for 2 hours, 2 GPUs of either for 1 hour.
+        rows.append(f"a{day},{noon:%Y-%m-%dT%H:%M:%SZ},7200,6,lab,A100")
+        rows.append(f"h{day},{noon:%Y-%m-%dT%H:%M:%SZ},7200,4,lab,H100")
+        rows.append(f"x{day},{noon:%Y-%m-%dT%H:%M:%SZ},3600,2,lab,A100|H100")
+    trace = tmp_path / "trace.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    out = subprocess.run([sys.executable, "-m", "greengpu", "plan", "--trace", str(trace), "--cluster", str(cluster),
+                          "--models", "baselines", "--target-utilisation", "0.8", "--horizon", "30d", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    models = {row["gpu_model"]: row for row in json.loads(out.stdout)["gpu_models"]}
+    assert set(models) == {"A100", "H100", "(any model)"}
+    assert models["A100"]["installed_gpus"] == 8 and models["H100"]["installed_gpus"] == 8
+    assert models["A100"]["peak_gpus"] == 6.0 and models["H100"]["peak_gpus"] == 4.0
+    # Steady peaks: no rise above last week's, no growth: ceil(6 / 0.8) = 8 and ceil(4 / 0.8) = 5.
+    assert models["A100"]["required_gpus"] == 8 and models["A100"]["run_out_date"] is None
+    assert models["H100"]["required_gpus"] == 5
+    assert models["(any model)"]["required_gpus"] is None  # it shares both pools
+
+
+def test_a_history_with_a_gpu_model_column_splits_demand_by_model() -> None:
+    from greengpu.forecast.demand import demand_by_model_from_history
+
+    frame = pd.DataFrame({
+        "time": pd.to_datetime(["2026-03-02T00:00Z", "2026-03-02T00:00Z", "2026-03-02T01:00Z", "2026-03-02T02:00Z"],
+                               utc=True),
+        "gpus_busy": [3.0, 5.0, 4.0, 1.0], "gpus_pending": [1.0, 0.0, 0.0, 0.0],
+        "gpu_model": ["A100", "H100", "A100", ""]})
+    by_model = demand_by_model_from_history(frame)
+    assert list(by_model) == ["(any model)", "A100", "H100"]
+    assert by_model["A100"].tolist() == [4.0, 4.0, 0.0]  # busy + pending; hours it did not appear are 0
+    assert by_model["H100"].tolist() == [5.0, 0.0, 0.0]
+    assert by_model["(any model)"].tolist() == [0.0, 0.0, 1.0]
