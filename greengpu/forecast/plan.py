@@ -265,7 +265,7 @@ def size_by_model(demand_by_model: dict[str, pd.Series], installed_by_model: dic
         start = series.index[-1].normalize() + pd.Timedelta(days=1)
         days = pd.date_range(start, periods=settings.horizon_days, freq="D")
         # A model the cluster lacks has 0 installed: its pinned jobs can never run, and it says so.
-        installed = installed_by_model.get(model, 0) if installed_by_model else None
+        installed = installed_by_model.get(model, 0) if installed_by_model and model != ANY_MODEL else None
         row: dict[str, Any] = {"gpu_model": model, "installed_gpus": installed, "peak_gpus": round(level, 1),
                                "growth_gpus_per_day": round(slope, 3), "upper_offset_gpus": round(offset, 1)}
         if model != ANY_MODEL or not installed_by_model:

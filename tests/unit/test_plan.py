@@ -147,6 +147,7 @@ def test_demand_pinned_to_gpu_models_is_sized_per_model(tmp_path: Path) -> None:
     assert models["A100"]["required_gpus"] == 8 and models["A100"]["run_out_date"] is None
     assert models["H100"]["required_gpus"] == 5
     assert models["(any model)"]["required_gpus"] is None  # it shares both pools
+    assert models["(any model)"]["installed_gpus"] is None
 
 
 def test_a_history_with_a_gpu_model_column_splits_demand_by_model() -> None:
