@@ -9,13 +9,14 @@ there. On the series of daily peaks this backtests, over a 14-day horizon from o
 - candidates: ETS (additive, damped trend, weekly season once three weeks are known) and
   UnobservedComponents (local linear trend, weekly Fourier season).
 A candidate ships only under the hourly gate (MASE <= 0.95 x the best baseline's and better on at
-least half the origins); its forecast then becomes the plan's path of peaks. Otherwise the plan
+least half the origins) and over at least 10 origins (51 days of history; fewer only when fewer are
+asked for); its forecast then becomes the plan's path of peaks. Otherwise the plan
 keeps its rule and says why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,7 @@ WEEK_D = 7
 HORIZON_D = 14
 MIN_TRAIN_D = 28
 TREND_WINDOW_D = 28
+MIN_SHIP_ORIGINS = 10
 
 
 def theil_sen_slope(values: np.ndarray) -> float:
@@ -108,6 +110,12 @@ def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int
     if choice is None:
         return DailyForecast(None, mase, None, "daily peaks: no origin to backtest")
     note = f"daily peaks ({len(backtest.origins)} origins, {HORIZON_D}-day horizon): {choice.reason}"
+    needed = min(MIN_SHIP_ORIGINS, origins)
+    if choice.shipped_candidate and len(backtest.origins) < needed:
+        # A few origins can crown a model by luck; months of capacity should not ride on that.
+        note = (f"daily peaks: {choice.model} passed the gate on only {len(backtest.origins)} origins "
+                f"(a daily model needs {needed}, so {needed + MIN_TRAIN_D + HORIZON_D - 1} days of history)")
+        choice = replace(choice, model=choice.baseline, mase=choice.baseline_mase, shipped_candidate=False)
     if not choice.shipped_candidate:
         rule = f"the plan keeps its trend rule (peak_trend, MASE {mase['peak_trend']:.3f})"
         if not with_candidates:

@@ -119,6 +119,7 @@ def policy_lines(policy: Policy) -> list[str]:
             f"warm reserve {policy.sleep.warm_reserve_gpus} GPUs"
             + (f" or {policy.sleep.warm_reserve_busy_fraction:.0%} of the GPUs in use"
                if policy.sleep.warm_reserve_busy_fraction else "")
+            + (" or the forecast rise of demand at this hour" if policy.sleep.use_forecast else "")
         )
     else:
         lines.append("  sleep: off")

@@ -65,14 +65,18 @@ def timed_plan(*args: str) -> tuple[float, dict]:
 def report(name: str, elapsed: float, payload: dict) -> None:
     forecast, timing = payload["forecast"], payload["timing"]
     fits = ", ".join(f"{m} {s:.2f}" for m, s in forecast["fit_s"].items())
-    print(f"\n[plan] {name}: {payload['history']['hours']:,} hours; wall {elapsed:.1f} s (backtest "
-          f"{timing['backtest_s']:.1f} s over {forecast['origins']} origins, plan {timing['plan_s']:.1f} s"
+    print(f"\n[plan] {name}: {payload['history']['hours']:,} hours; wall {elapsed:.1f} s (hourly backtest "
+          f"{timing['backtest_s']:.1f} s over {forecast['origins']} origins, whole plan with the daily backtest "
+          f"{timing['plan_s']:.1f} s"
           + (f", savings replays finished {timing['savings_wait_s']:.1f} s after the plan" if "savings_wait_s"
              in timing else "") + ")")
     print(f"[plan]   seconds per fit: {fits}")
     print(f"[plan]   shipped {forecast['model']} (MASE {forecast['mase']}, {forecast['baseline']} "
           f"{forecast['baseline_mase']}); coverage 80% {forecast['coverage_80']}, 95% {forecast['coverage_95']}; "
           f"required {payload['capacity']['required_gpus']} GPUs, run out {payload['capacity']['run_out_date']}")
+    daily = forecast["daily"]
+    print(f"[plan]   long horizon: {daily['note']}; daily MASE: "
+          + ", ".join(f"{m} {v}" for m, v in daily["models"].items()))
     if "savings" in payload:
         saved = payload["savings"]["saved"]
         print(f"[plan]   savings default vs always-on: {saved['energy_kwh']:,.0f} kWh, {saved['cost']:,.0f} cost, "

@@ -189,3 +189,16 @@ def test_a_shipped_daily_model_drives_the_plan() -> None:
     assert daily["shipped_candidate"] and daily["model"] in ("ets", "unobserved_components")
     peaks = [d["peak_gpus"] for d in result.days]
     assert max(peaks) - min(peaks) > 25  # weekdays and weekends differ, as they did in the history
+
+
+def test_a_daily_model_needs_enough_origins_to_ship() -> None:
+    from greengpu.forecast.daily import forecast_daily_peaks
+
+    rng = np.random.default_rng(21)
+    days = pd.date_range("2026-01-05", periods=48, freq="D", tz="UTC")
+    weekday = (days.day_of_week < 5).astype(float)
+    shaped = pd.Series(100 + 1.5 * np.arange(48) + 40 * weekday + rng.normal(0, 2, 48), index=days)
+    result = forecast_daily_peaks(shaped, horizon_days=28, origins=10)  # 48 days: 7 origins of 10 asked
+    assert result.choice is not None and result.choice.origins == 7
+    assert not result.choice.shipped_candidate and result.path is None
+    assert "passed the gate on only 7 origins (a daily model needs 10, so 51 days of history)" in result.note
