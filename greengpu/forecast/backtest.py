@@ -193,15 +193,21 @@ POOL_STEPS = 2
 """Errors of horizon steps within +-2 h are pooled: a dozen origins alone give too few samples per step."""
 
 
+def conformal_upper(samples: np.ndarray | list[float], level: float) -> float:
+    """The split-conformal upper quantile: with n samples, the ceil((n + 1) level)-th smallest (the
+    largest when n is small), so a band from a dozen origins is not narrower than `level` promises."""
+    values = np.sort(np.asarray(samples, dtype=float).ravel())
+    if len(values) == 0:
+        return 0.0
+    rank = min(len(values), math.ceil((len(values) + 1) * level))
+    return float(values[rank - 1])
+
+
 def _conformal_quantile(samples: np.ndarray, q: float) -> float:
-    """The q-quantile with the split-conformal finite-sample correction: with n samples, the
-    ceil((n + 1) q) / n empirical quantile (taken from the far tail for q < 0.5), so a band from a
-    dozen origins is not narrower than the nominal level promises."""
-    values = samples.ravel()
-    n = len(values)
+    """`conformal_upper` at q >= 0.5, and its mirror (from the far low tail) below."""
     if q >= 0.5:
-        return float(np.quantile(values, min(1.0, math.ceil((n + 1) * q) / n), method="higher"))
-    return -float(np.quantile(-values, min(1.0, math.ceil((n + 1) * (1.0 - q)) / n), method="higher"))
+        return conformal_upper(samples, q)
+    return -conformal_upper(-np.asarray(samples, dtype=float), 1.0 - q)
 
 
 def _step_quantiles(errors: np.ndarray, q: float) -> np.ndarray:

@@ -32,7 +32,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from greengpu.forecast.backtest import CANDIDATE_WINDOW_H, Calibration, calibrate, choose, prepare, run_backtest
+from greengpu.forecast.backtest import (
+    CANDIDATE_WINDOW_H,
+    Calibration,
+    calibrate,
+    choose,
+    conformal_upper,
+    prepare,
+    run_backtest,
+)
 from greengpu.forecast.capacity import gpus_needed, servers_for_wait
 from greengpu.forecast.daily import DailyForecast, forecast_daily_peaks, theil_sen_slope
 from greengpu.forecast.demand import ANY_MODEL
@@ -106,11 +114,7 @@ def peak_upper_offset(daily_peaks: np.ndarray, level: float = 0.95, lookback_day
     """
     errors = [daily_peaks[i] - float(np.median(daily_peaks[i - lookback_days:i]))
               for i in range(lookback_days, len(daily_peaks))]
-    if not errors:
-        return 0.0
-    values = np.sort(np.asarray(errors))
-    rank = min(len(values), math.ceil((len(values) + 1) * level))
-    return max(0.0, float(values[rank - 1]))
+    return max(0.0, conformal_upper(errors, level))
 
 
 DAYS_PER_MONTH = 365.25 / 12

@@ -19,17 +19,9 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from greengpu.forecast.backtest import conformal_upper
+
 HOUR_S = 3600.0
-
-
-def conformal_upper(samples: list[float], level: float) -> float:
-    """The ceil((n + 1) level)-th smallest sample (the largest when n is small): a finite-sample
-    upper quantile that covers `level` of new values when samples and new values are exchangeable."""
-    if not samples:
-        return 0.0
-    ordered = sorted(samples)
-    rank = min(len(ordered), math.ceil((len(ordered) + 1) * level))
-    return ordered[rank - 1]
 
 
 @dataclass
