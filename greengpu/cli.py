@@ -323,7 +323,8 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
 
 @cli.command()
 @click.option("--history", "history_file", default=None, metavar="FILE",
-              help="Usage history CSV: time, gpus_busy [, gpus_pending] [, tenant] (CONTRACTS.md section 5).")
+              help="Usage history CSV: time, gpus_busy [, gpus_pending] [, tenant] [, gpu_model] (CONTRACTS.md "
+              "section 5).")
 @click.option("--trace", "trace_file", default=None, metavar="FILE", help="Derive the history from a job trace.")
 @click.option("--trace-format", type=click.Choice(["csv", "philly", "sacct"]), default="csv", show_default=True)
 @click.option("--cluster", "cluster_file", default=None, metavar="FILE", help="Inventory: the installed GPUs.")
@@ -356,6 +357,10 @@ def plan(history_file: str | None, trace_file: str | None, trace_format: str, cl
     from greengpu.control.plan_main import PlanOptions, run_plan
     from greengpu.report.plan_text import render_text
 
+    if html_file is not None:
+        from greengpu.report.plan_html import check_writable
+
+        check_writable(html_file)  # before minutes of backtesting, not after
     payload, _ = run_plan(PlanOptions(history_file, trace_file, trace_format, cluster_file, horizon, lead_time,
                                       target_utilisation, redundancy_gpus, baselines_only=models == "baselines",
                                       settings_file=settings_file, buffer_factor=buffer_factor,

@@ -152,3 +152,12 @@ def write_plan_html(payload: dict[str, Any], path: str) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as error:
         raise BadInput(f"--html {path}: cannot write: {error.strerror}") from None
+
+
+def check_writable(path: str) -> None:
+    """A one-line error now if the report could not be written later."""
+    target = Path(path)
+    if target.is_dir():
+        raise BadInput(f"--html {path}: is a directory")
+    if not target.parent.is_dir():
+        raise BadInput(f"--html {path}: folder {target.parent} does not exist")

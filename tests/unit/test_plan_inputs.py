@@ -202,3 +202,11 @@ def test_a_daily_model_needs_enough_origins_to_ship() -> None:
     assert result.choice is not None and result.choice.origins == 7
     assert not result.choice.shipped_candidate and result.path is None
     assert "passed the gate on only 7 origins (a daily model needs 10, so 51 days of history)" in result.note
+
+
+def test_an_unwritable_html_path_is_refused_before_planning(tmp_path: Path) -> None:
+    target = tmp_path / "missing" / "plan.html"
+    done = subprocess.run([sys.executable, "-m", "greengpu", "plan", "--html", str(target)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"greengpu: --html {target}: folder {target.parent} does not exist"
