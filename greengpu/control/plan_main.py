@@ -19,6 +19,7 @@ from greengpu.forecast.demand import (
     demand_by_model_from_jobs,
     demand_from_history,
     demand_from_jobs,
+    demand_from_replay,
 )
 from greengpu.forecast.models import BASELINES
 from greengpu.forecast.plan import PlanInputs, PlanResult, PlanSettings, make_plan, size_by_model
@@ -124,12 +125,10 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
         from greengpu.sim.traces import read_trace
 
         jobs = read_trace(trace_file, trace_format).jobs
-        series = demand_from_jobs(jobs)
-        by_model = demand_by_model_from_jobs(jobs)
     else:
         assert history_file is not None
         frame = read_history_frame(history_file)
-        series = demand_from_history(frame)
+        series, demand_kind = demand_from_history(frame), "busy + pending, from the history"
         by_model = demand_by_model_from_history(frame)
     cluster = None
     installed = None
@@ -142,6 +141,8 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
         for node in cluster.nodes:
             node_type = cluster.node_types[node.type_name]
             installed_by_model[node_type.gpu_model] = installed_by_model.get(node_type.gpu_model, 0) + node_type.gpus
+    if jobs is not None:
+        series = demand_from_jobs(jobs)  # offered load; replaced below by a replay's when there is a cluster
     days = (series.index[-1] - series.index[0]).total_seconds() / 86400 if len(series) else 0
     if days < 15:
         raise BadInput(f"{trace_file or history_file}: {days:.1f} days of history; the backtest needs at "
@@ -157,9 +158,20 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
     )
     if options.baselines_only:
         settings = replace(settings, models=BASELINES, daily_candidates=False)
-    # The two savings replays run in worker processes while this one backtests: on a trace they take
-    # as long as the forecast, and a laptop has cores to spare.
-    replays = _start_savings(cluster, jobs) if jobs is not None and cluster is not None else None
+    # Every input is checked before the replays start: a bad flag must not wait for them.
+    replays = None
+    if jobs is not None:
+        if cluster is not None:
+            # Demand is what a cluster would have recorded: running + pending GPUs, from an always-on
+            # replay on this inventory (a job that waits is pending, then runs). The default replay
+            # for the savings runs beside it and beside the backtest.
+            replays = _start_savings(cluster, jobs)
+            finish_s = replays[1]["always-on"].result()["finish_s"]
+            series, demand_kind = demand_from_replay(jobs, finish_s), "running + pending, always-on replay"
+            by_model = demand_by_model_from_jobs(jobs, finish_s)
+        else:
+            demand_kind = "offered load (no --cluster to replay on)"
+            by_model = demand_by_model_from_jobs(jobs)
     started = time.perf_counter()
     result = make_plan(series, installed, settings, inputs)
     plan_s = time.perf_counter() - started
@@ -167,7 +179,8 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
                                "growth": result.growth, "flags": result.flags, "inputs": result.inputs,
                                "scenarios": result.scenarios, "days": result.days, "day_ahead": result.day_ahead,
                                "settings": {k: v for k, v in asdict(settings).items() if k != "models"},
-                               "history": {"source": trace_file or history_file, "hours": len(series),
+                               "history": {"source": trace_file or history_file, "demand": demand_kind,
+                                           "hours": len(series),
                                            "first": series.index[0].isoformat(),
                                            "last": series.index[-1].isoformat(),
                                            "recent": _recent_history(series),
@@ -212,6 +225,7 @@ def _replay(cluster: Any, policy_name: str, jobs: Any) -> dict[str, Any]:
     result = simulation.run().values
     out = {k: result[k] for k in SAVINGS_KEYS}
     out["tenants"] = tenant_totals(simulation)
+    out["finish_s"] = simulation.finish_s
     return out
 
 
@@ -249,6 +263,8 @@ def _finish_savings(replays: tuple[Any, dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {name: future.result() for name, future in futures.items()}
     finally:
         pool.shutdown()
+    for result in out.values():
+        result.pop("finish_s", None)  # per-job times: for the demand, not for the report
     base, ours = out["always-on"], out["default"]
     out["saved"] = {k: base[k] - ours[k] for k in ("energy_kwh", "cost", "co2_kg")}
     return out

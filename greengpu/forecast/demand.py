@@ -19,12 +19,27 @@ HOUR_S = 3600.0
 
 
 def demand_from_jobs(jobs: Sequence[Job]) -> pd.Series:
-    """Mean GPUs demanded in each UTC hour from the first submission to the last end."""
-    if not jobs:
-        return pd.Series(dtype=float)
+    """Offered load: mean GPUs demanded in each UTC hour, each job from its submission for its duration
+    (the demand if no job ever waited)."""
     starts = np.array([j.submit_time_s for j in jobs], dtype=float)
-    ends = starts + np.array([j.duration_s for j in jobs], dtype=float)
-    gpus = np.array([j.gpus for j in jobs], dtype=float)
+    return demand_from_intervals(starts, starts + np.array([j.duration_s for j in jobs], dtype=float),
+                                 np.array([j.gpus for j in jobs], dtype=float))
+
+
+def demand_from_replay(jobs: Sequence[Job], finish_s: dict[str, float]) -> pd.Series:
+    """Running + pending GPUs per hour as a replay saw them: each job from its submission to its finish
+    (a job that waited is pending first, then running). Jobs without a finish are left out."""
+    kept = [j for j in jobs if j.job_id in finish_s]
+    return demand_from_intervals(np.array([j.submit_time_s for j in kept], dtype=float),
+                                 np.array([finish_s[j.job_id] for j in kept], dtype=float),
+                                 np.array([j.gpus for j in kept], dtype=float))
+
+
+def demand_from_intervals(starts: np.ndarray, ends: np.ndarray, gpus: np.ndarray) -> pd.Series:
+    """Mean GPUs held in each UTC hour from the first start to the last end, by `gpus[i]` over
+    `[starts[i], ends[i])`."""
+    if len(starts) == 0:
+        return pd.Series(dtype=float)
     first_hour = np.floor(starts.min() / HOUR_S) * HOUR_S
     hours = int(np.ceil((ends.max() - first_hour) / HOUR_S))
     gpu_seconds = np.zeros(hours + 1)
@@ -64,12 +79,14 @@ def model_of_job(job: Job) -> str:
     return next(iter(job.gpu_types)) if job.gpu_types is not None and len(job.gpu_types) == 1 else ANY_MODEL
 
 
-def demand_by_model_from_jobs(jobs: Sequence[Job]) -> dict[str, pd.Series]:
-    """Hourly demand per GPU model a job is pinned to (ANY_MODEL: the rest), on one common index."""
+def demand_by_model_from_jobs(jobs: Sequence[Job], finish_s: dict[str, float] | None = None) -> dict[str, pd.Series]:
+    """Hourly demand per GPU model a job is pinned to (ANY_MODEL: the rest), on one common index;
+    offered load, or with `finish_s` from a replay, running + pending."""
     groups: dict[str, list[Job]] = {}
     for job in jobs:
         groups.setdefault(model_of_job(job), []).append(job)
-    return _aligned({model: demand_from_jobs(group) for model, group in groups.items()})
+    return _aligned({model: demand_from_jobs(group) if finish_s is None else demand_from_replay(group, finish_s)
+                     for model, group in groups.items()})
 
 
 def demand_by_model_from_history(frame: pd.DataFrame) -> dict[str, pd.Series]:

@@ -13,7 +13,8 @@ def render_text(payload: dict[str, Any]) -> None:
     console = Console()
     forecast, capacity, growth = payload["forecast"], payload["capacity"], payload["growth"]
     history = payload["history"]
-    console.print(f"[bold]greengpu plan[/bold]: {history['hours']:,} hours of demand from {history['source']} "
+    console.print(f"[bold]greengpu plan[/bold]: {history['hours']:,} hours of demand ({history['demand']}) from "
+                  f"{history['source']} "
                   f"({history['first'][:10]} to {history['last'][:10]})")
     models = Table(title=f"Day-ahead backtest, {forecast['origins']} origins (MASE, lower is better)")
     models.add_column("model")

@@ -149,6 +149,8 @@ class Simulation:
         self.attempt: dict[str, int] = {}
         self.completed: set[str] = set()
         self.last_finish_s = 0.0
+        self.finish_s: dict[str, float] = {}
+        """When each completed job finished (greengpu plan derives running + pending demand from it)."""
         self.preemptions = 0
         self.lost_gpu_s = 0.0
         self.sleep_s = 0.0
@@ -597,6 +599,7 @@ class Simulation:
                 gpus = self.running[job_id].job.gpus
                 self._stop(job_id)
                 self.completed.add(job_id)
+                self.finish_s[job_id] = self.now_s
                 self.last_finish_s = self.now_s
                 self._dirty = True
                 self._demand_changed(-gpus)

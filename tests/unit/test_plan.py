@@ -163,3 +163,35 @@ def test_a_history_with_a_gpu_model_column_splits_demand_by_model() -> None:
     assert by_model["A100"].tolist() == [4.0, 4.0, 0.0]  # busy + pending; hours it did not appear are 0
     assert by_model["H100"].tolist() == [5.0, 0.0, 0.0]
     assert by_model["(any model)"].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_trace_demand_is_running_plus_pending_of_an_always_on_replay(tmp_path: Path, repo: Path) -> None:
+    from greengpu.forecast.demand import demand_from_jobs, demand_from_replay
+    from schedkit import job
+
+    # Two jobs of one hour: the second waited 30 minutes, so it is demand for 1.5 hours, not 1.
+    jobs = [job("a", gpus=2, duration_s=3600, submit_time_s=0.0), job("b", gpus=4, duration_s=3600,
+                                                                      submit_time_s=0.0)]
+    offered = demand_from_jobs(jobs)
+    replayed = demand_from_replay(jobs, {"a": 3600.0, "b": 5400.0})
+    assert offered.tolist() == [6.0, 0.0]
+    assert replayed.tolist() == [6.0, 2.0, 0.0]  # b pending 30 min, then running to 5400 s
+
+    # End to end: ten GPUs, a burst of twelve one-GPU jobs every morning: two wait an hour each day.
+    rows = ["job_id,submit_time,duration_s,gpus,tenant"]
+    start = pd.Timestamp("2026-03-02T09:00:00Z")
+    for day in range(16):
+        for k in range(12):
+            rows.append(f"d{day}-{k},{start + pd.Timedelta(days=day):%Y-%m-%dT%H:%M:%SZ},3600,1,postdocs")
+    trace = tmp_path / "burst.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    out = subprocess.run([sys.executable, "-m", "greengpu", "plan", "--trace", str(trace), "--cluster",
+                          str(repo / "examples" / "lab-a100.cluster.yaml"), "--models", "baselines", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    payload = json.loads(out.stdout)
+    assert payload["history"]["demand"] == "running + pending, always-on replay"
+    nine = [value for when, value in payload["history"]["recent"] if when.endswith("T09:00:00+00:00")]
+    ten = [value for when, value in payload["history"]["recent"] if when.endswith("T10:00:00+00:00")]
+    assert set(nine) == {12.0}  # ten running and two pending
+    assert set(ten) == {2.0}  # the two that waited run in the next hour
