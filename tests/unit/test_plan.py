@@ -166,8 +166,9 @@ def test_a_history_with_a_gpu_model_column_splits_demand_by_model() -> None:
 
 
 def test_trace_demand_is_running_plus_pending_of_an_always_on_replay(tmp_path: Path, repo: Path) -> None:
-    from greengpu.forecast.demand import demand_from_jobs, demand_from_replay
     from schedkit import job
+
+    from greengpu.forecast.demand import demand_from_jobs, demand_from_replay
 
     # Two jobs of one hour: the second waited 30 minutes, so it is demand for 1.5 hours, not 1.
     jobs = [job("a", gpus=2, duration_s=3600, submit_time_s=0.0), job("b", gpus=4, duration_s=3600,
