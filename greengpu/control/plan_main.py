@@ -97,8 +97,31 @@ def read_history_frame(path: str) -> pd.DataFrame:
     return frame
 
 
-def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
-    """Read the inputs, plan, and (with a trace and a cluster) replay the savings: the JSON payload."""
+@dataclass
+class LoadedInputs:
+    """Everything `greengpu plan` reads, checked, before any replay or fit starts."""
+    source: str
+    settings: PlanSettings
+    inputs: PlanInputs
+    settings_file: str | None
+    jobs: list[Any] | None
+    history: pd.DataFrame | None
+    cluster: Any | None
+    installed_gpus: int | None
+    installed_by_model: dict[str, int]
+
+
+@dataclass
+class Demand:
+    series: pd.Series
+    kind: str
+    by_model: dict[str, pd.Series]
+    replays: tuple[Any, dict[str, Any]] | None
+    """The savings replays in flight (with a trace and a cluster)."""
+
+
+def load_inputs(options: PlanOptions) -> LoadedInputs:
+    """Read and check every input (settings file, flags, history or trace, cluster): bad input fails here."""
     from greengpu.config.plan_settings import load_plan_file
 
     settings_file = options.settings_file
@@ -118,21 +141,25 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
         history_file, trace_file = given.get("history"), given.get("trace")
     if history_file is None and trace_file is None:
         raise BadInput(f"{settings_file}: no history or trace: give --history FILE or --trace FILE")
-    trace_format = options.trace_format if options.trace_file is not None else given.get("trace_format", "csv")
-    cluster_file = options.cluster_file or given.get("cluster")
-    jobs = None
+    jobs, frame = None, None
     if trace_file is not None:
         from greengpu.sim.traces import read_trace
 
+        trace_format = options.trace_format if options.trace_file is not None else given.get("trace_format", "csv")
         jobs = read_trace(trace_file, trace_format).jobs
+        span = demand_from_jobs(jobs)
     else:
         assert history_file is not None
         frame = read_history_frame(history_file)
-        series, demand_kind = demand_from_history(frame), "busy + pending, from the history"
-        by_model = demand_by_model_from_history(frame)
-    cluster = None
-    installed = None
-    installed_by_model: dict[str, int] = {}
+        span = demand_from_history(frame)
+    source = str(trace_file or history_file)
+    days = (span.index[-1] - span.index[0]).total_seconds() / 86400 if len(span) else 0
+    if days < 15:
+        raise BadInput(f"{source}: {days:.1f} days of history; the backtest needs at least 15 (14 to train, 1 to "
+                       "test)")
+    cluster, installed = None, None
+    by_model: dict[str, int] = {}
+    cluster_file = options.cluster_file or given.get("cluster")
     if cluster_file is not None:
         from greengpu.config.inventory import load_cluster
 
@@ -140,13 +167,7 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
         installed = sum(cluster.node_types[n.type_name].gpus for n in cluster.nodes)
         for node in cluster.nodes:
             node_type = cluster.node_types[node.type_name]
-            installed_by_model[node_type.gpu_model] = installed_by_model.get(node_type.gpu_model, 0) + node_type.gpus
-    if jobs is not None:
-        series = demand_from_jobs(jobs)  # offered load; replaced below by a replay's when there is a cluster
-    days = (series.index[-1] - series.index[0]).total_seconds() / 86400 if len(series) else 0
-    if days < 15:
-        raise BadInput(f"{trace_file or history_file}: {days:.1f} days of history; the backtest needs at "
-                       "least 15 (14 to train, 1 to test)")
+            by_model[node_type.gpu_model] = by_model.get(node_type.gpu_model, 0) + node_type.gpus
     settings = PlanSettings(
         horizon_days=parse_days(options.horizon or given.get("horizon") or "90d", "--horizon"),
         lead_time_days=parse_days(options.lead_time or given.get("lead_time") or "12w", "--lead-time"),
@@ -158,41 +179,53 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
     )
     if options.baselines_only:
         settings = replace(settings, models=BASELINES, daily_candidates=False)
-    # Every input is checked before the replays start: a bad flag must not wait for them.
-    replays = None
-    if jobs is not None:
-        if cluster is not None:
-            # Demand is what a cluster would have recorded: running + pending GPUs, from an always-on
-            # replay on this inventory (a job that waits is pending, then runs). The default replay
-            # for the savings runs beside it and beside the backtest.
-            replays = _start_savings(cluster, jobs)
-            finish_s = replays[1]["always-on"].result()["finish_s"]
-            series, demand_kind = demand_from_replay(jobs, finish_s), "running + pending, always-on replay"
-            by_model = demand_by_model_from_jobs(jobs, finish_s)
-        else:
-            demand_kind = "offered load (no --cluster to replay on)"
-            by_model = demand_by_model_from_jobs(jobs)
+    return LoadedInputs(source, settings, inputs, settings_file, jobs, frame, cluster, installed, by_model)
+
+
+def hourly_demand(loaded: LoadedInputs) -> Demand:
+    """The demand to plan on, and (with a trace and a cluster) the savings replays, started."""
+    if loaded.history is not None:
+        return Demand(demand_from_history(loaded.history), "busy + pending, from the history",
+                      demand_by_model_from_history(loaded.history), None)
+    jobs = loaded.jobs
+    assert jobs is not None
+    if loaded.cluster is None:
+        return Demand(demand_from_jobs(jobs), "offered load (no --cluster to replay on)",
+                      demand_by_model_from_jobs(jobs), None)
+    # What a cluster would have recorded: running + pending GPUs, from an always-on replay on this
+    # inventory (a job that waits is pending, then runs). The default replay for the savings runs
+    # beside it and then beside the backtest.
+    replays = _start_savings(loaded.cluster, jobs)
+    finish_s = replays[1]["always-on"].result()["finish_s"]
+    return Demand(demand_from_replay(jobs, finish_s), "running + pending, always-on replay",
+                  demand_by_model_from_jobs(jobs, finish_s), replays)
+
+
+def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
+    """Read the inputs, plan, and (with a trace and a cluster) replay the savings: the JSON payload."""
+    loaded = load_inputs(options)
+    demand = hourly_demand(loaded)
+    series, settings = demand.series, loaded.settings
     started = time.perf_counter()
-    result = make_plan(series, installed, settings, inputs)
+    result = make_plan(series, loaded.installed_gpus, settings, loaded.inputs)
     plan_s = time.perf_counter() - started
     payload: dict[str, Any] = {"forecast": result.forecast, "capacity": result.capacity, "months": result.months,
                                "growth": result.growth, "flags": result.flags, "inputs": result.inputs,
                                "scenarios": result.scenarios, "days": result.days, "day_ahead": result.day_ahead,
                                "settings": {k: v for k, v in asdict(settings).items() if k != "models"},
-                               "history": {"source": trace_file or history_file, "demand": demand_kind,
-                                           "hours": len(series),
+                               "history": {"source": loaded.source, "demand": demand.kind, "hours": len(series),
                                            "first": series.index[0].isoformat(),
                                            "last": series.index[-1].isoformat(),
                                            "recent": _recent_history(series),
                                            "daily_peaks": _daily_peaks(series)}}
-    if settings_file is not None:
-        payload["settings"]["file"] = settings_file
-    if set(by_model) - {ANY_MODEL}:  # some demand is pinned to a GPU model: size each model's pool
-        payload["gpu_models"] = size_by_model(by_model, installed_by_model, settings)
+    if loaded.settings_file is not None:
+        payload["settings"]["file"] = loaded.settings_file
+    if set(demand.by_model) - {ANY_MODEL}:  # some demand is pinned to a GPU model: size each model's pool
+        payload["gpu_models"] = size_by_model(demand.by_model, loaded.installed_by_model, settings)
     payload["timing"] = {"plan_s": round(plan_s, 2), "backtest_s": result.forecast["backtest_s"]}
-    if replays is not None:
+    if demand.replays is not None:
         started = time.perf_counter()
-        payload["savings"] = _finish_savings(replays)
+        payload["savings"] = _finish_savings(demand.replays)
         payload["timing"]["savings_wait_s"] = round(time.perf_counter() - started, 2)
     return payload, result
 
