@@ -65,9 +65,13 @@ def test_plan_json_contract_and_bad_history(tmp_path: Path, repo: Path) -> None:
                   "gpus_pending": 0}).to_csv(history, index=False)
     out = subprocess.run([sys.executable, "-m", "greengpu", "plan", "--history", str(history), "--cluster",
                           str(repo / "examples" / "lab-a100.cluster.yaml"), "--horizon", "60d", "--lead-time", "4w",
-                          "--models", "baselines", "--json"], capture_output=True, text=True, timeout=300)
+                          "--models", "baselines", "--buffer-factor", "1.5", "--growth", "12", "--json"],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     payload = json.loads(out.stdout)
+    assert payload["inputs"]["buffer_factor"] == 1.5 and payload["inputs"]["growth_gpus_per_month"] == 12
+    assert payload["growth"]["peak_growth_gpus_per_day"] == pytest.approx(12 / 30.4375, abs=0.001)
+    assert payload["history"]["demand"] == "busy + pending, from the history"
     assert set(payload["forecast"]) >= {"model", "mase", "baseline", "baseline_mase", "origins", "coverage_80",
                                         "coverage_95"}
     assert set(payload["capacity"]) >= {"installed_gpus", "required_gpus", "run_out_date", "order_by_date"}
