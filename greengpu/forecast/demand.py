@@ -61,13 +61,14 @@ def demand_from_intervals(starts: np.ndarray, ends: np.ndarray, gpus: np.ndarray
 
 
 def demand_from_history(frame: pd.DataFrame) -> pd.Series:
-    """`time`, `gpus_busy` [, `gpus_pending`] [, `tenant`] rows (CONTRACTS.md section 5) -> hourly demand."""
+    """`time`, `gpus_busy` [, `gpus_pending`] [, `tenant`] [, `gpu_model`] rows (CONTRACTS.md section 5)
+    -> hourly demand of the cluster."""
     values = frame["gpus_busy"].astype(float)
     if "gpus_pending" in frame:
         values = values + frame["gpus_pending"].fillna(0).astype(float)
     series = pd.Series(values.to_numpy(), index=pd.DatetimeIndex(pd.to_datetime(frame["time"], utc=True)))
-    if "tenant" in frame:
-        series = series.groupby(level=0).sum()  # per-tenant rows add up to the cluster
+    if "tenant" in frame or "gpu_model" in frame:
+        series = series.groupby(level=0).sum()  # per-tenant and per-model rows add up to the cluster
     return series.sort_index().resample("h").mean()
 
 

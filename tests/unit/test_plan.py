@@ -167,6 +167,10 @@ def test_a_history_with_a_gpu_model_column_splits_demand_by_model() -> None:
     assert by_model["A100"].tolist() == [4.0, 4.0, 0.0]  # busy + pending; hours it did not appear are 0
     assert by_model["H100"].tolist() == [5.0, 0.0, 0.0]
     assert by_model["(any model)"].tolist() == [0.0, 0.0, 1.0]
+    # The cluster's demand adds the models' rows up.
+    from greengpu.forecast.demand import demand_from_history
+
+    assert demand_from_history(frame).tolist() == [9.0, 4.0, 1.0]
 
 
 def test_trace_demand_is_running_plus_pending_of_an_always_on_replay(tmp_path: Path, repo: Path) -> None:
