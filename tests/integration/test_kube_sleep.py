@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from fake_kube import FakeKube, node, pod
+from inventories import a100_type, wol_node, write_inventory
 from manual_clock import ManualClock
 
 from greengpu.backends.kubernetes import SLEEP_ANNOTATION, KubeApi, KubeError, make_api_client
@@ -28,18 +29,10 @@ def kube() -> FakeKube:
 
 
 def setup(tmp_path: Path, kube: FakeKube, port: int) -> tuple[KubeSleep, list[str], ManualClock]:
-    inventory = tmp_path / "cluster.yaml"
-    inventory.write_text(f"""\
-site: {{pue: 1.2, price_per_kwh: 0.1, carbon_g_per_kwh: 300}}
-node_types:
-  big: {{gpus: 8, gpu_model: A100, gpu_idle_w: 55, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 450,
-        host_sleep_w: 8, boot_s: 180}}
-  small: {{gpus: 4, gpu_model: A100, gpu_idle_w: 55, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300,
-          host_sleep_w: 8, boot_s: 180}}
-nodes:
-  - {{name: "gpu[1-2]", type: big, mac: "02:00:5e:20:00:01", wol_host: 127.0.0.1, wol_port: {port}}}
-  - {{name: "gpu[3-4]", type: small, mac: "02:00:5e:20:00:03", wol_host: 127.0.0.1, wol_port: {port}}}
-""")
+    inventory = write_inventory(tmp_path / "cluster.yaml",
+                                {"big": a100_type(), "small": a100_type(gpus=4, host_idle_w=300)},
+                                [wol_node("gpu[1-2]", "big", "02:00:5e:20:00:01", port),
+                                 wol_node("gpu[3-4]", "small", "02:00:5e:20:00:03", port)])
     cluster = load_cluster(inventory)
     clock = ManualClock()
     policy = load_policy("default")

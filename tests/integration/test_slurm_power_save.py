@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from inventories import a100_type, wol_node, write_inventory
 from slurm_harness import SlurmCluster, missing_binaries
 
 from greengpu.control.jobclass import SlurmJobs
@@ -54,15 +55,8 @@ def slurm_cluster(tmp_path: Path) -> SlurmCluster:
 def test_greengpu_suspends_idle_nodes_and_wakes_them_for_a_gpu_job(slurm_cluster: SlurmCluster) -> None:
     root = slurm_cluster.root
     port = slurm_cluster.listen_for_magic_packets(MACS)
-    inventory = root / "cluster.yaml"
-    inventory.write_text(f"""\
-site: {{pue: 1.2, price_per_kwh: 0.1, carbon_g_per_kwh: 300}}
-node_types:
-  gpu4: {{gpus: 4, gpu_model: A100, gpu_idle_w: 55, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300,
-         host_sleep_w: 8, boot_s: 60}}
-nodes:
-  - {{name: "node[1-4]", type: gpu4, mac: "{MACS['node1']}", wol_host: 127.0.0.1, wol_port: {port}}}
-""")
+    inventory = write_inventory(root / "cluster.yaml", {"gpu4": a100_type(gpus=4, host_idle_w=300, boot_s=60)},
+                                [wol_node("node[1-4]", "gpu4", MACS["node1"], port)])
     state = root / "state.db"
     hook_log = root / "log" / "greengpu-hooks.log"
     power_off = slurm_cluster.power_off_script()

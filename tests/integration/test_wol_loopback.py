@@ -7,25 +7,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from inventories import a100_type, wol_node, write_inventory
 
 from greengpu.backends.wol import MAGIC_PACKET_BYTES, WakeError, Waker
 from greengpu.config.inventory import load_cluster
 
 
-def cluster_file(tmp_path: Path, port: int, extra_node: str = "") -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(f"""\
-site: {{pue: 1.2, price_per_kwh: 0.1, carbon_g_per_kwh: 300}}
-node_types:
-  a100x8: {{gpus: 8, gpu_model: A100, gpu_idle_w: 55, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 450,
-           host_sleep_w: 8, boot_s: 180}}
-nodes:
-  - {{name: "gpu[01-03]", type: a100x8, mac: "02:00:5e:10:00:0a", wol_host: 127.0.0.1, wol_port: {port}}}
-  - {{name: bmc01, type: a100x8, ipmi_host: 127.0.0.9}}
-{extra_node}""")
-    return path
-
-
+def cluster_file(tmp_path: Path, port: int) -> Path:
+    return write_inventory(tmp_path / "cluster.yaml", {"a100x8": a100_type()},
+                           [wol_node("gpu[01-03]", "a100x8", "02:00:5e:10:00:0a", port),
+                            "{name: bmc01, type: a100x8, ipmi_host: 127.0.0.9}"])
 
 
 def test_magic_packet_arrives_byte_for_byte(tmp_path: Path, udp: socket.socket) -> None:

@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from inventories import a100_type, wol_node, write_inventory
 from manual_clock import ManualClock
 
 from greengpu.backends.wol import Waker
@@ -58,16 +59,8 @@ def test_an_up_report_during_backoff_wins() -> None:
 
 
 def inventory(tmp_path: Path, port: int) -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(f"""\
-site: {{pue: 1.2, price_per_kwh: 0.1, carbon_g_per_kwh: 300}}
-node_types:
-  a100x8: {{gpus: 8, gpu_model: A100, gpu_idle_w: 55, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 450,
-           host_sleep_w: 8, boot_s: 180}}
-nodes:
-  - {{name: "gpu[01-02]", type: a100x8, mac: "02:00:5e:10:00:01", wol_host: 127.0.0.1, wol_port: {port}}}
-""")
-    return path
+    return write_inventory(tmp_path / "cluster.yaml", {"a100x8": a100_type()},
+                           [wol_node("gpu[01-02]", "a100x8", "02:00:5e:10:00:01", port)])
 
 
 
