@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from greengpu.forecast.backtest import Choice, choose, run_backtest
-from greengpu.forecast.models import ModelSpec, guarded, naive, quiet, seasonal_naive
+from greengpu.forecast.models import ModelSpec, ets_forecast, guarded, naive, seasonal_naive, uc_forecast
 
 WEEK_D = 7
 HORIZON_D = 14
@@ -52,26 +52,11 @@ def weekly_naive(history: pd.Series, horizon: int) -> np.ndarray:
 
 
 def daily_ets(history: pd.Series, horizon: int) -> np.ndarray:
-    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
-
-    def fit() -> np.ndarray:
-        seasonal = "add" if len(history) >= 3 * WEEK_D else None
-        model = ETSModel(history.astype(float), error="add", trend="add", damped_trend=True, seasonal=seasonal,
-                         seasonal_periods=WEEK_D if seasonal else None)
-        return np.asarray(model.fit(disp=False, maxiter=200).forecast(horizon), dtype=float)
-
-    return quiet(fit)
+    return ets_forecast(history, horizon, WEEK_D if len(history) >= 3 * WEEK_D else None)
 
 
 def daily_unobserved_components(history: pd.Series, horizon: int) -> np.ndarray:
-    from statsmodels.tsa.statespace.structural import UnobservedComponents
-
-    def fit() -> np.ndarray:
-        model = UnobservedComponents(history.astype(float), level="local linear trend",
-                                     freq_seasonal=[{"period": WEEK_D, "harmonics": 3}])
-        return np.asarray(model.fit(disp=False, maxiter=100).forecast(horizon), dtype=float)
-
-    return quiet(fit)
+    return uc_forecast(history, horizon, "local linear trend", [{"period": WEEK_D, "harmonics": 3}])
 
 
 DAILY_BASELINES = (

@@ -50,36 +50,44 @@ def drift(history: pd.Series, horizon: int) -> np.ndarray:
     return np.asarray(values[-1] + slope * np.arange(1, horizon + 1), dtype=float)
 
 
-def quiet(fit: Callable[[], np.ndarray]) -> np.ndarray:
+def _quiet(fit: Callable[[], np.ndarray]) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence chatter; the guard judges the result
         return fit()
 
 
-def ets(history: pd.Series, horizon: int) -> np.ndarray:
+def ets_forecast(history: pd.Series, horizon: int, season: int | None) -> np.ndarray:
+    """Additive ETS with a damped trend and, when `season` is given, an additive season of that length."""
     from statsmodels.tsa.exponential_smoothing.ets import ETSModel
 
     def fit() -> np.ndarray:
-        model = ETSModel(history.astype(float), error="add", trend="add", damped_trend=True, seasonal="add",
-                         seasonal_periods=DAY_H)
-        result = model.fit(disp=False, maxiter=200)
-        return np.asarray(result.forecast(horizon), dtype=float)
+        model = ETSModel(history.astype(float), error="add", trend="add", damped_trend=True,
+                         seasonal="add" if season else None, seasonal_periods=season)
+        return np.asarray(model.fit(disp=False, maxiter=200).forecast(horizon), dtype=float)
 
-    return quiet(fit)
+    return _quiet(fit)
 
 
-def unobserved_components(history: pd.Series, horizon: int) -> np.ndarray:
+def uc_forecast(history: pd.Series, horizon: int, level: str, seasons: list[dict[str, int]]) -> np.ndarray:
+    """UnobservedComponents with `level` and Fourier seasons (`{"period", "harmonics"}` each)."""
     from statsmodels.tsa.statespace.structural import UnobservedComponents
 
     def fit() -> np.ndarray:
-        seasonal = [{"period": DAY_H, "harmonics": 4}]
-        if len(history) >= 2 * WEEK_H:
-            seasonal.append({"period": WEEK_H, "harmonics": 3})
-        model = UnobservedComponents(history.astype(float), level="local level", freq_seasonal=seasonal)
-        result = model.fit(disp=False, maxiter=100)
-        return np.asarray(result.forecast(horizon), dtype=float)
+        model = UnobservedComponents(history.astype(float), level=level, freq_seasonal=seasons)
+        return np.asarray(model.fit(disp=False, maxiter=100).forecast(horizon), dtype=float)
 
-    return quiet(fit)
+    return _quiet(fit)
+
+
+def ets(history: pd.Series, horizon: int) -> np.ndarray:
+    return ets_forecast(history, horizon, DAY_H)
+
+
+def unobserved_components(history: pd.Series, horizon: int) -> np.ndarray:
+    seasons = [{"period": DAY_H, "harmonics": 4}]
+    if len(history) >= 2 * WEEK_H:
+        seasons.append({"period": WEEK_H, "harmonics": 3})
+    return uc_forecast(history, horizon, "local level", seasons)
 
 
 def sarimax(history: pd.Series, horizon: int) -> np.ndarray:
@@ -91,7 +99,7 @@ def sarimax(history: pd.Series, horizon: int) -> np.ndarray:
         result = model.fit(disp=False, maxiter=100)
         return np.asarray(result.forecast(horizon), dtype=float)
 
-    return quiet(fit)
+    return _quiet(fit)
 
 
 BASELINES = (
