@@ -151,6 +151,33 @@ def project_gpus(day: pd.Timestamp, projects: tuple[Project, ...]) -> float:
     return sum(p.gpus for p in projects if day >= p.start and (p.end is None or day < p.end))
 
 
+@dataclass(frozen=True)
+class PeakHistory:
+    """What the history says of daily peaks: the plan's starting point, before any planning input."""
+    daily_peaks: pd.Series
+    level: float
+    """Median of the last week's peaks."""
+    slope_per_day: float
+    """Theil-Sen growth over the growth window, as measured (may be negative)."""
+    window_days: int
+    mean_ratio: float
+
+
+def peak_history(series: pd.Series, settings: PlanSettings) -> PeakHistory:
+    daily_peaks = series.resample("D").max().dropna()
+    window = daily_peaks.iloc[-settings.growth_window_days:].to_numpy(dtype=float)
+    level = float(np.median(window[-7:]))
+    mean_level = float(np.median(series.resample("D").mean().dropna().to_numpy(dtype=float)[-7:]))
+    return PeakHistory(daily_peaks, level, theil_sen_slope(window), len(window),
+                       mean_level / level if level > 0 else 1.0)
+
+
+def horizon_days(series: pd.Series, settings: PlanSettings) -> pd.DatetimeIndex:
+    """The days planned: from the day after the history ends, `horizon_days` of them."""
+    return pd.date_range(series.index[-1].normalize() + pd.Timedelta(days=1), periods=settings.horizon_days,
+                         freq="D")
+
+
 def plan_days(days: pd.DatetimeIndex, peaks: PeakModel, upper_offset: float, target_utilisation: float,
               settings: PlanSettings, inputs: PlanInputs) -> list[PlannedDay]:
     """Each day's peak, upper peak (with the planning inputs) and GPUs required."""
@@ -194,31 +221,28 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
     choice = choose(backtest)
     calibration = calibrate(backtest, choice.model)
 
-    daily_peaks = series.resample("D").max().dropna()
-    window = daily_peaks.iloc[-settings.growth_window_days:].to_numpy(dtype=float)
-    measured_slope = theil_sen_slope(window)
+    history_peaks = peak_history(series, settings)
+    level, measured_slope = history_peaks.level, history_peaks.slope_per_day
     slope = measured_slope
     if inputs.growth_gpus_per_month is not None:
         slope = inputs.growth_gpus_per_month / DAYS_PER_MONTH
     elif slope < 0 and not settings.allow_decline:
-        flags.append(f"demand peaks fell {-slope:.2f} GPUs/day over the last {len(window)} days; planned flat")
+        flags.append(f"demand peaks fell {-slope:.2f} GPUs/day over the last {history_peaks.window_days} days; "
+                     "planned flat")
         slope = 0.0
-    level = float(np.median(window[-7:]))
-    peak_values = daily_peaks.to_numpy(dtype=float)
+    peak_values = history_peaks.daily_peaks.to_numpy(dtype=float)
     offsets = {q: peak_upper_offset(peak_values, level=q) for q in SCENARIO_QUANTILES}
     upper_offset = offsets[0.95]
-    daily_mean = series.resample("D").mean().dropna()
-    mean_level = float(np.median(daily_mean.to_numpy(dtype=float)[-7:]))
-    daily = forecast_daily_peaks(daily_peaks, settings.horizon_days, settings.origins, settings.daily_candidates)
+    daily = forecast_daily_peaks(history_peaks.daily_peaks, settings.horizon_days, settings.origins,
+                                 settings.daily_candidates)
     path = daily.path if inputs.growth_gpus_per_month is None else None
-    peaks = PeakModel(level, slope, mean_level / level if level > 0 else 1.0, path)
+    peaks = PeakModel(level, slope, history_peaks.mean_ratio, path)
 
-    start = series.index[-1].normalize() + pd.Timedelta(days=1)
-    days = pd.date_range(start, periods=settings.horizon_days, freq="D")
+    days = horizon_days(series, settings)
     planned = plan_days(days, peaks, upper_offset, settings.target_utilisation, settings, inputs)
     run_out = run_out_day(planned, installed_gpus)
     order_by = run_out - pd.Timedelta(days=settings.lead_time_days) if run_out is not None else None
-    if order_by is not None and run_out is not None and order_by <= start:
+    if order_by is not None and run_out is not None and order_by <= days[0]:
         flags.append(f"order-by date {order_by.date()} has passed: with a {settings.lead_time_days}-day lead time "
                      f"the GPUs needed from {run_out.date()} cannot arrive in time")
     required = max((d.required for d in planned), default=0)
@@ -239,7 +263,7 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
         months=_months(planned),
         growth={"peak_level_gpus": round(level, 1), "peak_growth_gpus_per_day": round(slope, 3),
                 "measured_growth_gpus_per_day": round(measured_slope, 3),
-                "upper_offset_gpus": round(upper_offset, 1), "window_days": float(len(window))},
+                "upper_offset_gpus": round(upper_offset, 1), "window_days": float(history_peaks.window_days)},
         flags=flags,
         inputs=_inputs_summary(inputs, measured_slope, slope),
         scenarios=_scenarios(days, peaks, offsets, settings, inputs, installed_gpus),
@@ -256,18 +280,14 @@ def size_by_model(demand_by_model: dict[str, pd.Series], installed_by_model: dic
     cluster's and are not split by model; the demand that accepts any model is reported, not sized."""
     rows = []
     for model, series in demand_by_model.items():
-        daily_peaks = series.resample("D").max().dropna()
-        if daily_peaks.empty:
+        if series.resample("D").max().dropna().empty:
             continue
-        window = daily_peaks.iloc[-settings.growth_window_days:].to_numpy(dtype=float)
-        slope = theil_sen_slope(window)
-        slope = slope if settings.allow_decline else max(0.0, slope)
-        level = float(np.median(window[-7:]))
-        offset = peak_upper_offset(daily_peaks.to_numpy(dtype=float))
-        mean_level = float(np.median(series.resample("D").mean().dropna().to_numpy(dtype=float)[-7:]))
-        peaks = PeakModel(level, slope, mean_level / level if level > 0 else 1.0)
-        start = series.index[-1].normalize() + pd.Timedelta(days=1)
-        days = pd.date_range(start, periods=settings.horizon_days, freq="D")
+        history_peaks = peak_history(series, settings)
+        level = history_peaks.level
+        slope = history_peaks.slope_per_day if settings.allow_decline else max(0.0, history_peaks.slope_per_day)
+        offset = peak_upper_offset(history_peaks.daily_peaks.to_numpy(dtype=float))
+        peaks = PeakModel(level, slope, history_peaks.mean_ratio)
+        days = horizon_days(series, settings)
         # A model the cluster lacks has 0 installed: its pinned jobs can never run, and it says so.
         installed = installed_by_model.get(model, 0) if installed_by_model and model != ANY_MODEL else None
         row: dict[str, Any] = {"gpu_model": model, "installed_gpus": installed, "peak_gpus": round(level, 1),
