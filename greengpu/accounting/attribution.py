@@ -90,6 +90,25 @@ class Attribution:
             if asleep:
                 bucket.asleep_s += t1 - t0
 
+    def tenant_totals(self) -> dict[str, dict[str, float]]:
+        """Per tenant, what its jobs were charged over the whole period, and `(idle)`: the rest of the site.
+
+        The same split as a ledger month (docs/LEDGER.md), kept in memory: the rows add up to the meter.
+        """
+        totals: dict[str, dict[str, float]] = {}
+        for (_, tenant), usage in self.tenant_hours.items():
+            row = totals.setdefault(tenant, {"energy_kwh": 0.0, "cost": 0.0, "co2_kg": 0.0, "gpu_hours": 0.0})
+            row["energy_kwh"] += usage.facility_energy_j / J_PER_KWH
+            row["cost"] += usage.cost
+            row["co2_kg"] += usage.co2_g / 1000.0
+            row["gpu_hours"] += usage.gpu_hours
+        charged = {k: sum(r[k] for r in totals.values()) for k in ("energy_kwh", "cost", "co2_kg")}
+        meter = self.meter
+        totals["(idle)"] = {"energy_kwh": meter.facility_energy_kwh - charged["energy_kwh"],
+                            "cost": meter.cost - charged["cost"], "co2_kg": meter.co2_g / 1000.0 - charged["co2_kg"],
+                            "gpu_hours": 0.0}
+        return {tenant: {k: round(v, 3) for k, v in row.items()} for tenant, row in sorted(totals.items())}
+
     def job_ran(self, job: Job, units_by_node: dict[str, int], start_s: float, end_s: float,
                 gpu_busy_w_by_node: dict[str, float], host_w_by_node: dict[str, float],
                 gpus_by_node: dict[str, int]) -> JobCharge:

@@ -257,29 +257,10 @@ def _replay(cluster: Any, policy_name: str, jobs: Any) -> dict[str, Any]:
     simulation = Simulation(cluster, load_policy(policy_name), jobs, attribute=True)
     result = simulation.run().values
     out = {k: result[k] for k in SAVINGS_KEYS}
-    out["tenants"] = tenant_totals(simulation)
+    assert simulation.attribution is not None
+    out["tenants"] = simulation.attribution.tenant_totals()
     out["finish_s"] = simulation.finish_s
     return out
-
-
-def tenant_totals(simulation: Any) -> dict[str, dict[str, float]]:
-    """Per tenant, what its jobs were charged (docs/LEDGER.md rules), and `(idle)`: the rest of the site."""
-    from greengpu.accounting.meter import J_PER_KWH
-
-    assert simulation.attribution is not None
-    totals: dict[str, dict[str, float]] = {}
-    for (_, tenant), usage in simulation.attribution.tenant_hours.items():
-        row = totals.setdefault(tenant, {"energy_kwh": 0.0, "cost": 0.0, "co2_kg": 0.0, "gpu_hours": 0.0})
-        row["energy_kwh"] += usage.facility_energy_j / J_PER_KWH
-        row["cost"] += usage.cost
-        row["co2_kg"] += usage.co2_g / 1000.0
-        row["gpu_hours"] += usage.gpu_hours
-    meter = simulation.meter
-    charged = {k: sum(r[k] for r in totals.values()) for k in ("energy_kwh", "cost", "co2_kg")}
-    totals["(idle)"] = {"energy_kwh": meter.facility_energy_kwh - charged["energy_kwh"],
-                        "cost": meter.cost - charged["cost"], "co2_kg": meter.co2_g / 1000.0 - charged["co2_kg"],
-                        "gpu_hours": 0.0}
-    return {tenant: {k: round(v, 3) for k, v in row.items()} for tenant, row in sorted(totals.items())}
 
 
 def _start_savings(cluster: Any, jobs: Any) -> tuple[Any, dict[str, Any]]:

@@ -280,7 +280,7 @@ def size_by_model(demand_by_model: dict[str, pd.Series], installed_by_model: dic
     cluster's and are not split by model; the demand that accepts any model is reported, not sized."""
     rows = []
     for model, series in demand_by_model.items():
-        if series.resample("D").max().dropna().empty:
+        if series.dropna().empty:
             continue
         history_peaks = peak_history(series, settings)
         level = history_peaks.level
