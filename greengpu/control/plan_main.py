@@ -62,11 +62,6 @@ def bundled_example() -> Path:
                    "give --history FILE or --trace FILE")
 
 
-def read_history(path: str) -> pd.Series:
-    """A usage history CSV -> hourly demand; bad input names file, line and column."""
-    return demand_from_history(read_history_frame(path))
-
-
 def read_history_frame(path: str) -> pd.DataFrame:
     """A usage history CSV, validated (times parsed, GPU counts numbers >= 0)."""
     try:
@@ -196,7 +191,7 @@ def hourly_demand(loaded: LoadedInputs) -> Demand:
     # inventory (a job that waits is pending, then runs). The default replay for the savings runs
     # beside it and then beside the backtest.
     replays = _start_savings(loaded.cluster, jobs)
-    finish_s = replays[1]["always-on"].result()["finish_s"]
+    finish_s = replays[1][DEMAND_POLICY].result()["finish_s"]
     return Demand(demand_from_replay(jobs, finish_s), "running + pending, always-on replay",
                   demand_by_model_from_jobs(jobs, finish_s), replays)
 
@@ -247,10 +242,12 @@ def _recent_history(series: pd.Series) -> list[list[Any]]:
 
 
 SAVINGS_POLICIES = ("always-on", "default")
+DEMAND_POLICY = "always-on"
+"""The replay whose running + pending GPUs are a trace's demand: the cluster as it is, without greengpu's levers."""
 SAVINGS_KEYS = ("energy_kwh", "gpu_energy_kwh", "cost", "co2_kg", "wait_s", "node_sleep_hours", "wakes")
 
 
-def _replay(cluster: Any, policy_name: str, jobs: Any) -> dict[str, Any]:
+def _replay(cluster: Any, policy_name: str, jobs: Any, keep_finish_s: bool) -> dict[str, Any]:
     from greengpu.config.policy import load_policy
     from greengpu.sim.engine import Simulation
 
@@ -259,16 +256,18 @@ def _replay(cluster: Any, policy_name: str, jobs: Any) -> dict[str, Any]:
     out = {k: result[k] for k in SAVINGS_KEYS}
     assert simulation.attribution is not None
     out["tenants"] = simulation.attribution.tenant_totals()
-    out["finish_s"] = simulation.finish_s
+    if keep_finish_s:  # per-job finish times, for the always-on demand; not sent back otherwise
+        out["finish_s"] = simulation.finish_s
     return out
 
 
 def _start_savings(cluster: Any, jobs: Any) -> tuple[Any, dict[str, Any]]:
     from concurrent.futures import ProcessPoolExecutor
 
-    # fork: the workers inherit the parsed trace instead of re-reading it.
+    # fork: a worker starts with greengpu and its libraries already imported (the jobs are still pickled
+    # to it, about a second for Philly's 64,483).
     pool = ProcessPoolExecutor(max_workers=len(SAVINGS_POLICIES), mp_context=multiprocessing.get_context("fork"))
-    return pool, {name: pool.submit(_replay, cluster, name, jobs) for name in SAVINGS_POLICIES}
+    return pool, {name: pool.submit(_replay, cluster, name, jobs, name == DEMAND_POLICY) for name in SAVINGS_POLICIES}
 
 
 def _finish_savings(replays: tuple[Any, dict[str, Any]]) -> dict[str, Any]:
@@ -277,13 +276,7 @@ def _finish_savings(replays: tuple[Any, dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {name: future.result() for name, future in futures.items()}
     finally:
         pool.shutdown()
-    for result in out.values():
-        result.pop("finish_s", None)  # per-job times: for the demand, not for the report
+    out[DEMAND_POLICY].pop("finish_s", None)  # per-job times: for the demand, not for the report
     base, ours = out["always-on"], out["default"]
     out["saved"] = {k: base[k] - ours[k] for k in ("energy_kwh", "cost", "co2_kg")}
     return out
-
-
-def _savings(cluster: Any, jobs: Any) -> dict[str, Any]:
-    """always-on against default on the same trace (in worker processes)."""
-    return _finish_savings(_start_savings(cluster, jobs))

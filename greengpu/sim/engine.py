@@ -633,7 +633,7 @@ class Simulation:
             # The forecast's hour turns: its reserve may ask for nodes before any job waits (the ramp).
             assert self.rise_forecast is not None
             self.rise_forecast.observe(self.now_s, self.offered_gpus)
-            if self.policy.sleep.enabled and self.asleep_nodes:
+            if self.asleep_nodes:  # (the forecast exists only when sleep is enabled)
                 self._wake_for_reserve(self.policy.sleep.max_wakes_per_min - self._recent(self.wake_times))
             if self.arrivals_left or self.pending or self.running:
                 self._push(self.now_s + HOUR_S, _HOUR, None)

@@ -91,13 +91,13 @@ def test_savings_compare_always_on_and_default_on_the_same_trace(repo: Path) -> 
     from schedkit import job
 
     from greengpu.config.inventory import load_cluster
-    from greengpu.control.plan_main import _savings
+    from greengpu.control.plan_main import _finish_savings, _start_savings
 
     cluster = load_cluster(repo / "examples" / "lab-a100.cluster.yaml")
     t0 = 1_700_000_000.0
     jobs = [job(f"j{i}", gpus=1, duration_s=1800, submit_time_s=t0 + i * 7200,
                 tenant="postdocs" if i % 3 == 0 else "phd-students") for i in range(12)]
-    savings = _savings(cluster, jobs)
+    savings = _finish_savings(_start_savings(cluster, jobs))
     assert set(savings) == {"always-on", "default", "saved"}
     saved = savings["saved"]["energy_kwh"]
     assert saved == pytest.approx(savings["always-on"]["energy_kwh"] - savings["default"]["energy_kwh"])
