@@ -10,6 +10,7 @@ sleeping nodes count as up shows which nodes blocked jobs would go to, and exact
 
 from __future__ import annotations
 
+import bisect
 import gc
 import heapq
 import math
@@ -52,7 +53,6 @@ from greengpu.sched.invariants import check_invariants
 from greengpu.sched.preemption import last_checkpoint_s
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.state import cluster_layout
-from greengpu.sched.transitions import remaining_work
 
 FULL_CHECK_EVERY = 2000
 """Cycles between full invariant checks (every cycle checks what its own placements could break)."""
@@ -128,7 +128,10 @@ class Simulation:
                                           t.host_sleep_w, t.boot_s)
         self._capping: dict[tuple[str, str, bool], tuple[float, float]] = {}
         self._relaxed: set[str] = set()
-        """Jobs started while others waited for capacity, under `relax_when_queued`: they run uncapped."""
+        """Running jobs that run uncapped because others wait for capacity (`relax_when_queued`)."""
+        self._paces: dict[str, list[tuple[float, float, float]]] = {}
+        """Per running job, its paces in this run: (since when, speed, uncapped seconds of work done before).
+        Capping changes while a job runs (uncapped while a queue lasts), so work is integrated piecewise."""
         self.node_states: dict[str, NodeState] = {}
         self.running: dict[str, RunningJob] = {}
         self.pending: dict[str, PendingJob] = {}
@@ -146,7 +149,8 @@ class Simulation:
         self.first_start: dict[str, float] = {}
         self.run_s: dict[str, float] = {}
         self.segment_start: dict[str, float] = {}
-        self.attempt: dict[str, int] = {}
+        self.finish_token: dict[str, int] = {}
+        """Bumped whenever a job's finish time moves (a new run, a new pace): older finish events are stale."""
         self.completed: set[str] = set()
         self.last_finish_s = 0.0
         self.finish_s: dict[str, float] = {}
@@ -164,6 +168,9 @@ class Simulation:
         self._sleep_check = False
         self._tick_pending = False
         self._blocked = False
+        self._relax_rule = policy.capping.enabled and policy.capping.relax_when_queued
+        self._relaxing = False
+        """Whether running jobs are uncapped now, because jobs waited for capacity at the last cycle."""
         self.asleep_nodes = 0
         self.arrivals_left = 0
         self.stopping: set[str] = set()
@@ -206,8 +213,9 @@ class Simulation:
                                        node.power is PowerState.ASLEEP)
         node.draw_since_s = self.now_s
 
-    def _charge_job(self, running: RunningJob, end_s: float) -> None:
-        """Charge a job's run segment to its tenant (ledger only)."""
+    def _charge_job(self, running: RunningJob, end_s: float, busy_w: dict[str, float] | None = None) -> None:
+        """Charge a job's run segment to its tenant (ledger only); `busy_w`: its GPUs' watts per node
+        over the segment (default: what its capping gives now)."""
         assert self.attribution is not None
         start_s = self.segment_start[running.job.job_id]
         if end_s <= start_s:
@@ -215,7 +223,7 @@ class Simulation:
         units = running.units_by_node
         nodes = {name: self.nodes[name] for name in units}
         self.attribution.job_ran(running.job, dict(units), start_s, end_s,
-                                 {n: self._capped(running.job, node)[0] for n, node in nodes.items()},
+                                 busy_w if busy_w is not None else self._busy_w(running),
                                  {n: node.host_idle_w for n, node in nodes.items()},
                                  {n: node.gpus for n, node in nodes.items()})
 
@@ -240,6 +248,72 @@ class Simulation:
         """The rate `job` runs at on these nodes relative to uncapped: the slowest node sets the pace."""
         return min(self._capped(job, self.nodes[name])[1] for name in node_names)
 
+    @staticmethod
+    def _run_s(work_s: float, speed: float) -> float:
+        """Wall seconds for `work_s` of uncapped work at `speed` (whole seconds, like the trace)."""
+        return float(math.ceil(work_s / speed - 1e-9))
+
+    def _push_finish(self, job_id: str, at_s: float) -> None:
+        token = self.finish_token.get(job_id, 0) + 1
+        self.finish_token[job_id] = token
+        self._push(at_s, _FINISH, (job_id, token))
+
+    def _work_done_s(self, running: RunningJob, at_s: float) -> float:
+        """Uncapped seconds of work `running` had done by `at_s` in this run (its paces integrated)."""
+        paces = self._paces[running.job.job_id]
+        index = max(0, bisect.bisect_right(paces, at_s, key=lambda pace: pace[0]) - 1)
+        since_s, speed, before_s = paces[index]
+        return before_s + max(0.0, at_s - since_s) * speed
+
+    def _busy_w(self, running: RunningJob) -> dict[str, float]:
+        """Watts of each of `running`'s busy GPUs, per node, under its capping now."""
+        return {name: self._capped(running.job, self.nodes[name])[0] for name in running.nodes}
+
+    def _set_relaxing(self, relaxing: bool) -> None:
+        """Uncap every running job while jobs wait for capacity; cap them again once none waits.
+
+        A per-tick controller does exactly this (capping.decide with `capacity_short`): a slower job
+        would lengthen the queue, and once the queue is gone the cap saves energy again.
+        """
+        self._relaxing = relaxing
+        for running in list(self.running.values()):
+            watts_then = self._busy_w(running)
+            if relaxing:
+                self._relaxed.add(running.job.job_id)
+            else:
+                self._relaxed.discard(running.job.job_id)
+            self._repace(running, watts_then)
+
+    def _repace(self, running: RunningJob, watts_then: dict[str, float]) -> None:
+        """Carry a running job over to the pace and power its capping now gives."""
+        job = running.job
+        job_id = job.job_id
+        paces = self._paces[job_id]
+        since_s, old_speed, before_s = paces[-1]
+        speed = self._speed(job, running.nodes)
+        watts_now = self._busy_w(running)
+        if speed == old_speed and watts_now == watts_then:
+            return  # a class that is never capped
+        if self.attribution is not None:
+            self._charge_job(running, self.now_s, watts_then)
+        self.run_s[job_id] = self.run_s.get(job_id, 0.0) + self.now_s - self.segment_start[job_id]
+        self.segment_start[job_id] = self.now_s
+        done_s = before_s + (self.now_s - since_s) * old_speed
+        paces.append((self.now_s, speed, done_s))
+        for slot in running.slots:
+            node = self.nodes[slot.node]
+
+            def change(node: _Node = node, gpu: int = slot.gpu_index) -> None:
+                watts = node.gpu_users[gpu]
+                watts.remove(watts_then[node.name])
+                watts.append(watts_now[node.name])
+
+            self._set_node(node, change)
+        end_s = self.now_s + self._run_s(max(0.0, job.duration_s - done_s), speed)
+        self.running[job_id] = replace(running, expected_end_s=end_s)
+        self._running_version += 1
+        self._push_finish(job_id, end_s)
+
     def _set_power(self, node: _Node, power: PowerState) -> None:
         self.asleep_nodes += (power is PowerState.ASLEEP) - (node.power is PowerState.ASLEEP)
 
@@ -261,20 +335,20 @@ class Simulation:
     def _start(self, action: PlaceJob) -> None:
         waiting = self.pending.pop(action.job_id)
         job = waiting.job
-        if self.policy.capping.relax_when_queued and self._blocked:
+        if self._relaxing:
             self._relaxed.add(job.job_id)  # others waited for capacity at the last cycle
         else:
             self._relaxed.discard(job.job_id)
         speed = self._speed(job, dict.fromkeys(s.node for s in action.slots))
-        run_s = job.duration_s if speed == 1.0 else math.ceil(job.duration_s / speed)  # whole seconds, like the trace
+        run_s = self._run_s(job.duration_s, speed)
         self.running[job.job_id] = RunningJob(job=job, slots=action.slots, start_time_s=self.now_s,
                                               expected_end_s=self.now_s + run_s,
                                               preemptions=waiting.preemptions)
         self._running_version += 1
         self.first_start.setdefault(job.job_id, self.now_s)
         self.segment_start[job.job_id] = self.now_s
-        self.attempt[job.job_id] = self.attempt.get(job.job_id, 0) + 1
-        self._push(self.now_s + run_s, _FINISH, (job.job_id, self.attempt[job.job_id]))
+        self._paces[job.job_id] = [(self.now_s, speed, 0.0)]
+        self._push_finish(job.job_id, self.now_s + run_s)
         self.allocated_gpus += job.gpus
         self.ledger.charge(self.running[job.job_id])
         for slot in action.slots:
@@ -299,6 +373,7 @@ class Simulation:
         self._running_version += 1
         self.ledger.charge(running, -1)
         self.run_s[job_id] = self.run_s.get(job_id, 0.0) + self.now_s - self.segment_start.pop(job_id)
+        self._paces.pop(job_id, None)
         self.allocated_gpus -= running.job.gpus
         for slot in running.slots:
             node = self.nodes[slot.node]
@@ -326,11 +401,12 @@ class Simulation:
         by = action.for_job_id or victim.preempted_for
         checkpoint_s = last_checkpoint_s(victim, self.now_s)
         self.lost_gpu_s += (self.now_s - checkpoint_s) * victim.job.gpus
+        saved_s = self._work_done_s(victim, checkpoint_s)  # before _stop forgets the job's pace
         self._stop(action.job_id)
         self.stopping.discard(action.job_id)
         self.preemptions += 1
         history = victim.preemptions + ((PreemptionRecord(self.now_s, by),) if by else ())
-        remaining = remaining_work(victim, self.now_s, self._speed(victim.job, victim.nodes))
+        remaining = replace(victim.job, duration_s=max(1.0, victim.job.duration_s - saved_s))
         self.pending[victim.job.job_id] = PendingJob(remaining, preemptions=history)
 
     # ------------------------------------------------------------------ sleep and wake
@@ -478,6 +554,8 @@ class Simulation:
                     time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
                     node_states=self.node_states)))
         self._blocked = any(reason in (WAIT_CAPACITY, WAIT_WAKE) for reason in result.waiting.values())
+        if self._relax_rule and self._blocked != self._relaxing:
+            self._set_relaxing(self._blocked)
         if self.policy.sleep.enabled:
             self._apply_wakes([a for a in result.actions if isinstance(a, WakeNode)])
             if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
@@ -594,8 +672,8 @@ class Simulation:
             self._dirty = True
             self._demand_changed(job.gpus)
         elif kind == _FINISH:
-            job_id, attempt = data
-            if job_id in self.running and self.attempt.get(job_id) == attempt:
+            job_id, token = data
+            if job_id in self.running and self.finish_token.get(job_id) == token:
                 gpus = self.running[job_id].job.gpus
                 self._stop(job_id)
                 self.completed.add(job_id)

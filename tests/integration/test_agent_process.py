@@ -18,7 +18,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-TRAINING_LIMIT_W = 275.0  # the default policy's efficiency pick for an A100 (tests/unit/test_agent.py)
+TRAINING_LIMIT_W = 259.0  # the default policy's efficiency pick for an A100 (tests/unit/test_agent.py)
 
 
 class AgentProcess:
@@ -76,7 +76,7 @@ def test_metrics_scrape_over_http_and_sigterm_restores(tmp_path: Path) -> None:
     agent = AgentProcess(tmp_path)
     try:
         url = agent.wait_for(r"serving metrics on (http://127\.0\.0\.1:\d+)/metrics").group(1)
-        agent.wait_for(r"GPU 0 .*-> 275 W")
+        agent.wait_for(r"GPU 0 .*-> 259 W")
         agent.wait_for(r"GPU 1 .*SM clocks locked at (\d+) MHz")
         time.sleep(0.5)  # let the fake's energy counters advance
         families = scrape(url + "/metrics")
@@ -116,7 +116,7 @@ def test_metrics_scrape_over_http_and_sigterm_restores(tmp_path: Path) -> None:
 def test_sigint_restores_too(tmp_path: Path) -> None:
     agent = AgentProcess(tmp_path)
     try:
-        agent.wait_for(r"GPU 0 .*-> 275 W")
+        agent.wait_for(r"GPU 0 .*-> 259 W")
         agent.process.send_signal(signal.SIGINT)
         assert agent.process.wait(timeout=20) == 0
         assert [g["limit_w"] for g in agent.gpus()] == [400.0, 400.0, 400.0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -84,3 +85,32 @@ def test_until_stops_the_clock() -> None:
     assert result["jobs_completed"] == 0
     assert result["gpu_energy_kwh"] == pytest.approx(kwh(300, 1800))
     assert result["gpu_hours_allocated"] == pytest.approx(0.5)
+
+
+def test_running_jobs_go_uncapped_while_a_queue_lasts_and_capped_again_after() -> None:
+    """relax_when_queued in a per-tick controller: the cap lifts for every running job while work waits
+    for capacity and returns once none does; work is integrated across the changes of pace."""
+    from greengpu.energy.power_model import busy_gpu
+    from greengpu.policy import CappingPolicy, ClassCapping, SleepPolicy
+
+    base = load_policy("always-on")
+    capping = CappingPolicy(enabled=True, classes={"training": ClassCapping(mode="fixed", limit_w=200)},
+                            relax_when_queued=True)
+    policy = replace(base, capping=capping, sleep=SleepPolicy(enabled=False))
+    capped_w, speed = busy_gpu(ONE_GPU, 200)
+    assert speed < 1.0 and capped_w < 300
+    jobs = [job("a", duration_s=3600, submit_time_s=T0), job("b", duration_s=600, submit_time_s=T0 + 1000)]
+    result = simulate(one_node(), policy, jobs)
+    # a runs capped for 1,000 s; b then waits for the only GPU, so a runs uncapped to its end.
+    a_end = 1000 + math.ceil(3600 - 1000 * speed)
+    # b starts once a is done; nothing waits then, so b runs capped.
+    b_run = math.ceil(600 / speed)
+    assert result["makespan_s"] == a_end + b_run
+    assert result["wait_s"]["p95"] == a_end - 1000
+    gpu = kwh(capped_w, 1000) + kwh(300, a_end - 1000) + kwh(capped_w, b_run)
+    assert result["gpu_energy_kwh"] == pytest.approx(gpu)
+    assert result["slowdown_mean"] == pytest.approx((a_end / 3600 + b_run / 600) / 2)
+    # Without the rule, a keeps its cap throughout (and so b waits longer).
+    steady = simulate(one_node(), replace(policy, capping=replace(capping, relax_when_queued=False)), jobs)
+    assert steady["makespan_s"] == math.ceil(3600 / speed) + b_run
+    assert steady["wait_s"]["p95"] > result["wait_s"]["p95"]
