@@ -64,21 +64,6 @@ class NodeEnds:
                 del entries[position]
             self.memo.pop(node, None)
 
-    def earliest_free_s(self, state: PlacementState, node: int, count: int, now_s: float,
-                        soonest_s: float) -> float | None:
-        """When `count` GPUs of `node` are free; an overdue job is taken to end at `soonest_s`."""
-        whole = state.free_whole[node]
-        if whole >= count:
-            return now_s
-        free_now = tuple(state.gpu_free[node])
-        memo = self.memo.setdefault(node, {})
-        key = (count, free_now)
-        if key in memo:
-            raw = memo[key]
-        else:
-            raw = memo[key] = _raw_free_s(free_now, whole, count, self.by_node.get(node, []))
-        return None if raw is None else max(raw, soonest_s)  # ends are sorted, so clamping keeps the order
-
 
 def ends_by_node(state: PlacementState, running: Iterable[RunningJob]) -> NodeEnds:
     """The expected ends of `running`, per node of `state`."""
@@ -112,20 +97,41 @@ def reserve(state: PlacementState, job: Job, ends: NodeEnds,
         if chunks is None:
             continue
         count = max(chunks)
-        times: list[tuple[float, int]] = []
-        for node in range(len(state.names)):
-            if state.model[node] != model or not state.schedulable[node] or node in excluded:
-                continue
-            if state.size[node] < count:
-                continue
-            start_s = ends.earliest_free_s(state, node, count, now_s, now_s + interval_s)
-            if start_s is not None:
-                times.append((start_s, node))
+        times = _free_times(state, ends, model, count, excluded, now_s, now_s + interval_s)
         if len(times) < len(chunks):
             continue
-        times.sort()
-        picked = times[: len(chunks)]
+        picked = [min(times)] if len(chunks) == 1 else sorted(times)[: len(chunks)]
         candidate = Reservation(job.job_id, frozenset(n for _, n in picked), picked[-1][0])
         if best is None or candidate.start_s < best.start_s:
             best = candidate
     return best
+
+
+def _free_times(state: PlacementState, ends: NodeEnds, model: str, count: int, excluded: Collection[int],
+                now_s: float, soonest_s: float) -> list[tuple[float, int]]:
+    """(when `count` GPUs come free, node) for each usable node of `model`; an overdue job is taken to
+    end at `soonest_s`. The scheduler's hottest loop (a node per blocked job per cycle): kept flat."""
+    times: list[tuple[float, int]] = []
+    models, schedulable, sizes = state.model, state.schedulable, state.size
+    free_whole, gpu_free = state.free_whole, state.gpu_free
+    memos, by_node = ends.memo, ends.by_node
+    for node in range(len(models)):
+        if models[node] != model or not schedulable[node] or sizes[node] < count or node in excluded:
+            continue
+        whole = free_whole[node]
+        if whole >= count:
+            times.append((now_s, node))
+            continue
+        free_now = tuple(gpu_free[node])
+        memo = memos.get(node)
+        if memo is None:
+            memo = memos[node] = {}
+        key = (count, free_now)
+        if key in memo:
+            raw = memo[key]
+        else:
+            raw = memo[key] = _raw_free_s(free_now, whole, count, by_node.get(node, []))
+        if raw is not None:
+            # Ends are sorted, so clamping overdue ones to soonest_s keeps the order.
+            times.append((raw if raw > soonest_s else soonest_s, node))
+    return times

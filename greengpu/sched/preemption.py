@@ -75,6 +75,8 @@ class VictimFinder:
         self._over: set[str] = set()
         self._over_version = -1
         self._yielding_cache: dict[str, list[RunningJob]] = {}
+        self._lowest_priority: dict[str, int] = {}
+        """Per tenant, the lowest priority among its jobs that may yield (filled with _yielding_cache)."""
 
     def _model_of(self, victim: RunningJob) -> str:
         node = self.state.index.get(victim.slots[0].node) if victim.slots else None
@@ -88,6 +90,8 @@ class VictimFinder:
             return False
         if self.now_s - victim.start_time_s < policy.min_runtime_s:
             return False
+        if not victim.preemptions:  # the common case, without a generator per running job
+            return policy.max_per_job_per_hour > 0
         recent = sum(1 for r in victim.preemptions if self.now_s - r.time_s < HOUR_S)
         return recent < policy.max_per_job_per_hour
 
@@ -208,8 +212,9 @@ class VictimFinder:
         for tenant in tenants:
             candidates = self._yielding(tenant, by_tenant)
             if tenant == job.tenant:
-                if not policy.priority_preemption:
-                    continue
+                if not policy.priority_preemption or not candidates \
+                        or job.priority <= self._lowest_priority[tenant]:
+                    continue  # (the usual case: a tenant's jobs of one priority never preempt each other)
                 found.extend(r for r in candidates if r.job.priority < job.priority
                              and r.job.job_id not in stopping and r.job.job_id not in banned)
                 continue
@@ -231,6 +236,7 @@ class VictimFinder:
         found = self._yielding_cache.get(tenant)
         if found is None:
             found = self._yielding_cache[tenant] = [r for r in by_tenant[tenant] if self._may_ever_yield(r)]
+            self._lowest_priority[tenant] = min((r.job.priority for r in found), default=0)
         return found
 
     def _running_by_tenant(self) -> dict[str, list[RunningJob]]:
