@@ -122,11 +122,11 @@ def _update_running(books: Books, running: tuple[RunningJob, ...]) -> None:
     state, ledger = books.state, books.ledger
     held_jobs = books.running
     by_id = books.by_id
-    current_ids = set(map(id, running))
-    gone_ids = by_id.keys() - current_ids
-    new_ids = current_ids - by_id.keys()
+    current = dict(zip(map(id, running), running, strict=True))  # built in C: no Python step per job
+    gone_ids = by_id.keys() - current.keys()
+    new_ids = current.keys() - by_id.keys()
     if gone_ids or new_ids:
-        arriving = {r.job.job_id: r for r in running if id(r) in new_ids}
+        arriving = {current[obj_id].job.job_id: current[obj_id] for obj_id in new_ids}
         for obj_id in gone_ids:
             held = by_id.pop(obj_id)
             job_id = held.job.job_id
