@@ -10,7 +10,7 @@ from schedkit import job
 
 from greengpu.config.policy import load_policy
 from greengpu.model import Cluster, Node, NodeType, Site, TimeSeries
-from greengpu.sim.engine import simulate
+from greengpu.sim.engine import Simulation, simulate
 
 T0 = 1_700_000_000.0  # a Tuesday, 22:13 UTC
 ONE_GPU = NodeType(name="one", gpus=1, gpu_model="A100", gpu_idle_w=50, gpu_max_w=300, gpu_min_limit_w=100,
@@ -99,8 +99,10 @@ def test_running_jobs_go_uncapped_while_a_queue_lasts_and_capped_again_after() -
     policy = replace(base, capping=capping, sleep=SleepPolicy(enabled=False))
     capped_w, speed = busy_gpu(ONE_GPU, 200)
     assert speed < 1.0 and capped_w < 300
-    jobs = [job("a", duration_s=3600, submit_time_s=T0), job("b", duration_s=600, submit_time_s=T0 + 1000)]
-    result = simulate(one_node(), policy, jobs)
+    jobs = [job("a", tenant="ta", duration_s=3600, submit_time_s=T0),
+            job("b", tenant="tb", duration_s=600, submit_time_s=T0 + 1000)]
+    simulation = Simulation(one_node(), policy, jobs, attribute=True)
+    result = simulation.run().values
     # a runs capped for 1,000 s; b then waits for the only GPU, so a runs uncapped to its end.
     a_end = 1000 + math.ceil(3600 - 1000 * speed)
     # b starts once a is done; nothing waits then, so b runs capped.
@@ -110,7 +112,34 @@ def test_running_jobs_go_uncapped_while_a_queue_lasts_and_capped_again_after() -
     gpu = kwh(capped_w, 1000) + kwh(300, a_end - 1000) + kwh(capped_w, b_run)
     assert result["gpu_energy_kwh"] == pytest.approx(gpu)
     assert result["slowdown_mean"] == pytest.approx((a_end / 3600 + b_run / 600) / 2)
+    # The ledger charges each pace at its own watts: a's GPU capped, then uncapped, plus its host.
+    assert simulation.attribution is not None
+    charged = simulation.attribution.tenant_totals()
+    a_kwh = (kwh(capped_w, 1000) + kwh(300, a_end - 1000) + kwh(100, a_end)) * 1.5
+    assert charged["ta"]["energy_kwh"] == pytest.approx(a_kwh, abs=0.001)
+    assert charged["tb"]["energy_kwh"] == pytest.approx((kwh(capped_w, b_run) + kwh(100, b_run)) * 1.5, abs=0.001)
     # Without the rule, a keeps its cap throughout (and so b waits longer).
     steady = simulate(one_node(), replace(policy, capping=replace(capping, relax_when_queued=False)), jobs)
     assert steady["makespan_s"] == math.ceil(3600 / speed) + b_run
     assert steady["wait_s"]["p95"] > result["wait_s"]["p95"]
+
+
+def test_a_checkpoint_saves_the_work_done_at_each_pace_before_it() -> None:
+    """A preempted job keeps the work up to its last checkpoint, counted at the pace it ran then."""
+    from greengpu.energy.power_model import busy_gpu
+    from greengpu.policy import CappingPolicy, ClassCapping, SleepPolicy
+
+    capping = CappingPolicy(enabled=True, classes={"training": ClassCapping(mode="fixed", limit_w=200)},
+                            relax_when_queued=True)
+    policy = replace(load_policy("always-on"), capping=capping, sleep=SleepPolicy(enabled=False))
+    _, speed = busy_gpu(ONE_GPU, 200)
+    jobs = [job("a", duration_s=3600, submit_time_s=T0, checkpoint_interval_s=600),
+            job("c", duration_s=100, submit_time_s=T0 + 500),  # queues: a runs uncapped from 500 s
+            job("b", priority=10, duration_s=600, submit_time_s=T0 + 1000)]  # preempts a (grace 120 s)
+    result = simulate(one_node(), policy, jobs)
+    assert result["preemptions"] == 1
+    saved_s = 500 * speed + 100  # capped to 500 s, uncapped to the checkpoint at 600 s
+    assert result["lost_gpu_hours"] == pytest.approx((1120 - 600) / 3600)
+    # b runs 1120-1720 (c waits, so uncapped); a then redoes only what it lost, uncapped while c waits;
+    # c runs last, capped.
+    assert result["makespan_s"] == 1720 + math.ceil(3600 - saved_s) + math.ceil(100 / speed)
