@@ -147,6 +147,8 @@ class Agent:
         report.readings = readings
         self.last_readings = readings
         jobs = self.classes.jobs(readings)
+        # Work waiting for GPUs anywhere: with relax_when_queued, running jobs go uncapped until it starts.
+        short = self.policy.relax_when_queued and self.classes.capacity_short()
         for reading in readings:
             control = self.gpus.setdefault(reading.index, GpuControl())
             job = jobs.get(reading.index)
@@ -156,7 +158,8 @@ class Agent:
                 control.cap_not_binding, control.limit_since_s = False, None
             self._learn_binding(control, reading, now)
             decision = decide(job.job_class if job else None, self.policy, reading.constraints,
-                              reading.max_sm_clock_mhz, cap_not_binding=control.cap_not_binding)
+                              reading.max_sm_clock_mhz, cap_not_binding=control.cap_not_binding,
+                              capacity_short=short)
             report.changes.extend(self._apply(reading, control, decision, now))
         for line in report.changes:
             log.info(line)

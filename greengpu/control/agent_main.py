@@ -96,7 +96,7 @@ def build_class_source(options: AgentOptions) -> ClassSource:
         from greengpu.backends.kubernetes import KubeApi, make_api_client
 
         api = KubeApi(make_api_client(host=options.kube_host))
-        return KubernetesPods(node, api.pods_on_node, default_class)
+        return KubernetesPods(node, api.pods_on_node, default_class, list_pending=api.pending_gpu_pods)
     return LocalMap(by_gpu, default_class)
 
 

@@ -1,13 +1,17 @@
 """Which job, of which workload class, runs on each local GPU: the agent's input to the capping decision.
 
-Three sources, one answer (`{gpu index: GpuJob}`; a GPU missing from it is idle):
+Three sources, one answer (`{gpu index: GpuJob}`; a GPU missing from it is idle), and whether GPU
+work is waiting for capacity (`capacity_short`, for the policy's `relax_when_queued`):
 - `LocalMap`: a YAML file on the node (`gpus: {0: inference}`, `default_class: training`): for
-  machines without a scheduler, and for `--backend fake`.
+  machines without a scheduler, and for `--backend fake`. It knows no queue: never short.
 - `SlurmJobs`: `scontrol -d -o show job` lists the jobs on this node with the GPU indices each holds
   (`GRES=gpu:a100:2(IDX:0-1)`); the class comes from the job's comment (`greengpu.class=inference`),
-  else from a partition -> class map, else the default class.
+  else from a partition -> class map, else the default class. The same listing holds the pending
+  jobs: one that asks for GPUs and waits with `Reason=Resources` means capacity is short.
 - `KubernetesPods`: each GPU process's cgroup (`/proc/PID/cgroup`) names its pod's UID; the pod's
   `greengpu.io/class` annotation gives the class (pods listed once per tick, for this node only).
+  Capacity is short while a pod that requests `nvidia.com/gpu` is pending unscheduled (listed once
+  per tick when a pending-pod lister is given).
 A GPU with running processes that no job claims gets the default class: something is using it.
 """
 
@@ -42,6 +46,10 @@ class ClassSource(Protocol):
         """The job on each busy GPU of this node."""
         ...
 
+    def capacity_short(self) -> bool:
+        """Whether GPU work waited for capacity at the last `jobs()` call (the whole cluster's queue)."""
+        ...
+
 
 def _unclaimed_busy(readings: Sequence[GpuReading], claimed: Mapping[int, GpuJob],
                     default_class: str) -> dict[int, GpuJob]:
@@ -66,6 +74,9 @@ class LocalMap:
         claimed = {r.index: GpuJob(f"local:{r.index}", self.classes_by_gpu[r.index])
                    for r in readings if r.pids and r.index in self.classes_by_gpu}
         return {**claimed, **_unclaimed_busy(readings, claimed, self.default_class)}
+
+    def capacity_short(self) -> bool:
+        return False  # no scheduler, no queue
 
 
 def load_class_file(path: str | Path) -> tuple[dict[int, str], dict[str, str], str]:
@@ -123,8 +134,23 @@ def parse_scontrol_jobs(text: str, node: str, partition_classes: Mapping[str, st
     return jobs
 
 
+_GPU_REQUEST = re.compile(r"\b(?:TresPerNode|TresPerJob|TresPerTask|TresPerSocket|ReqTRES|Gres)=\S*\bgpu\b")
+
+
+def gpu_jobs_wait_for_resources(text: str) -> bool:
+    """Whether a pending job that asks for GPUs waits for resources, from `scontrol -d -o show job`.
+
+    Slurm gives the first job that cannot start `Reason=Resources` and those queued behind it
+    `Reason=Priority`; other reasons (limits, dependencies, held jobs) are not a shortage of GPUs.
+    """
+    for line in text.splitlines():
+        if "JobState=PENDING" in line and "Reason=Resources" in line and _GPU_REQUEST.search(line):
+            return True
+    return False
+
+
 class SlurmJobs:
-    """Jobs on this node as Slurm sees them."""
+    """Jobs on this node as Slurm sees them, and whether GPU jobs wait for resources."""
 
     def __init__(self, node: str, partition_classes: Mapping[str, str] | None = None,
                  default_class: str = "training",
@@ -133,11 +159,16 @@ class SlurmJobs:
         self.partition_classes = dict(partition_classes or {})
         self.default_class = default_class
         self._run = run or _scontrol
+        self._short = False
 
     def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
         text = self._run(["scontrol", "-d", "-o", "show", "job"])
+        self._short = gpu_jobs_wait_for_resources(text)
         claimed = parse_scontrol_jobs(text, self.node, self.partition_classes, self.default_class)
         return {**claimed, **_unclaimed_busy(readings, claimed, self.default_class)}
+
+    def capacity_short(self) -> bool:
+        return self._short
 
 
 _POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
@@ -161,13 +192,21 @@ class KubernetesPods:
     """Jobs on this node as Kubernetes pods; the class is the pod's `greengpu.io/class` annotation."""
 
     def __init__(self, node: str, list_pods: Callable[[str], Sequence[PodInfo]], default_class: str = "training",
-                 proc_root: Path = Path("/proc")) -> None:
+                 proc_root: Path = Path("/proc"),
+                 list_pending: Callable[[], Sequence[PodInfo]] | None = None) -> None:
         self.node = node
         self._list_pods = list_pods
         self.default_class = default_class
         self.proc_root = proc_root
+        self._list_pending = list_pending
+        self._short = False
+
+    def capacity_short(self) -> bool:
+        return self._short
 
     def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
+        if self._list_pending is not None:
+            self._short = any(p.gpus > 0 and not p.node for p in self._list_pending())
         busy = [r for r in readings if r.pids]
         if not busy:
             return {}

@@ -80,6 +80,18 @@ def test_greengpu_suspends_idle_nodes_and_wakes_them_for_a_gpu_job(slurm_cluster
     on_node1 = SlurmJobs("node1", run=lambda argv: slurm_cluster.run(*argv).stdout).jobs([])
     assert {i: (j.job_id, j.job_class) for i, j in on_node1.items()} == {0: (busy, "inference")}
     assert SlurmJobs("node2", run=lambda argv: slurm_cluster.run(*argv).stdout).jobs([]) == {}
+    # Four GPUs of node1 cannot be had while one is taken: the job waits with Reason=Resources, and the
+    # agent's source reports capacity short (relax_when_queued then lifts caps) until it is cancelled.
+    source = SlurmJobs("node1", run=lambda argv: slurm_cluster.run(*argv).stdout)
+
+    def short_now() -> bool:
+        source.jobs([])
+        return source.capacity_short()
+
+    blocked = slurm_cluster.run("sbatch", "--parsable", "-w", "node1", "--gres=gpu:4", "--wrap", "true").stdout.strip()
+    slurm_cluster.wait(short_now, 30, f"job {blocked} to wait for resources")
+    slurm_cluster.run("scancel", blocked)
+    slurm_cluster.wait(lambda: not short_now(), 30, f"job {blocked} to leave the queue")
     refused = greengpu("slurm", *options, "power-down", "node1", env=env)
     assert refused.returncode == 2
     assert "node1: jobs are running there; a busy node is never powered down" in refused.stderr

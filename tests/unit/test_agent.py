@@ -172,6 +172,13 @@ JobId=102 JobName=batch Partition=gpu-batch JobState=RUNNING NodeList=gpu01 Node
 GRES=gpu:1(IDX:3)
 JobId=103 JobName=waiting Partition=gpu JobState=PENDING NodeList=(null)
 """
+PENDING_GPU = ("JobId=104 JobName=wrap UserId=root(0) Priority=4294901757 Partition=gpu JobState=PENDING "
+               "Reason=Resources Dependency=(null) NodeList=(null) ReqTRES=cpu=1,mem=1M,node=1,billing=1,gres/gpu=4 "
+               "AllocTRES=(null) TresPerNode=gres:gpu:4\n")
+PENDING_BEHIND = PENDING_GPU.replace("104", "105").replace("Reason=Resources", "Reason=Priority")
+PENDING_CPU = ("JobId=106 JobName=cpu Partition=cpu JobState=PENDING Reason=Resources NodeList=(null) "
+               "ReqTRES=cpu=64,mem=1M,node=1,billing=64 AllocTRES=(null)\n")
+PENDING_HELD = PENDING_GPU.replace("104", "107").replace("Reason=Resources", "Reason=JobHeldUser")
 
 
 def test_slurm_jobs_map_to_gpu_indices_and_classes() -> None:
@@ -180,6 +187,62 @@ def test_slurm_jobs_map_to_gpu_indices_and_classes() -> None:
         0: ("101", "inference"), 1: ("101", "inference"), 3: ("102", "batch")}
     on_gpu02 = parse_scontrol_jobs(SCONTROL, "gpu02", {}, "training")
     assert sorted(on_gpu02) == [2, 3]
+
+
+def test_capacity_is_short_only_while_a_gpu_job_waits_for_resources() -> None:
+    from greengpu.control.jobclass import SlurmJobs, gpu_jobs_wait_for_resources
+
+    assert gpu_jobs_wait_for_resources(SCONTROL + PENDING_GPU + PENDING_BEHIND)
+    # Behind another job, waiting on a limit or held, or asking for CPUs only: no GPU shortage.
+    assert not gpu_jobs_wait_for_resources(SCONTROL + PENDING_BEHIND + PENDING_CPU + PENDING_HELD)
+    listing = [SCONTROL + PENDING_GPU]
+    source = SlurmJobs("gpu01", run=lambda argv: listing[0])
+    assert not source.capacity_short()  # nothing read yet
+    assert sorted(source.jobs([])) == [0, 1, 3] and source.capacity_short()
+    listing[0] = SCONTROL
+    source.jobs([])
+    assert not source.capacity_short()
+
+
+def test_running_jobs_go_uncapped_while_gpu_work_waits_and_capped_again_after(tmp_path: Path) -> None:
+    """relax_when_queued on the node: the same decision as the simulator's, read from the class source."""
+    from dataclasses import replace
+
+    class QueueAware(LocalMap):
+        short = False
+
+        def capacity_short(self) -> bool:
+            return self.short
+
+    clock = ManualClock(0.0)
+    fake = FakeNvml(make_gpus("2xA100"), clock=clock)
+    source = QueueAware({0: "training"})
+    agent = Agent(NvmlBackend(lib=fake, clock=clock), replace(POLICY, relax_when_queued=True), source,
+                  Journal(tmp_path / "journal.jsonl"), clock=clock)
+    agent.start()
+    fake.set_load(0, 0.9, [100])
+    agent.tick()
+    capped_w = fake.gpus[0].limit_w
+    assert capped_w == 259.0
+    source.short = True
+    clock.now_s += 60
+    report = agent.tick()
+    assert fake.gpus[0].limit_w == 400.0  # the default limit: a slower job would lengthen the queue
+    assert any("400 W" in line and "wait for capacity" in line for line in report.changes)
+    source.short = False
+    clock.now_s += 60
+    agent.tick()
+    assert fake.gpus[0].limit_w == capped_w
+    reasons = [e.get("reason", "") for e in Journal(tmp_path / "journal.jsonl").entries() if e["event"] == "set_limit"]
+    assert any("wait for capacity" in r for r in reasons)  # every change is journalled, with its reason
+    # Without the policy switch, a queue changes nothing.
+    steady = Agent(NvmlBackend(lib=fake, clock=clock), POLICY, source, Journal(tmp_path / "other.jsonl"), clock=clock)
+    agent.stop()
+    steady.start()
+    source.short = True
+    steady.tick()
+    assert fake.gpus[0].limit_w == capped_w
+    steady.stop()
 
 
 def test_bad_class_file_names_file_line_and_key(tmp_path: Path) -> None:
@@ -222,12 +285,19 @@ def test_kubernetes_pod_annotation_gives_the_class(tmp_path: Path) -> None:
             pod("elsewhere", "99999999-3333-4444-5555-666677778888", "gpu08",
                 annotations={"greengpu.io/class": "inference"}),
         ]
-        source = KubernetesPods("gpu07", KubeApi(make_api_client(host=kube.url)).pods_on_node,
-                                default_class="batch", proc_root=tmp_path)
+        api = KubeApi(make_api_client(host=kube.url))
+        source = KubernetesPods("gpu07", api.pods_on_node, default_class="batch", proc_root=tmp_path,
+                                list_pending=api.pending_gpu_pods)
         backend = NvmlBackend(lib=fake, clock=clock)
         backend.open()
         jobs = source.jobs([backend.read(i) for i in range(4)])
         assert ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu07") in kube.requests
+        assert not source.capacity_short()
+        # A pod that asks for GPUs and is not scheduled anywhere: capacity is short.
+        kube.pods.append(pod("sweep-17", "22223333-4444-5555-6666-777788889999", "", phase="Pending", gpus=2))
+        source.jobs([backend.read(i) for i in range(4)])
+        assert source.capacity_short()
+        assert ("GET", "/api/v1/pods?fieldSelector=status.phase%3DPending") in kube.requests
     assert {i: (j.job_id, j.job_class) for i, j in jobs.items()} == {
         0: ("serving/llm-serve-0", "inference"),
         1: ("research/trainer-0", "batch"),  # no annotation: the default class
