@@ -75,6 +75,8 @@ class Agent:
         self._clock = clock
         self.gpus: dict[int, GpuControl] = {}
         self.last_readings: list[GpuReading] = []
+        self.relaxed_for_queue = False
+        """Whether the last tick lifted caps because GPU work waited for capacity (`relax_when_queued`)."""
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -149,6 +151,7 @@ class Agent:
         jobs = self.classes.jobs(readings)
         # Work waiting for GPUs anywhere: with relax_when_queued, running jobs go uncapped until it starts.
         short = self.policy.relax_when_queued and self.classes.capacity_short()
+        self.relaxed_for_queue = short
         for reading in readings:
             control = self.gpus.setdefault(reading.index, GpuControl())
             job = jobs.get(reading.index)

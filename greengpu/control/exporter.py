@@ -76,6 +76,10 @@ class GpuCollector(Collector):
         read_only = GaugeMetricFamily("greengpu_agent_read_only", "1 when NVML refused writes (not root)")
         read_only.add_metric([], 1.0 if backend.read_only else 0.0)
         yield read_only
+        relaxed = GaugeMetricFamily("greengpu_agent_caps_relaxed_for_queue", "1 when the last tick lifted caps "
+                                    "because GPU work waited for capacity (relax_when_queued)")
+        relaxed.add_metric([], 1.0 if self.agent.relaxed_for_queue else 0.0)
+        yield relaxed
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

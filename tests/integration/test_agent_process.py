@@ -102,6 +102,8 @@ def test_metrics_scrape_over_http_and_sigterm_restores(tmp_path: Path) -> None:
         assert 0 <= gauge("greengpu_gpu_utilization_ratio")["0"] <= 1
         assert gauge("greengpu_gpu_power_cap_binding")["0"] == 1.0
         assert "greengpu_gpu_temperature_celsius" in families and "greengpu_gpu_memory_used_bytes" in families
+        relaxed = families["greengpu_agent_caps_relaxed_for_queue"]  # the local class source knows no queue
+        assert relaxed.type == "gauge" and [s.value for s in relaxed.samples] == [0.0]
 
         agent.process.send_signal(signal.SIGTERM)
         assert agent.process.wait(timeout=20) == 0

@@ -228,6 +228,7 @@ def test_running_jobs_go_uncapped_while_gpu_work_waits_and_capped_again_after(tm
     clock.now_s += 60
     report = agent.tick()
     assert fake.gpus[0].limit_w == 400.0  # the default limit: a slower job would lengthen the queue
+    assert agent.relaxed_for_queue  # (exported as greengpu_agent_caps_relaxed_for_queue)
     assert any("400 W" in line and "wait for capacity" in line for line in report.changes)
     source.short = False
     clock.now_s += 60
