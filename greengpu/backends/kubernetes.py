@@ -72,12 +72,16 @@ class KubeApi:
         return self._pods(f"spec.nodeName={node}")
 
     def pending_gpu_pods(self) -> list[PodInfo]:
-        """Pods not yet scheduled that request GPUs: the demand a sleeping node may be woken for."""
-        return [p for p in self._pods("status.phase=Pending") if p.gpus > 0 and not p.node]
+        """Pods not yet scheduled that request GPUs: the demand a sleeping node may be woken for.
 
-    def _pods(self, field_selector: str) -> list[PodInfo]:
+        Read from the API server's watch cache (resourceVersion=0), not a quorum read of etcd: every
+        node agent asks this each tick, and a pending pod seen a moment late changes nothing."""
+        return [p for p in self._pods("status.phase=Pending", from_cache=True) if p.gpus > 0 and not p.node]
+
+    def _pods(self, field_selector: str, from_cache: bool = False) -> list[PodInfo]:
         try:
             pods = self._core.list_pod_for_all_namespaces(field_selector=field_selector,
+                                                          resource_version="0" if from_cache else None,
                                                           _request_timeout=self._timeout_s)
         except client.ApiException as error:
             raise KubeError(int(error.status or 0), _reason(error)) from error

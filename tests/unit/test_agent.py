@@ -298,7 +298,8 @@ def test_kubernetes_pod_annotation_gives_the_class(tmp_path: Path) -> None:
         kube.pods.append(pod("sweep-17", "22223333-4444-5555-6666-777788889999", "", phase="Pending", gpus=2))
         source.jobs([backend.read(i) for i in range(4)])
         assert source.capacity_short()
-        assert ("GET", "/api/v1/pods?fieldSelector=status.phase%3DPending") in kube.requests
+        # Served from the API server's watch cache: every node's agent asks each tick.
+        assert ("GET", "/api/v1/pods?fieldSelector=status.phase%3DPending&resourceVersion=0") in kube.requests
     assert {i: (j.job_id, j.job_class) for i, j in jobs.items()} == {
         0: ("serving/llm-serve-0", "inference"),
         1: ("research/trainer-0", "batch"),  # no annotation: the default class
