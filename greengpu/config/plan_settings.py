@@ -20,7 +20,10 @@ from greengpu.forecast.plan import EfficiencyGain, PlanInputs, Project
 
 KEYS = ("history", "trace", "trace_format", "cluster", "horizon", "lead_time", "target_utilisation",
         "redundancy_gpus", "max_wait_probability", "growth_window", "growth_gpus_per_month", "buffer_factor",
-        "projects", "efficiency")
+        "projects", "efficiency", "credit")
+PHILLY_CREDIT = ("derived from the Philly trace (Microsoft, CC BY 4.0; Jeon et al., USENIX ATC'19) via the "
+                 "Pollux artifact (petuum/adaptdl, Apache-2.0).")
+"""The credit given when no `credit:` is set and the input is the public Philly trace (its path says so)."""
 PERCENT = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*%\s*$")
 
 
@@ -91,6 +94,8 @@ def load_plan_file(path: str | Path) -> PlanFile:
     for key in ("history", "trace", "cluster"):
         if fields.has(key):
             values[key] = str(base / (fields.string(key) or ""))
+    if fields.has("credit"):  # where the data comes from, shown with the report (CC BY asks for it)
+        values["credit"] = fields.string("credit")
     if fields.has("trace_format"):
         values["trace_format"] = fields.string("trace_format", choices=("csv", "philly", "sacct"))
     for key in ("horizon", "lead_time", "growth_window"):

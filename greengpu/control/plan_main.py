@@ -104,6 +104,8 @@ class LoadedInputs:
     cluster: Any | None
     installed_gpus: int | None
     installed_by_model: dict[str, int]
+    credit: str = ""
+    """Where the data comes from (`credit:` in the settings), shown with the report."""
 
 
 @dataclass
@@ -117,7 +119,7 @@ class Demand:
 
 def load_inputs(options: PlanOptions) -> LoadedInputs:
     """Read and check every input (settings file, flags, history or trace, cluster): bad input fails here."""
-    from greengpu.config.plan_settings import load_plan_file
+    from greengpu.config.plan_settings import PHILLY_CREDIT, load_plan_file
 
     settings_file = options.settings_file
     if settings_file is None and options.history_file is None and options.trace_file is None:
@@ -174,7 +176,8 @@ def load_inputs(options: PlanOptions) -> LoadedInputs:
     )
     if options.baselines_only:
         settings = replace(settings, models=BASELINES, daily_candidates=False)
-    return LoadedInputs(source, settings, inputs, settings_file, jobs, frame, cluster, installed, by_model)
+    credit = given.get("credit") or (PHILLY_CREDIT if "philly" in source.lower() else "")
+    return LoadedInputs(source, settings, inputs, settings_file, jobs, frame, cluster, installed, by_model, credit)
 
 
 def hourly_demand(loaded: LoadedInputs) -> Demand:
@@ -212,7 +215,7 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
                                            "first": series.index[0].isoformat(),
                                            "last": series.index[-1].isoformat(),
                                            "recent": _recent_history(series),
-                                           "daily_peaks": _daily_peaks(series)}}
+                                           "daily_peaks": _daily_peaks(series), "credit": loaded.credit}}
     if loaded.settings_file is not None:
         payload["settings"]["file"] = loaded.settings_file
     if set(demand.by_model) - {ANY_MODEL}:  # some demand is pinned to a GPU model: size each model's pool

@@ -115,10 +115,6 @@ def savings_chart(savings: dict[str, Any]) -> str:
 
 TEMPLATE = "plan.html.j2"
 
-PHILLY_CREDIT = ("derived from the Philly trace (Microsoft, CC BY 4.0; Jeon et al., USENIX ATC'19) via the "
-                 "Pollux artifact (petuum/adaptdl, Apache-2.0).")
-
-
 def render_plan_html(payload: dict[str, Any]) -> str:
     import jinja2
     import matplotlib
@@ -131,14 +127,13 @@ def render_plan_html(payload: dict[str, Any]) -> str:
     environment = jinja2.Environment(loader=jinja2.PackageLoader("greengpu.report", "templates"),
                                      autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     scenarios = payload["scenarios"]
-    source = str(payload["history"]["source"]).lower()
     return environment.get_template(TEMPLATE).render(
         **{**payload, "savings": payload.get("savings"), "gpu_models": payload.get("gpu_models")},
         demand_svg=demand_svg, capacity_svg=capacity_svg, savings_svg=savings_svg,
         quantiles=sorted({r["quantile"] for r in scenarios}),
         utilisations=sorted({r["target_utilisation"] for r in scenarios}),
         scenario={(r["quantile"], r["target_utilisation"]): r for r in scenarios},
-        credit=PHILLY_CREDIT if "philly" in source else "",
+        credit=payload["history"].get("credit", ""),
         pct=lambda v: "n/a" if v is None else f"{v:.0%}",
         num=lambda v, digits: "n/a" if v is None else f"{v:.{digits}f}",
         growth_text=growth_text(payload["inputs"], payload["growth"]),

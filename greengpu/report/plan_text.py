@@ -54,6 +54,8 @@ def render_text(payload: dict[str, Any]) -> None:
         console.print(_tenant_table(payload["savings"]))
     for flag in payload["flags"]:
         console.print(f"[yellow]note:[/yellow] {flag}")
+    if history.get("credit"):
+        console.print(f"Data: {history['credit']}", markup=False)
 
 
 def _inputs_table(inputs: dict[str, Any], growth: dict[str, Any]) -> Any:

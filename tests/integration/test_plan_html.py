@@ -55,6 +55,7 @@ def plan_html(repo: Path, tmp_path: Path, name: str) -> Path:
         capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert f"HTML report: {out}" in done.stdout
+    assert "Data: a synthetic three-week lab trace (greengpu's tests)" in done.stdout  # `credit:` of the settings
     return out
 
 
@@ -68,7 +69,7 @@ def test_html_report_renders_in_headless_chromium_and_is_byte_identical(repo: Pa
     browser = chromium()
     three_week_trace(tmp_path / "trace.csv")
     (tmp_path / "plan.yaml").write_text(
-        "horizon: 60d\nlead_time: 4w\nbuffer_factor: 1.2\n"
+        "horizon: 60d\nlead_time: 4w\nbuffer_factor: 1.2\ncredit: a synthetic three-week lab trace (greengpu's tests)\n"
         "projects:\n  - {name: vision pilot, gpus: 2, start: 2026-04-15}\n"
         "efficiency:\n  - {name: mixed precision, change: -10%, start: 2026-04-01}\n")
     first = plan_html(repo, tmp_path, "plan-1.html")
@@ -81,7 +82,7 @@ def test_html_report_renders_in_headless_chromium_and_is_byte_identical(repo: Pa
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", html)
     assert not re.search(r"url\(\s*['\"]?(https?:|//|file:)", html)
     for text in ("vision pilot", "mixed precision", "-10%", "x 1.2 on the upper peak", "Scenarios", "postdocs",
-                 "(idle)", "Long horizon:"):
+                 "(idle)", "Long horizon:", "Data: a synthetic three-week lab trace (greengpu&#39;s tests)"):
         assert text in html
 
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1200,3000"]

@@ -210,3 +210,23 @@ def test_an_unwritable_html_path_is_refused_before_planning(tmp_path: Path) -> N
                           text=True, timeout=60, check=False)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == f"greengpu: --html {target}: folder {target.parent} does not exist"
+
+
+def test_the_data_credit_comes_from_the_settings_and_reaches_every_report(tmp_path: Path) -> None:
+    from greengpu.control.plan_main import PlanOptions, load_inputs
+
+    hours = pd.date_range("2027-01-01", periods=16 * 24, freq="h", tz="UTC")
+    (tmp_path / "demand.csv").write_text("time,gpus_busy\n" + "".join(
+        f"{t.strftime('%Y-%m-%dT%H:%M:%SZ')},{40 + i % 24}\n" for i, t in enumerate(hours)))
+    path = tmp_path / "plan.yaml"
+    path.write_text("history: demand.csv\ncredit: 'Acme lab usage, CC BY 4.0 (Acme, 2027)'\n")
+    options = PlanOptions(None, None, "csv", None, None, None, None, None, baselines_only=True,
+                          settings_file=str(path))
+    assert load_inputs(options).credit == "Acme lab usage, CC BY 4.0 (Acme, 2027)"
+    path.write_text("history: demand.csv\n")
+    assert load_inputs(options).credit == ""  # not Philly, and none given: no credit is invented
+    philly = tmp_path / "philly-2017"
+    philly.mkdir()
+    (philly / "demand.csv").write_text((tmp_path / "demand.csv").read_text())
+    path.write_text("history: philly-2017/demand.csv\n")
+    assert "Philly trace (Microsoft, CC BY 4.0" in load_inputs(options).credit
