@@ -20,13 +20,15 @@ PathKey = tuple[str | int, ...]
 
 
 def format_path(path: PathKey) -> str:
-    """Render a key path as `nodes[2].type`."""
+    """Render a key path as `nodes[2].type`; a key with a newline or other control character is quoted,
+    so an error about it stays on one line."""
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            text = str(part) if str(part).isprintable() else repr(str(part))
+            out += f".{text}" if out else text
     return out
 
 

@@ -191,3 +191,14 @@ def test_missing_option_is_usage_error(capsys: pytest.CaptureFixture[str]) -> No
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "Missing option '--cluster'" in err
+
+
+def test_a_key_with_a_newline_is_quoted_so_the_error_stays_on_one_line() -> None:
+    """Found by the structural fuzz (tests/property/test_config_fuzz.py): `site: {"\\n": 0}`."""
+    from greengpu.config.inventory import load_cluster_text
+    from greengpu.errors import BadInput
+
+    with pytest.raises(BadInput) as raised:
+        load_cluster_text('site: {"\\n": 0}\nnode_types: {}\nnodes: []\n', "fuzz.yaml")
+    assert str(raised.value).startswith("fuzz.yaml:1: site.'\\n': unknown key (allowed: ")
+    assert "\n" not in str(raised.value)
