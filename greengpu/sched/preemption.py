@@ -59,6 +59,23 @@ class VictimChoice:
     lost_gpu_s: float
 
 
+_GROUPED: list[tuple[tuple[RunningJob, ...], dict[str, list[RunningJob]]]] = []
+"""The last running tuple grouped by tenant: a body that changes nothing between cycles passes the
+same tuple again (the simulator does), and regrouping every running job was a tenth of a replay."""
+
+
+def running_by_tenant(running: Sequence[RunningJob]) -> dict[str, list[RunningJob]]:
+    """`running` grouped by tenant, in order (read-only: the lists may be shared with later cycles)."""
+    if _GROUPED and _GROUPED[0][0] is running:
+        return _GROUPED[0][1]
+    grouped: dict[str, list[RunningJob]] = {}
+    for job in running:
+        grouped.setdefault(job.job.tenant, []).append(job)
+    if isinstance(running, tuple):  # immutable: the same object is the same jobs
+        _GROUPED[:] = [(running, grouped)]
+    return grouped
+
+
 class VictimFinder:
     """Finds minimal victim sets within one scheduling cycle."""
 
@@ -241,9 +258,7 @@ class VictimFinder:
 
     def _running_by_tenant(self) -> dict[str, list[RunningJob]]:
         if self._by_tenant is None:
-            self._by_tenant = {}
-            for running in self.running:
-                self._by_tenant.setdefault(running.job.tenant, []).append(running)
+            self._by_tenant = running_by_tenant(self.running)
         return self._by_tenant
 
     def _score(self, victims: list[RunningJob]) -> tuple[float, ...]:
