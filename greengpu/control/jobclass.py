@@ -205,11 +205,12 @@ class KubernetesPods:
         return self._short
 
     def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
-        if self._list_pending is not None:
-            self._short = any(p.gpus > 0 and not p.node for p in self._list_pending())
         busy = [r for r in readings if r.pids]
         if not busy:
+            self._short = False  # nothing here to uncap: spare the API server the cluster-wide list
             return {}
+        if self._list_pending is not None:
+            self._short = any(p.gpus > 0 and not p.node for p in self._list_pending())
         pods = {p.uid: p for p in self._list_pods(self.node)}
         claimed: dict[int, GpuJob] = {}
         for reading in busy:
