@@ -84,7 +84,12 @@ class CappingPolicy:
     idle_to_min_limit: bool = False
     switch_to_clocks_when_not_binding: bool = True
     relax_when_queued: bool = False
-    """Start jobs uncapped while others wait for capacity: slower jobs would lengthen the queue."""
+    """Run every job uncapped while others wait for capacity (slower jobs would lengthen the queue)."""
+
+    @property
+    def relaxes_when_queued(self) -> bool:
+        """Whether a queue lifts caps: capping is on and `relax_when_queued` asks for it."""
+        return self.enabled and self.relax_when_queued
 
 
 @dataclass(frozen=True)

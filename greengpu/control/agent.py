@@ -150,7 +150,7 @@ class Agent:
         self.last_readings = readings
         jobs = self.classes.jobs(readings)
         # Work waiting for GPUs anywhere: with relax_when_queued, running jobs go uncapped until it starts.
-        short = self.policy.relax_when_queued and self.classes.capacity_short()
+        short = self.policy.relaxes_when_queued and self.classes.capacity_short()
         self.relaxed_for_queue = short
         for reading in readings:
             control = self.gpus.setdefault(reading.index, GpuControl())

@@ -97,9 +97,9 @@ def build_class_source(options: AgentOptions) -> ClassSource:
 
         api = KubeApi(make_api_client(host=options.kube_host))
         # One cluster-wide list of pending pods per tick per node: only when the policy uses it.
-        relax = options.policy.capping.enabled and options.policy.capping.relax_when_queued
         return KubernetesPods(node, api.pods_on_node, default_class,
-                              list_pending=api.pending_gpu_pods if relax else None)
+                              list_pending=api.pending_gpu_pods if options.policy.capping.relaxes_when_queued
+                              else None)
     return LocalMap(by_gpu, default_class)
 
 

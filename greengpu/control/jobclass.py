@@ -194,6 +194,7 @@ class KubernetesPods:
     def __init__(self, node: str, list_pods: Callable[[str], Sequence[PodInfo]], default_class: str = "training",
                  proc_root: Path = Path("/proc"),
                  list_pending: Callable[[], Sequence[PodInfo]] | None = None) -> None:
+        """`list_pending`: the pods that request GPUs and are not scheduled yet (KubeApi.pending_gpu_pods)."""
         self.node = node
         self._list_pods = list_pods
         self.default_class = default_class
@@ -210,7 +211,7 @@ class KubernetesPods:
             self._short = False  # nothing here to uncap: spare the API server the cluster-wide list
             return {}
         if self._list_pending is not None:
-            self._short = any(p.gpus > 0 and not p.node for p in self._list_pending())
+            self._short = bool(self._list_pending())
         pods = {p.uid: p for p in self._list_pods(self.node)}
         claimed: dict[int, GpuJob] = {}
         for reading in busy:

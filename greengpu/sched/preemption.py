@@ -61,7 +61,7 @@ class VictimChoice:
 
 _GROUPED: list[tuple[tuple[RunningJob, ...], dict[str, list[RunningJob]]]] = []
 """The last running tuple grouped by tenant: a body that changes nothing between cycles passes the
-same tuple again (the simulator does), and regrouping every running job was a tenth of a replay."""
+same tuple again (the simulator does), and regrouping every running job was about 6% of a replay."""
 
 
 def running_by_tenant(running: Sequence[RunningJob]) -> dict[str, list[RunningJob]]:
@@ -229,8 +229,7 @@ class VictimFinder:
         for tenant in tenants:
             candidates = self._yielding(tenant, by_tenant)
             if tenant == job.tenant:
-                if not policy.priority_preemption or not candidates \
-                        or job.priority <= self._lowest_priority[tenant]:
+                if not policy.priority_preemption or job.priority <= self._lowest_priority[tenant]:
                     continue  # (the usual case: a tenant's jobs of one priority never preempt each other)
                 found.extend(r for r in candidates if r.job.priority < job.priority
                              and r.job.job_id not in stopping and r.job.job_id not in banned)

@@ -168,9 +168,8 @@ class Simulation:
         self._sleep_check = False
         self._tick_pending = False
         self._blocked = False
-        self._relax_rule = policy.capping.enabled and policy.capping.relax_when_queued
-        self._relaxing = False
-        """Whether running jobs are uncapped now, because jobs waited for capacity at the last cycle."""
+        self._relaxes = policy.capping.relaxes_when_queued
+        """Whether running jobs go uncapped while jobs wait for capacity (then `_blocked` says when)."""
         self.asleep_nodes = 0
         self.arrivals_left = 0
         self.stopping: set[str] = set()
@@ -275,7 +274,6 @@ class Simulation:
         A per-tick controller does exactly this (capping.decide with `capacity_short`): a slower job
         would lengthen the queue, and once the queue is gone the cap saves energy again.
         """
-        self._relaxing = relaxing
         for running in list(self.running.values()):
             watts_then = self._busy_w(running)
             if relaxing:
@@ -335,7 +333,7 @@ class Simulation:
     def _start(self, action: PlaceJob) -> None:
         waiting = self.pending.pop(action.job_id)
         job = waiting.job
-        if self._relaxing:
+        if self._relaxes and self._blocked:
             self._relaxed.add(job.job_id)  # others waited for capacity at the last cycle
         else:
             self._relaxed.discard(job.job_id)
@@ -553,8 +551,9 @@ class Simulation:
                 self._record(check_invariants(ClusterSnapshot(
                     time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
                     node_states=self.node_states)))
+        was_blocked = self._blocked
         self._blocked = any(reason in (WAIT_CAPACITY, WAIT_WAKE) for reason in result.waiting.values())
-        if self._relax_rule and self._blocked != self._relaxing:
+        if self._relaxes and self._blocked != was_blocked:
             self._set_relaxing(self._blocked)
         if self.policy.sleep.enabled:
             self._apply_wakes([a for a in result.actions if isinstance(a, WakeNode)])
