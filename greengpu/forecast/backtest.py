@@ -1,12 +1,18 @@
-"""Rolling-origin backtest, the shipping gate, and quantiles calibrated from backtest errors.
+"""Rolling-origin backtest and quantiles calibrated from backtest errors (the gate is in `gate.py`).
 
-- Origins: an expanding window; `origins` cut-offs spread evenly from `min_train_h` to the end minus
-  one horizon (fewer when the history is short). Every model forecasts `horizon_h` hours from each.
+- Origins: every `spacing` steps (a day) back from the last cut that leaves one horizon to test, down
+  to `min_train_h` of history (two weeks for the hourly plan), thinned evenly to `MAX_ORIGINS` so the
+  backtest keeps to its time budget; every origin then sits at the same hour of the day as the live
+  forecast's. Asked for more origins than there are days (or with fewer than `MIN_ORIGINS` days to
+  start from), they are spread evenly at a finer step, and overlap.
+  Every model forecasts `horizon_h` steps from each.
+- Fitting: baselines on the whole history before the origin; candidates on a trailing window
+  (`candidate_window`). State-space candidates (`ModelSpec.fit`) re-estimate their parameters every
+  `REFIT_EVERY` origins and in between only filter the new window with the parameters they have
+  (estimated on earlier data only, so nothing leaks from the future): a tenth of the cost of a fit.
+  An ensemble takes the per-step median of its members' forecasts at the same origin.
 - Metrics per origin: MASE (scaled by the training window's in-sample one-day seasonal naive error),
   sMAPE; and, for the calibrated bands, pinball loss and interval coverage.
-- The gate (FIELD-NOTES.md): a candidate ships only if its mean MASE is at most 0.95 x the best
-  baseline's and it beats that baseline on at least half of the origins; otherwise the best baseline
-  ships, and the report says so.
 - Calibration: per horizon step, the empirical quantiles of the shipped model's backtest errors.
   Coverage is measured leave-one-origin-out (each origin's band comes from the other origins' errors),
   so the reported coverage is what a new forecast can expect, not a fit to itself.
@@ -22,10 +28,24 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from greengpu.forecast.models import BASELINES, CANDIDATES, DAY_H, ModelSpec, guarded
+from greengpu.forecast.models import (
+    BASELINES,
+    CANDIDATES,
+    DAY_H,
+    Fitted,
+    GuardedForecast,
+    ModelSpec,
+    guarded,
+    median_of,
+)
 
-GATE_RATIO = 0.95
 CANDIDATE_WINDOW_H = 21 * DAY_H
+MAX_ORIGINS = 30
+"""Origins a backtest uses at most by default: a month of daily origins."""
+MIN_ORIGINS = 10
+"""Fewer days than this to start from, and the origins are spread at a finer step (they then overlap)."""
+REFIT_EVERY = 7
+"""State-space candidates re-estimate their parameters every this many origins (weekly, with daily origins)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +82,7 @@ class ModelBacktest:
     """Shape (origins, horizon)."""
     fallbacks: int
     fit_s: float
-    """Mean seconds per fit and forecast."""
+    """Mean seconds per fit and forecast (for an ensemble, its members' together)."""
 
 
 @dataclass(frozen=True)
@@ -72,14 +92,37 @@ class Backtest:
     actuals: np.ndarray
     models: dict[str, ModelBacktest]
     notes: list[str] = field(default_factory=list)
+    origin_times: tuple[pd.Timestamp, ...] = ()
+    """The first forecast step of each origin."""
 
 
-def origin_positions(length: int, horizon_h: int, count: int, min_train_h: int) -> list[int]:
-    """Cut-off indexes (training is `[:cut]`, test `[cut:cut + horizon]`), evenly spread."""
+def _thin(positions: list[int], count: int) -> list[int]:
+    """`count` of `positions`, evenly spread, keeping the first and the last."""
+    if count >= len(positions):
+        return positions
+    if count == 1:
+        return positions[-1:]
+    picks = np.round(np.linspace(0, len(positions) - 1, count)).astype(int)
+    return [positions[i] for i in sorted(set(picks.tolist()))]
+
+
+def origin_positions(length: int, horizon_h: int, count: int | None, min_train_h: int,
+                     spacing: int | None = None) -> list[int]:
+    """Cut-off indexes (training is `[:cut]`, test `[cut:cut + horizon]`).
+
+    With `spacing`, every `spacing` steps back from the last cut down to `min_train_h`, thinned evenly
+    to `count` (`MAX_ORIGINS` when None). Without it, or when more are asked for than that gives,
+    `count` cuts spread evenly between `min_train_h` and the last cut (also when `count` is None and
+    fewer than `MIN_ORIGINS` spaced cuts fit)."""
     last = length - horizon_h
     if last < min_train_h:
         return []
-    count = max(1, min(count, last - min_train_h + 1))
+    if spacing:
+        aligned = list(range(last, min_train_h - 1, -spacing))[::-1]
+        wanted = min(MAX_ORIGINS, max(len(aligned), MIN_ORIGINS)) if count is None else count
+        if wanted <= len(aligned):
+            return _thin(aligned, max(1, wanted))
+    count = max(1, min(MAX_ORIGINS if count is None else count, last - min_train_h + 1))
     if count == 1:
         return [last]
     return sorted({int(round(min_train_h + i * (last - min_train_h) / (count - 1))) for i in range(count)})
@@ -104,77 +147,82 @@ def pinball(actual: np.ndarray, quantile_forecast: np.ndarray, tau: float) -> fl
     return float(np.mean(np.maximum(tau * diff, (tau - 1.0) * diff)))
 
 
-def run_backtest(series: pd.Series, horizon_h: int = DAY_H, origins: int = 12, min_train_h: int = 7 * DAY_H,
+def _with_kept_parameters(spec: ModelSpec, history: pd.Series, horizon_h: int, season: int,
+                          fitted: Fitted | None, refit: bool) -> tuple[GuardedForecast, Fitted | None]:
+    """`spec`'s guarded forecast, reusing `fitted`'s parameters unless `refit` (or they cannot be reused)."""
+    assert spec.fit is not None
+    fit = spec.fit
+    kept: list[Fitted] = []
+
+    def produce() -> np.ndarray:
+        model: Fitted | None = None
+        if fitted is not None and not refit:
+            try:
+                model = fitted.extend(history)
+            except Exception:  # parameters that no longer filter the new window: estimate afresh
+                model = None
+        kept.append(model if model is not None else fit(history))
+        return kept[-1].forecast(horizon_h)
+
+    result = guarded(spec, history, horizon_h, season, produce)
+    return result, (kept[-1] if kept and not result.fell_back else None)
+
+
+def _score(spec: ModelSpec, forecasts: list[np.ndarray], actuals: np.ndarray, scales: list[float], fallbacks: int,
+           fit_s: float) -> ModelBacktest:
+    per_origin = [float(np.mean(np.abs(a - f))) / s for a, f, s in zip(actuals, forecasts, scales, strict=True)]
+    smapes = [smape(a, f) for a, f in zip(actuals, forecasts, strict=True)]
+    return ModelBacktest(spec.name, spec.kind, float(np.mean(per_origin)) if per_origin else float("nan"),
+                         float(np.mean(smapes)) if smapes else float("nan"), tuple(per_origin),
+                         np.array(forecasts) if forecasts else np.zeros((0, actuals.shape[1])), fallbacks, fit_s)
+
+
+def run_backtest(series: pd.Series, horizon_h: int = DAY_H, origins: int | None = None, min_train_h: int = 7 * DAY_H,
                  models: Sequence[ModelSpec] = BASELINES + CANDIDATES, season: int = DAY_H,
-                 candidate_window: int | None = CANDIDATE_WINDOW_H) -> Backtest:
+                 candidate_window: int | None = CANDIDATE_WINDOW_H, spacing: int | None = DAY_H) -> Backtest:
     """Every model from every origin. `horizon_h`, `min_train_h`, `season` (the MASE scale's and the
-    fallback's) and `candidate_window` are in steps of the series: hours, or days for daily peaks."""
+    fallback's), `candidate_window` and `spacing` are in steps of the series: hours, or days for daily
+    peaks. `origins` None: as many as `spacing` allows, at most `MAX_ORIGINS`."""
     values = series.to_numpy(dtype=float)
-    cuts = origin_positions(len(values), horizon_h, origins, min_train_h)
+    cuts = origin_positions(len(values), horizon_h, origins, min_train_h, spacing)
     notes = []
-    if len(cuts) < 10:
-        notes.append(f"only {len(cuts)} origins: the history is short for a {horizon_h} h horizon")
+    spaced = (len(values) - horizon_h - min_train_h) // spacing + 1 if spacing else len(cuts)
+    if len(cuts) < MIN_ORIGINS:
+        notes.append(f"only {len(cuts)} origins: the history is short for a {horizon_h}-step horizon")
+    elif spacing and origins is None and spaced < len(cuts):
+        notes.append(f"only {max(0, spaced)} origins {spacing} steps apart: the history is short, so {len(cuts)} "
+                     "origins closer together (and overlapping) were backtested")
     actuals = np.array([values[c:c + horizon_h] for c in cuts]) if cuts else np.zeros((0, horizon_h))
+    scales = [mase_scale(values[:cut], season) for cut in cuts]
     results: dict[str, ModelBacktest] = {}
+    ensembles = [spec for spec in models if spec.members and all(m in {s.name for s in models} for m in spec.members)]
     for spec in models:
-        forecasts, per_origin, smapes, fallbacks, elapsed = [], [], [], 0, 0.0
-        for cut, actual in zip(cuts, actuals, strict=True):
-            # Candidates fit on the last CANDIDATE_WINDOW_H hours only: fit time grows with the
-            # history, and three weeks hold both seasonalities (the weekly one three times).
+        if spec in ensembles:
+            continue
+        forecasts, fallbacks, elapsed = [], 0, 0.0
+        fitted: Fitted | None = None
+        for index, cut in enumerate(cuts):
+            # Candidates fit on the last `candidate_window` steps only: fit time grows with the history,
+            # and three weeks hold both seasonalities (the weekly one three times).
             windowed = spec.kind == "candidate" and candidate_window is not None
             first = max(0, cut - candidate_window) if windowed and candidate_window is not None else 0
             history = series.iloc[first:cut]
             start = time.perf_counter()
-            result = guarded(spec, history, horizon_h, season)
+            if spec.fit is not None:
+                result, fitted = _with_kept_parameters(spec, history, horizon_h, season, fitted,
+                                                       refit=index % REFIT_EVERY == 0)
+            else:
+                result = guarded(spec, history, horizon_h, season)
             elapsed += time.perf_counter() - start
             fallbacks += result.fell_back
             forecasts.append(result.values)
-            per_origin.append(float(np.mean(np.abs(actual - result.values))) / mase_scale(values[:cut], season))
-            smapes.append(smape(actual, result.values))
-        results[spec.name] = ModelBacktest(
-            spec.name, spec.kind, float(np.mean(per_origin)) if per_origin else float("nan"),
-            float(np.mean(smapes)) if smapes else float("nan"), tuple(per_origin),
-            np.array(forecasts) if forecasts else np.zeros((0, horizon_h)), fallbacks,
-            elapsed / max(1, len(cuts)))
-    return Backtest(tuple(cuts), horizon_h, actuals, results, notes)
-
-
-@dataclass(frozen=True)
-class Choice:
-    model: str
-    baseline: str
-    mase: float
-    baseline_mase: float
-    wins: int
-    origins: int
-    shipped_candidate: bool
-    reason: str
-
-
-def choose(backtest: Backtest) -> Choice:
-    """Apply the gate: the best candidate ships only if it clearly and consistently beats the best baseline."""
-    baselines = [m for m in backtest.models.values() if m.kind == "baseline"]
-    candidates = [m for m in backtest.models.values() if m.kind == "candidate"]
-    best_baseline = min(baselines, key=lambda m: m.mase)
-    origins = len(backtest.origins)
-    best: tuple[ModelBacktest, int] | None = None
-    for candidate in sorted(candidates, key=lambda m: m.mase):
-        wins = sum(c < b for c, b in zip(candidate.per_origin_mase, best_baseline.per_origin_mase, strict=True))
-        if candidate.mase <= GATE_RATIO * best_baseline.mase and 2 * wins >= origins:
-            best = (candidate, wins)
-            break
-    if best is None:
-        top = min(candidates, key=lambda m: m.mase) if candidates else None
-        why = (f"no candidate passed the gate (best: {top.name}, MASE {top.mase:.3f} vs {best_baseline.name} "
-               f"{best_baseline.mase:.3f}; it must be <= {GATE_RATIO} x and win on half the origins)"
-               if top else "no candidates")
-        wins = sum(c < b for c, b in zip(top.per_origin_mase, best_baseline.per_origin_mase, strict=True)) if top else 0
-        return Choice(best_baseline.name, best_baseline.name, best_baseline.mase, best_baseline.mase, wins, origins,
-                      False, f"shipping the baseline {best_baseline.name}: {why}")
-    model, wins = best
-    return Choice(model.name, best_baseline.name, model.mase, best_baseline.mase, wins, origins, True,
-                  f"{model.name} ships: MASE {model.mase:.3f} vs {best_baseline.name} {best_baseline.mase:.3f}, "
-                  f"better on {wins} of {origins} origins")
+        results[spec.name] = _score(spec, forecasts, actuals, scales, fallbacks, elapsed / max(1, len(cuts)))
+    for spec in ensembles:
+        members = [results[name] for name in spec.members]
+        forecasts = [median_of([m.forecasts[i] for m in members]) for i in range(len(cuts))]
+        results[spec.name] = _score(spec, forecasts, actuals, scales, 0, sum(m.fit_s for m in members))
+    times = tuple(series.index[c] for c in cuts)
+    return Backtest(tuple(cuts), horizon_h, actuals, results, notes, times)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,14 @@ there. On the series of daily peaks this backtests, over a 14-day horizon from o
 - baselines: naive (yesterday's peak), seasonal naive (the peak a week before), and `peak_trend`, the
   plan's own rule (median of the last week's peaks plus the Theil-Sen growth of the last 28 days,
   floored at zero);
-- candidates: ETS (additive, damped trend, weekly season once three weeks are known) and
-  UnobservedComponents (local linear trend, weekly Fourier season).
-A candidate ships only under the hourly gate (MASE <= 0.95 x the best baseline's and better on at
-least half the origins) and over at least 10 origins (51 days of history; fewer only when fewer are
-asked for); its forecast then becomes the plan's path of peaks. Otherwise the plan
-keeps its rule and says why.
+- candidates: ETS (additive, damped trend, weekly season once three weeks are known),
+  UnobservedComponents (local linear trend, weekly Fourier season), Theta (weekly deseasonalised) and
+  the median ensemble of the three.
+Origins are every day with 28 days of history before it (thinned evenly to the backtest's cap). A
+candidate ships only under the same gate as the hourly models (`gate.py`: median MASE ratio <= 0.95
+against the best baseline and a sign test over the origins at 5%) and over at least 10 origins (51
+days of history; fewer only when fewer are asked for); its forecast then becomes the plan's path of
+peaks. Otherwise the plan keeps its rule and says why.
 """
 
 from __future__ import annotations
@@ -21,8 +23,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from greengpu.forecast.backtest import Choice, choose, run_backtest
-from greengpu.forecast.models import ModelSpec, ets_forecast, guarded, naive, seasonal_naive, uc_forecast
+from greengpu.forecast.backtest import run_backtest
+from greengpu.forecast.gate import Choice, choose
+from greengpu.forecast.models import (
+    ModelSpec,
+    ensemble,
+    ets_forecast,
+    guarded,
+    naive,
+    seasonal_naive,
+    theta_forecast,
+    uc_forecast,
+)
 
 WEEK_D = 7
 HORIZON_D = 14
@@ -64,10 +76,16 @@ DAILY_BASELINES = (
     ModelSpec("weekly_naive", "baseline", weekly_naive),
     ModelSpec("peak_trend", "baseline", peak_trend),
 )
-DAILY_CANDIDATES = (
+def daily_theta(history: pd.Series, horizon: int) -> np.ndarray:
+    return theta_forecast(history, horizon, WEEK_D)
+
+
+_DAILY_SINGLE_CANDIDATES = (
     ModelSpec("ets", "candidate", daily_ets),
     ModelSpec("unobserved_components", "candidate", daily_unobserved_components),
+    ModelSpec("theta", "candidate", daily_theta),
 )
+DAILY_CANDIDATES = _DAILY_SINGLE_CANDIDATES + (ensemble("median_ensemble", _DAILY_SINGLE_CANDIDATES, WEEK_D),)
 
 
 @dataclass(frozen=True)
@@ -80,7 +98,7 @@ class DailyForecast:
     note: str
 
 
-def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int,
+def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int | None,
                          with_candidates: bool = True) -> DailyForecast:
     """Backtest the daily models on `daily_peaks` (freq D) and, if a candidate ships, its path."""
     days = len(daily_peaks)
@@ -89,13 +107,13 @@ def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int
                                              f"{MIN_TRAIN_D + HORIZON_D}, so the plan's trend rule stands")
     models = DAILY_BASELINES + (DAILY_CANDIDATES if with_candidates else ())
     backtest = run_backtest(daily_peaks, horizon_h=HORIZON_D, origins=origins, min_train_h=MIN_TRAIN_D,
-                            models=models, season=WEEK_D, candidate_window=None)
+                            models=models, season=WEEK_D, candidate_window=None, spacing=1)
     choice = choose(backtest) if backtest.origins else None
     mase = {m.name: m.mase for m in backtest.models.values()}
     if choice is None:
         return DailyForecast(None, mase, None, "daily peaks: no origin to backtest")
     note = f"daily peaks ({len(backtest.origins)} origins, {HORIZON_D}-day horizon): {choice.reason}"
-    needed = min(MIN_SHIP_ORIGINS, origins)
+    needed = MIN_SHIP_ORIGINS if origins is None else min(MIN_SHIP_ORIGINS, origins)
     if choice.shipped_candidate and len(backtest.origins) < needed:
         # A few origins can crown a model by luck; months of capacity should not ride on that.
         note = (f"daily peaks: {choice.model} passed the gate on only {len(backtest.origins)} origins "

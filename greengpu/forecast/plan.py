@@ -2,7 +2,8 @@
 run-out and order-by dates.
 
 Method (docs/FORECAST.md):
-1. A day-ahead rolling-origin backtest picks the shipped model by the gate and calibrates its bands.
+1. A day-ahead rolling-origin backtest (one origin a day, `backtest.py`) picks the shipped model by the
+   gate (`gate.py`: median MASE ratio and a sign test over the origins) and calibrates its bands.
 2. Peak demand: the daily peaks of the last `growth_window_days`; their level is the median of the
    last week's peaks, their growth the Theil-Sen slope (robust to a burst) over the window, floored
    at zero unless `allow_decline`.
@@ -36,7 +37,6 @@ from greengpu.forecast.backtest import (
     CANDIDATE_WINDOW_H,
     Calibration,
     calibrate,
-    choose,
     conformal_upper,
     prepare,
     run_backtest,
@@ -44,6 +44,7 @@ from greengpu.forecast.backtest import (
 from greengpu.forecast.capacity import gpus_needed, servers_for_wait
 from greengpu.forecast.daily import DailyForecast, forecast_daily_peaks, theil_sen_slope
 from greengpu.forecast.demand import ANY_MODEL
+from greengpu.forecast.gate import choose, gate_summary
 from greengpu.forecast.models import BASELINES, CANDIDATES, DAY_H, ModelSpec, guarded
 
 SCENARIO_QUANTILES = (0.5, 0.8, 0.95)
@@ -57,7 +58,8 @@ class PlanSettings:
     target_utilisation: float = 0.65
     redundancy_gpus: int = 0
     max_wait_probability: float = 0.10
-    origins: int = 10
+    origins: int | None = None
+    """Backtest origins; None: one a day with two weeks of history before it, at most MAX_ORIGINS."""
     growth_window_days: int = 28
     allow_decline: bool = False
     models: tuple[ModelSpec, ...] = BASELINES + CANDIDATES
@@ -254,6 +256,10 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
                   "models": {m.name: _round(m.mase) for m in backtest.models.values()},
                   "fit_s": {m.name: _round(m.fit_s) for m in backtest.models.values()},
                   "backtest_s": round(backtest_s, 2),
+                  "gate": gate_summary(choice),
+                  "per_origin": {"times": [t.isoformat() for t in backtest.origin_times],
+                                 "mase": {m.name: [_round(v) for v in m.per_origin_mase]
+                                          for m in backtest.models.values()}},
                   "daily": _daily_summary(daily, path is not None)},
         capacity={"installed_gpus": installed_gpus, "required_gpus": required,
                   "run_out_date": _iso(run_out), "order_by_date": _iso(order_by),
@@ -310,6 +316,7 @@ def _daily_summary(daily: DailyForecast, used: bool) -> dict[str, Any]:
             "baseline": choice.baseline if choice else None,
             "baseline_mase": _round(choice.baseline_mase) if choice else None,
             "origins": choice.origins if choice else 0,
+            "gate": gate_summary(choice),
             "models": {name: _round(value) for name, value in daily.mase.items()}, "note": daily.note}
 
 

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 from conftest import shared_data_or_skip
 
-from greengpu.forecast.backtest import calibrate, choose, prepare, run_backtest
+from greengpu.forecast.backtest import calibrate, prepare, run_backtest
 from greengpu.forecast.demand import demand_from_jobs
+from greengpu.forecast.gate import choose
 from greengpu.sim.traces import read_trace
 
 
