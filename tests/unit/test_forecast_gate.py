@@ -1,0 +1,192 @@
+"""The forecast gate decides on evidence over many origins: one outlier day cannot turn the verdict, a
+candidate must beat every baseline by a median ratio and a sign test, naive and drift do not trade
+places on noise, and the backtest's origins, kept parameters and ensemble do what the docs say."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from greengpu.forecast.backtest import (
+    MAX_ORIGINS,
+    REFIT_EVERY,
+    Backtest,
+    ModelBacktest,
+    origin_positions,
+    run_backtest,
+)
+from greengpu.forecast.gate import choose, median_interval, sign_test_p, wins_needed
+from greengpu.forecast.models import BASELINES, ModelSpec, ensemble
+
+
+def hour_of_day_mean(history: pd.Series, horizon: int) -> np.ndarray:
+    """A cheap candidate that knows the daily shape: each hour's mean over the last seven days."""
+    values = history.to_numpy(dtype=float)
+    days = min(7, len(values) // 24)
+    profile = values[len(values) - days * 24:].reshape(days, 24).mean(axis=0)
+    return np.array([profile[i % 24] for i in range(horizon)])
+
+
+PROFILE = ModelSpec("hour_of_day_mean", "candidate", hour_of_day_mean)
+
+
+def daily_shape(days: int = 36, seed: int = 0) -> pd.Series:
+    rng = np.random.default_rng(seed)
+    t = np.arange(days * 24)
+    values = 200 + 20 * np.sin(2 * np.pi * t / 24) + rng.normal(0, 12, len(t))
+    return pd.Series(values, index=pd.date_range("2026-03-02", periods=len(t), freq="h"))
+
+
+def mean_mase_verdict(backtest: Backtest, candidate: str) -> bool:
+    """The old gate, for contrast: mean MASE <= 0.95 x the best baseline's by mean, winning half the origins."""
+    bases = [m for m in backtest.models.values() if m.kind == "baseline"]
+    best = min(bases, key=lambda m: m.mase)
+    model = backtest.models[candidate]
+    wins = sum(c < b for c, b in zip(model.per_origin_mase, best.per_origin_mase, strict=True))
+    return model.mase <= 0.95 * best.mase and 2 * wins >= len(backtest.origins)
+
+
+def test_an_outlier_last_day_does_not_turn_the_verdict() -> None:
+    steady = daily_shape()
+    # The last day is an outlier: demand triples an hour before the final origin and stays there, which
+    # naive follows and a model of the daily shape cannot.
+    outlier = steady.copy()
+    outlier.iloc[-25:] *= 3.0
+    verdicts = []
+    for series in (steady, outlier):
+        backtest = run_backtest(series, min_train_h=14 * 24, models=BASELINES + (PROFILE,))
+        assert len(backtest.origins) == 22  # every day from day 14 to day 35
+        verdicts.append((choose(backtest), mean_mase_verdict(backtest, "hour_of_day_mean")))
+    (steady_choice, steady_mean_gate), (outlier_choice, outlier_mean_gate) = verdicts
+    # A gate on the mean MASE turns on that one day ...
+    assert steady_mean_gate and not outlier_mean_gate
+    # ... the median ratio and the sign test do not.
+    assert steady_choice.model == outlier_choice.model == "hour_of_day_mean"
+    assert steady_choice.shipped_candidate and outlier_choice.shipped_candidate
+    assert outlier_choice.evidence is not None and outlier_choice.evidence.median_ratio < 0.85
+
+
+def test_sign_test_and_wins_needed_match_the_binomial_by_hand() -> None:
+    assert sign_test_p(5, 0) == pytest.approx(1 / 32)
+    assert sign_test_p(9, 1) == pytest.approx(11 / 1024)  # (C(10,9) + C(10,10)) / 2^10
+    assert sign_test_p(8, 2) == pytest.approx(56 / 1024)
+    assert sign_test_p(0, 0) == 1.0
+    assert sign_test_p(0, 3) == 1.0
+    assert wins_needed(4) is None  # 4 of 4 is p = 1/16 > 0.05
+    assert wins_needed(5) == 5
+    assert wins_needed(10) == 9
+    assert wins_needed(24) == 17  # P(X >= 17) = 0.032, P(X >= 16) = 0.076
+
+
+def test_the_median_interval_takes_the_order_statistics_the_binomial_allows() -> None:
+    # n = 10 at 90%: P(X <= 1) = 11/1024 <= 0.05 < P(X <= 2) = 56/1024, so the 2nd smallest and largest.
+    assert median_interval([7, 1, 9, 3, 5, 2, 10, 4, 8, 6]) == (2.0, 9.0)
+    # n = 24: P(X <= 7) = 0.032 <= 0.05 < P(X <= 8) = 0.076, so the 8th smallest and the 8th largest.
+    assert median_interval(list(range(1, 25))) == (8.0, 17.0)
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # few values: the whole range
+
+
+def backtest_of(per_origin: dict[str, list[float]]) -> Backtest:
+    origins = len(next(iter(per_origin.values())))
+    models = {name: ModelBacktest(name, "baseline" if name in {"naive", "seasonal_naive", "drift"} else "candidate",
+                                  float(np.mean(values)), 0.0, tuple(values), np.zeros((origins, 24)), 0, 0.0)
+              for name, values in per_origin.items()}
+    return Backtest(tuple(range(origins)), 24, np.zeros((origins, 24)), models)
+
+
+def test_a_candidate_must_beat_every_baseline() -> None:
+    naive = [1.0] * 12
+    seasonal = [0.7] * 12
+    drift = [1.0] * 12
+    beats_naive_only = [0.8] * 12  # 0.8 against naive, 1.14 against seasonal naive
+    choice = choose(backtest_of({"naive": naive, "seasonal_naive": seasonal, "drift": drift,
+                                 "cand": beats_naive_only}))
+    assert not choice.shipped_candidate
+    assert choice.model == "seasonal_naive"  # it beats naive on all 12 origins by 30%
+    assert choice.evidence is not None and choice.evidence.baseline == "seasonal_naive"
+    assert choice.evidence.median_ratio == pytest.approx(0.8 / 0.7)
+    beats_all = [0.6] * 11 + [0.9]
+    choice = choose(backtest_of({"naive": naive, "seasonal_naive": seasonal, "drift": drift, "cand": beats_all}))
+    assert choice.shipped_candidate and choice.model == "cand" and choice.baseline == "seasonal_naive"
+    assert choice.evidence is not None and choice.evidence.wins == 11 and choice.evidence.losses == 1
+    # P(X >= 10 of 12) = 79/4096 <= 0.05 < P(X >= 9) = 299/4096
+    assert "stop shipping if its median ratio rose above 0.95 or it won fewer than 10 of its 12" in choice.to_change
+
+
+def test_a_clear_median_win_on_too_few_origins_does_not_ship_and_says_what_it_needs() -> None:
+    choice = choose(backtest_of({"naive": [1.0] * 4, "seasonal_naive": [1.2] * 4, "drift": [1.0] * 4,
+                                 "cand": [0.5] * 4}))
+    assert not choice.shipped_candidate and choice.model == "naive"
+    assert "cannot reach p <= 0.05" in choice.to_change
+
+
+def test_naive_and_drift_do_not_trade_places_on_noise() -> None:
+    rng = np.random.default_rng(5)
+    naive = list(1.0 + rng.normal(0, 0.05, 30))
+    # Drift is a hair better on most origins (0.99 x naive): not 5% better, so naive, the simpler, ships.
+    drift = [v * 0.99 for v in naive]
+    choice = choose(backtest_of({"naive": naive, "seasonal_naive": [2.0] * 30, "drift": drift}))
+    assert choice.model == "naive"
+    # Clearly better on almost every origin, it takes naive's place.
+    drift = [v * (0.8 if i % 10 else 1.1) for i, v in enumerate(naive)]
+    assert choose(backtest_of({"naive": naive, "seasonal_naive": [2.0] * 30, "drift": drift})).model == "drift"
+
+
+def test_origins_are_one_a_day_at_the_live_forecasts_hour_thinned_to_the_cap() -> None:
+    hours = 90 * 24 + 5  # ends at 05:00, like a history read at 05:00
+    cuts = origin_positions(hours, 24, None, 14 * 24, spacing=24)
+    assert len(cuts) == MAX_ORIGINS and cuts[-1] == hours - 24
+    assert all((hours - c) % 24 == 0 for c in cuts)  # the same hour of the day as the live forecast's origin
+    assert cuts[0] >= 14 * 24
+    every_day = origin_positions(40 * 24, 24, None, 14 * 24, spacing=24)
+    assert every_day == list(range(14 * 24, 39 * 24 + 1, 24))  # 26 days: all of them
+    twice = origin_positions(40 * 24, 24, 52, 14 * 24, spacing=24)
+    assert len(twice) == 52 and twice[-1] == 39 * 24 and len(set(twice)) == 52  # finer than a day
+
+
+class CountingFit:
+    """A fitted model that forecasts its window's last value, and records each fit and each re-filter."""
+
+    log: list[tuple[str, pd.Timestamp]] = []
+
+    def __init__(self, history: pd.Series) -> None:
+        self.last = float(history.iloc[-1])
+        CountingFit.log.append(("fit", history.index[-1]))
+
+    def forecast(self, horizon: int) -> np.ndarray:
+        return np.full(horizon, self.last)
+
+    def extend(self, history: pd.Series) -> CountingFit:
+        CountingFit.log.append(("extend", history.index[-1]))
+        extended = CountingFit.__new__(CountingFit)
+        extended.last = float(history.iloc[-1])
+        return extended
+
+
+def test_state_space_parameters_are_kept_for_a_week_of_origins_and_see_no_future() -> None:
+    CountingFit.log = []
+    spec = ModelSpec("counting", "candidate", lambda h, n: CountingFit(h).forecast(n), fit=CountingFit)
+    series = daily_shape(days=30)
+    backtest = run_backtest(series, min_train_h=14 * 24, models=(BASELINES[0], spec))
+    kinds = [kind for kind, _ in CountingFit.log]
+    assert len(kinds) == len(backtest.origins) == 16
+    assert [i for i, kind in enumerate(kinds) if kind == "fit"] == list(range(0, 16, REFIT_EVERY))
+    # Each origin's model saw the history up to the hour before its first forecast, and no further.
+    for (_, seen), first_forecast in zip(CountingFit.log, backtest.origin_times, strict=True):
+        assert seen == first_forecast - pd.Timedelta(hours=1)
+    # Re-filtering with kept parameters forecasts what a fresh fit would for this model: naive's values.
+    assert np.allclose(backtest.models["counting"].forecasts, backtest.models["naive"].forecasts)
+
+
+def test_the_ensemble_is_the_per_hour_median_of_its_members() -> None:
+    # All three within the guard's range of a series around 200, so none falls back.
+    low = ModelSpec("low", "candidate", lambda h, n: np.full(n, 120.0))
+    mid = ModelSpec("mid", "candidate", lambda h, n: np.arange(n, dtype=float) + 190.0)
+    high = ModelSpec("high", "candidate", lambda h, n: np.full(n, 280.0))
+    spec = ensemble("median_ensemble", (low, mid, high), 24)
+    series = daily_shape(days=20)
+    backtest = run_backtest(series, min_train_h=14 * 24, models=(BASELINES[0], low, mid, high, spec))
+    assert np.array_equal(backtest.models["median_ensemble"].forecasts, backtest.models["mid"].forecasts)
+    # Outside a backtest it fits its members itself, and says nothing new.
+    assert np.array_equal(spec.forecast(series, 24), np.arange(24, dtype=float) + 190.0)
