@@ -9,6 +9,7 @@ vary), and the page carries no generation time.
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ SVG_RC: Any = {"svg.hashsalt": "greengpu-plan", "svg.fonttype": "none", "font.fa
           "font.size": 9.0, "axes.spines.top": False, "axes.spines.right": False}
 COLOURS = {"history": "#4a4a4a", "forecast": "#1f6fb4", "band95": "#cfe2f3", "band80": "#9fc5e8",
            "upper": "#e69138", "required": "#cc0000", "installed": "#38761d", "default": "#38761d",
-           "always-on": "#999999"}
+           "always-on": "#999999", "candidate": "#674ea7", "baseline": "#4a4a4a"}
 
 
 def _svg(figure: Any) -> str:
@@ -113,6 +114,28 @@ def savings_chart(savings: dict[str, Any]) -> str:
     return _svg(figure)
 
 
+def origins_chart(forecast: dict[str, Any]) -> str:
+    """Per origin of the day-ahead backtest, the MASE of the shipped model and, when a candidate was judged,
+    of that candidate and the baseline it was judged against: where it won, where it lost, by how much."""
+    import matplotlib.pyplot as plt
+
+    gate, per_origin = forecast.get("gate") or {}, forecast["per_origin"]
+    shown = dict.fromkeys(name for name in (forecast["model"], gate.get("baseline"), gate.get("candidate"))
+                          if name in per_origin["mase"])
+    figure, axes = plt.subplots(figsize=(9.0, 2.6))
+    when = pd.to_datetime(per_origin["times"])
+    for name in shown:
+        role = "candidate" if name == gate.get("candidate") else "baseline"
+        values = [math.nan if v is None else v for v in per_origin["mase"][name]]
+        axes.plot(when, values, color=COLOURS[role], linewidth=1.0, marker="o", markersize=3,
+                  label=f"{name} ({role}{', shipped' if name == forecast['model'] else ''})")
+    axes.set_ylabel("MASE per origin")
+    axes.set_ylim(0, axes.get_ylim()[1] * 1.08)
+    axes.legend(loc="lower left", bbox_to_anchor=(0.0, 1.01), fontsize=7.5, frameon=False, ncol=2)
+    figure.autofmt_xdate()
+    return _svg(figure)
+
+
 TEMPLATE = "plan.html.j2"
 
 def render_plan_html(payload: dict[str, Any]) -> str:
@@ -124,12 +147,13 @@ def render_plan_html(payload: dict[str, Any]) -> str:
         demand_svg = demand_chart(payload)
         capacity_svg = capacity_chart(payload)
         savings_svg = savings_chart(payload["savings"]) if payload.get("savings") else ""
+        origins_svg = origins_chart(payload["forecast"])
     environment = jinja2.Environment(loader=jinja2.PackageLoader("greengpu.report", "templates"),
                                      autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     scenarios = payload["scenarios"]
     return environment.get_template(TEMPLATE).render(
         **{**payload, "savings": payload.get("savings"), "gpu_models": payload.get("gpu_models")},
-        demand_svg=demand_svg, capacity_svg=capacity_svg, savings_svg=savings_svg,
+        demand_svg=demand_svg, capacity_svg=capacity_svg, savings_svg=savings_svg, origins_svg=origins_svg,
         quantiles=sorted({r["quantile"] for r in scenarios}),
         utilisations=sorted({r["target_utilisation"] for r in scenarios}),
         scenario={(r["quantile"], r["target_utilisation"]): r for r in scenarios},

@@ -24,6 +24,8 @@ def render_text(payload: dict[str, Any]) -> None:
         models.add_row(name + mark, f"{mase:.3f}" if mase is not None else "n/a")
     console.print(models)
     console.print(forecast["reason"])
+    if forecast.get("gate") and forecast["gate"].get("to_change"):
+        console.print(f"What would change it: {forecast['gate']['to_change']}.")
     console.print(f"Calibrated bands cover {forecast['coverage_80']:.0%} (80%) and {forecast['coverage_95']:.0%} "
                   f"(95%) of backtest hours.")
     console.print(f"Daily peak demand now {growth['peak_level_gpus']:g} GPUs, growing "

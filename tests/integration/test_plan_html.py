@@ -89,7 +89,7 @@ def test_html_report_renders_in_headless_chromium_and_is_byte_identical(repo: Pa
     dom = subprocess.run([browser, *flags, "--dump-dom", first.as_uri()], capture_output=True, text=True,
                          timeout=120, check=False)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    for figure_id in ("chart-demand", "chart-capacity", "chart-savings"):
+    for figure_id in ("chart-demand", "chart-capacity", "chart-savings", "chart-origins"):
         start = dom.stdout.index(f'id="{figure_id}"')
         assert "<svg" in dom.stdout[start:start + 400], f"{figure_id} has no SVG in the rendered DOM"
     for table_id in ("models", "inputs", "months", "scenarios", "savings", "tenants"):
