@@ -74,6 +74,10 @@ def report(name: str, elapsed: float, payload: dict) -> None:
     print(f"[plan]   shipped {forecast['model']} (MASE {forecast['mase']}, {forecast['baseline']} "
           f"{forecast['baseline_mase']}); coverage 80% {forecast['coverage_80']}, 95% {forecast['coverage_95']}; "
           f"required {payload['capacity']['required_gpus']} GPUs, run out {payload['capacity']['run_out_date']}")
+    gate = forecast.get("gate") or {}
+    if gate.get("to_change"):
+        print(f"[plan]   gate: {forecast['reason']}")
+        print(f"[plan]   {gate['to_change']}")
     daily = forecast["daily"]
     print(f"[plan]   long horizon: {daily['note']}; daily MASE: "
           + ", ".join(f"{m} {v}" for m, v in daily["models"].items()))
@@ -94,6 +98,7 @@ def test_plan_timings(tmp_path: Path, repo: Path) -> None:
                                                                               "training-400.cluster.yaml"))
     report("six months of hourly history, 400 GPUs", elapsed, payload)
     assert payload["history"]["hours"] >= SIX_MONTHS_H - 1
+    assert elapsed <= 60.0, f"a plan on six months of hourly history took {elapsed:.0f} s (budget 60 s)"
 
     trace = tmp_path / "trace.csv"
     six_months_lab_trace(trace)
