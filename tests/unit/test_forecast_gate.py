@@ -18,6 +18,7 @@ from greengpu.forecast.backtest import (
 )
 from greengpu.forecast.gate import choose, median_interval, sign_test_p, wins_needed
 from greengpu.forecast.models import BASELINES, ModelSpec, ensemble
+from greengpu.forecast.plan import PlanSettings, make_plan
 
 
 def hour_of_day_mean(history: pd.Series, horizon: int) -> np.ndarray:
@@ -190,3 +191,21 @@ def test_the_ensemble_is_the_per_hour_median_of_its_members() -> None:
     assert np.array_equal(backtest.models["median_ensemble"].forecasts, backtest.models["mid"].forecasts)
     # Outside a backtest it fits its members itself, and says nothing new.
     assert np.array_equal(spec.forecast(series, 24), np.arange(24, dtype=float) + 190.0)
+
+
+def test_the_plan_reports_the_verdict_with_its_evidence() -> None:
+    settings = PlanSettings(horizon_days=30, models=BASELINES + (PROFILE,), daily_candidates=False)
+    forecast = make_plan(daily_shape(), 400, settings).forecast
+    gate = forecast["gate"]
+    assert forecast["model"] == gate["candidate"] == "hour_of_day_mean" and gate["shipped_candidate"]
+    assert gate["baseline"] in ("naive", "seasonal_naive", "drift")
+    assert gate["wins"] + gate["losses"] + gate["ties"] == forecast["origins"] == 22
+    assert gate["ratio_interval"][0] <= gate["median_ratio"] <= gate["ratio_interval"][1] <= 0.95
+    assert gate["p_value"] <= gate["alpha"] == 0.05 and gate["wins"] >= gate["wins_needed"]
+    assert gate["to_change"].startswith("hour_of_day_mean would stop shipping")
+    assert len(forecast["per_origin"]["times"]) == 22
+    assert all(len(values) == 22 for values in forecast["per_origin"]["mase"].values())
+    # Per origin, the reported ratio's median is the one the JSON gives.
+    mase = forecast["per_origin"]["mase"]
+    ratios = np.array(mase["hour_of_day_mean"]) / np.array(mase[gate["baseline"]])
+    assert float(np.median(ratios)) == pytest.approx(gate["median_ratio"], abs=1e-3)
