@@ -66,7 +66,7 @@ def median_interval(values: Sequence[float] | np.ndarray, level: float = INTERVA
 
 @dataclass(frozen=True)
 class Evidence:
-    """A candidate against the best baseline, origin by origin."""
+    """A candidate against one baseline, origin by origin."""
     model: str
     baseline: str
     median_ratio: float
