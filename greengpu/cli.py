@@ -231,7 +231,7 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
     jobs, never = split_never_fitting(trace.jobs, cluster)
     if never and not skip_bad_rows:
         more = f" (and {len(never) - 1} more such jobs)" if len(never) > 1 else ""
-        raise BadInput(f"{trace_file}: {never[0]} on {cluster_file}{more}; --skip-bad-rows leaves them out")
+        raise BadInput(f"{trace_file}: {never[0]} ({cluster_file}){more}; --skip-bad-rows leaves such jobs out")
     if never:
         note(f"left out {len(never)} job(s) that can never start on {cluster_file}; first: {never[0]}")
     if not jobs:

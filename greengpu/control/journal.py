@@ -75,7 +75,7 @@ class Journal:
                 if problem is not None:
                     self.damaged.append(f"line {number}: {problem}")
         for line in self.damaged[:_REPORTED_LINES]:
-            log.warning("journal %s: %s skipped", self.path, line)
+            log.warning("journal %s: skipped %s", self.path, line)
         if len(self.damaged) > _REPORTED_LINES:
             log.warning("journal %s: %d more damaged lines skipped", self.path, len(self.damaged) - _REPORTED_LINES)
         return entries

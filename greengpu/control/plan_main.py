@@ -83,8 +83,9 @@ def read_history_frame(path: str) -> pd.DataFrame:
         if column not in frame.columns:
             raise BadInput(f"{path}:1: missing column {column!r} (have: {', '.join(frame.columns)})")
     times = pd.to_datetime(frame["time"], utc=True, errors="coerce", format="mixed")
-    seconds = (times - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
-    bad_time = times.isna() | (seconds < MIN_TIME_S) | (seconds >= MAX_TIME_S)
+    # Compared, not subtracted: a parsed year 9999 may sit in a coarser unit that nanoseconds cannot hold.
+    bad_time = times.isna() | (times < pd.Timestamp(MIN_TIME_S, unit="s", tz="UTC")) \
+        | (times >= pd.Timestamp(MAX_TIME_S, unit="s", tz="UTC"))
     if bad_time.any():
         row = int(bad_time.to_numpy().argmax())
         raise BadInput(f"{path}:{row + 2}: time: not a date and time in 1900 to 2199: "
@@ -98,7 +99,7 @@ def read_history_frame(path: str) -> pd.DataFrame:
                 row = int(bad.to_numpy().argmax())
                 raise BadInput(f"{path}:{row + 2}: {column}: expected {wanted}, got {frame[column].iloc[row][:40]!r}")
         frame[column] = values.astype(float)
-    frame["time"] = times
+    frame["time"] = times.dt.as_unit("ns")
     if len(frame) < 2:
         raise BadInput(f"{path}: needs at least two rows of history")
     return frame
@@ -177,6 +178,13 @@ def load_inputs(options: PlanOptions) -> LoadedInputs:
         for node in cluster.nodes:
             node_type = cluster.node_types[node.type_name]
             by_model[node_type.gpu_model] = by_model.get(node_type.gpu_model, 0) + node_type.gpus
+        if jobs is not None:  # a job the cluster can never run would wait forever in the replays
+            from greengpu.sim.feasibility import split_never_fitting
+
+            _, never = split_never_fitting(jobs, cluster)
+            if never:
+                more = f" (and {len(never) - 1} more such jobs)" if len(never) > 1 else ""
+                raise BadInput(f"{source}: {never[0]} ({cluster_file}){more}")
     settings = PlanSettings(
         horizon_days=parse_days(options.horizon or given.get("horizon") or "90d", "--horizon"),
         lead_time_days=parse_days(options.lead_time or given.get("lead_time") or "12w", "--lead-time"),

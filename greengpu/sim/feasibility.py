@@ -37,10 +37,9 @@ def never_fits_reason(job: Job, cluster: Cluster, by_model: dict[str, tuple[int,
     if not usable:
         return f"job {job.job_id} asks for {per_node} GPUs per node; no node of its GPU models has that many"
     # A gang never mixes GPU models: one model must hold the whole request.
-    most = max(by_model[m][0] for m in usable)
+    most, model = max((by_model[m][0], m) for m in usable)
     if job.whole_gpus > most:
-        which = "" if job.gpu_types is None else f" of {', '.join(sorted(job.gpu_types))}"
-        return f"job {job.job_id} asks for {job.gpus:g} GPUs; the cluster has {most}{which} at most in one GPU model"
+        return f"job {job.job_id} asks for {job.gpus:g} GPUs, more than the cluster's {most} {model} GPUs"
     tenant = cluster.tenants.get(job.tenant)
     if tenant is not None and tenant.borrow_limit_gpus is not None \
             and job.gpus > tenant.quota_gpus + tenant.borrow_limit_gpus + 1e-9:

@@ -251,10 +251,17 @@ def read_trace(path: str | Path, trace_format: str = "csv", skip_bad_rows: bool 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _read(file_path, name, trace_format, skip_bad_rows, vectorised)
+        result = _read(file_path, name, trace_format, skip_bad_rows, vectorised)
     finally:
         if was_enabled:
             gc.enable()
+    if result.jobs and result.jobs[-1].submit_time_s - result.jobs[0].submit_time_s > MAX_DURATION_S:
+        # A replay's virtual clock runs from the first submit to the last finish: a trace that mixes plain
+        # seconds (1970) with 2024 dates would replay 54 years hour by hour.
+        first, last = result.jobs[0], result.jobs[-1]
+        raise BadInput(f"{name}: submit times span {(last.submit_time_s - first.submit_time_s) / 86_400 / 365.25:,.0f} "
+                       f"years (jobs {first.job_id} and {last.job_id}), more than the ten a replay covers")
+    return result
 
 
 def _read(file_path: Path, name: str, trace_format: str, skip_bad_rows: bool, vectorised: bool) -> TraceResult:
