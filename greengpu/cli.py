@@ -221,11 +221,11 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
     from greengpu.config.policy import load_policy
     from greengpu.sim.engine import Simulation
     from greengpu.sim.feasibility import split_never_fitting
-    from greengpu.sim.traces import read_trace
+    from greengpu.sim.traces import REPLAY_SPAN_S, read_trace
 
     cluster = load_cluster(cluster_file)
     loaded = [load_policy(p) for p in policies]
-    trace = read_trace(trace_file, trace_format, skip_bad_rows=skip_bad_rows)
+    trace = read_trace(trace_file, trace_format, skip_bad_rows=skip_bad_rows, max_span_s=REPLAY_SPAN_S)
     if trace.skipped:
         note(f"skipped {trace.skipped} bad row(s); first: {trace.first_error}")
     jobs, never = split_never_fitting(trace.jobs, cluster)

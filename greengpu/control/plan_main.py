@@ -65,7 +65,14 @@ def bundled_example() -> Path:
 def read_history_frame(path: str) -> pd.DataFrame:
     """A usage history CSV, validated (times parsed and in 1900 to 2199, GPU counts finite numbers from 0 to
     a million)."""
-    from greengpu.config.limits import MAX_CSV_BYTES, MAX_GPUS, MAX_TIME_S, MIN_TIME_S, check_file_size
+    from greengpu.config.limits import (
+        MAX_CSV_BYTES,
+        MAX_DURATION_S,
+        MAX_GPUS,
+        MAX_TIME_S,
+        MIN_TIME_S,
+        check_file_size,
+    )
 
     if Path(path).is_dir():
         raise BadInput(f"{path}: is a directory, expected a usage history CSV file")
@@ -102,6 +109,11 @@ def read_history_frame(path: str) -> pd.DataFrame:
     frame["time"] = times.dt.as_unit("ns")
     if len(frame) < 2:
         raise BadInput(f"{path}: needs at least two rows of history")
+    # In Python datetimes: 1900 to 2199 is longer than a pandas Timedelta holds (292 years).
+    span_s = (frame["time"].max().to_pydatetime() - frame["time"].min().to_pydatetime()).total_seconds()
+    if span_s > MAX_DURATION_S:  # the forecaster works hour by hour: centuries of hours are not a history
+        raise BadInput(f"{path}: the history spans {span_s / 86_400 / 365.25:,.0f} years, more than the ten "
+                       "greengpu plan takes")
     return frame
 
 
@@ -153,10 +165,10 @@ def load_inputs(options: PlanOptions) -> LoadedInputs:
         raise BadInput(f"{settings_file}: no history or trace: give --history FILE or --trace FILE")
     jobs, frame = None, None
     if trace_file is not None:
-        from greengpu.sim.traces import read_trace
+        from greengpu.sim.traces import REPLAY_SPAN_S, read_trace
 
         trace_format = options.trace_format if options.trace_file is not None else given.get("trace_format", "csv")
-        jobs = read_trace(trace_file, trace_format).jobs
+        jobs = read_trace(trace_file, trace_format, max_span_s=REPLAY_SPAN_S).jobs
         span = demand_from_jobs(jobs)
     else:
         assert history_file is not None

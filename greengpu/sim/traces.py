@@ -45,6 +45,10 @@ _ELAPSED = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
 
 
 
+REPLAY_SPAN_S = MAX_DURATION_S
+"""Longest span of submit times a replay takes (ten years): its clock walks the span hour by hour."""
+
+
 class BadRow(Exception):
     """One row's problem: the column and what is wrong."""
 
@@ -231,10 +235,12 @@ def _rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str], dict[str
 
 
 def read_trace(path: str | Path, trace_format: str = "csv", skip_bad_rows: bool = False,
-               vectorised: bool = True) -> TraceResult:
+               vectorised: bool = True, max_span_s: float | None = None) -> TraceResult:
     """Read a trace file into jobs sorted by submit time; raises BadInput on the first bad row.
 
     `vectorised=False` forces the exact row-by-row reader (the reference the fast path is tested against).
+    `max_span_s`: refuse a trace whose submit times span longer (the commands that replay pass
+    REPLAY_SPAN_S).
     """
     if trace_format not in _READERS:
         raise BadInput(f"--trace-format: unknown format {trace_format!r} (one of {', '.join(TRACE_FORMATS)})")
@@ -255,12 +261,14 @@ def read_trace(path: str | Path, trace_format: str = "csv", skip_bad_rows: bool 
     finally:
         if was_enabled:
             gc.enable()
-    if result.jobs and result.jobs[-1].submit_time_s - result.jobs[0].submit_time_s > MAX_DURATION_S:
+    if max_span_s is not None and result.jobs \
+            and result.jobs[-1].submit_time_s - result.jobs[0].submit_time_s > max_span_s:
         # A replay's virtual clock runs from the first submit to the last finish: a trace that mixes plain
         # seconds (1970) with 2024 dates would replay 54 years hour by hour.
         first, last = result.jobs[0], result.jobs[-1]
-        raise BadInput(f"{name}: submit times span {(last.submit_time_s - first.submit_time_s) / 86_400 / 365.25:,.0f} "
-                       f"years (jobs {first.job_id} and {last.job_id}), more than the ten a replay covers")
+        years = (last.submit_time_s - first.submit_time_s) / 86_400 / 365.25
+        raise BadInput(f"{name}: submit times span {years:,.0f} years (jobs {first.job_id} and {last.job_id}), more "
+                       f"than the {max_span_s / 86_400 / 365.25:.0f} a replay covers")
     return result
 
 

@@ -334,6 +334,13 @@ def test_plan_history_in_the_year_9999(tmp_path: Path, capsys: pytest.CaptureFix
     assert "h.csv:3: time: not a date and time in 1900 to 2199" in refused(capsys, "plan", "--history", str(path))
 
 
+def test_a_history_spanning_centuries_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "h.csv", "time,gpus_busy\n1900-01-01T00:00:00Z,1\n2199-01-01T00:00:00Z,1\n")
+    started = time.perf_counter()
+    assert "h.csv: the history spans 299 years" in refused(capsys, "plan", "--history", str(path))
+    assert time.perf_counter() - started < FAST_S
+
+
 def test_a_huge_horizon_is_refused_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     started = time.perf_counter()
     line = refused(capsys, "plan", "--history", str(history(tmp_path)), "--horizon", "99999999d", "--models",
