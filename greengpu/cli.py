@@ -689,6 +689,36 @@ def _option_variable(path: str, option: click.Option) -> str:
     return f"{path}_{longest}".upper().replace("-", "_")
 
 
+def _check_bounded(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Refuse nan, inf and numbers beyond the input limits in a numeric option.
+
+    click's FloatRange compares, and every comparison with nan is false, so `--target-utilisation nan`
+    passed its range; `--growth inf` reached the plan and overflowed there.
+    """
+    import math
+
+    from greengpu.config.limits import MAX_NUMBER
+
+    for number in value if isinstance(value, tuple) else (value,):
+        if isinstance(number, float) and not (math.isfinite(number) and abs(number) <= MAX_NUMBER):
+            raise click.BadParameter(f"{number!r} is not a finite number of at most {MAX_NUMBER:g} in magnitude",
+                                     ctx, param)
+        if isinstance(number, int) and not isinstance(number, bool) and abs(number) > 2**63 - 1:
+            raise click.BadParameter(f"{str(number)[:40]} is out of range", ctx, param)
+    return value
+
+
+def _bound_numbers(command: click.Command) -> None:
+    """Every float and int option of `command` and its subcommands gets the _check_bounded callback."""
+    for param in command.params:
+        numeric = isinstance(param.type, (click.types.FloatParamType, click.types.IntParamType))
+        if numeric and param.callback is None and not getattr(param, "count", False):
+            param.callback = _check_bounded
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _bound_numbers(sub)
+
+
 def name_environment_variables(command: click.Command, path: str = ENV_PREFIX) -> None:
     """Give every option its documented variable, GREENGPU_<COMMAND>_<OPTION>, named after the option as
     typed (GREENGPU_CHECK_CLUSTER for `check --cluster`), and show it in --help.
@@ -706,6 +736,7 @@ def name_environment_variables(command: click.Command, path: str = ENV_PREFIX) -
 
 
 name_environment_variables(cli)
+_bound_numbers(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

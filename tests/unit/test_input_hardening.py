@@ -56,13 +56,15 @@ def billion_laughs(levels: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("reader", ["inventory", "policy", "settings"])
+@pytest.mark.parametrize("reader", ["inventory", "policy", "settings", "agent classes"])
 def test_billion_laughs_is_refused_quickly_by_every_yaml_reader(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: str) -> None:
     bomb = str(write(tmp_path, "bomb.yaml", billion_laughs()))
     args = {"inventory": ["check", "--cluster", bomb],
             "policy": ["check", "--cluster", cluster_file(tmp_path), "--policy", bomb],
-            "settings": ["plan", "--settings", bomb]}[reader]
+            "settings": ["plan", "--settings", bomb],
+            "agent classes": ["agent", "--backend", "fake", "--once", "--classes", bomb, "--journal",
+                              str(tmp_path / "j.jsonl"), "--listen", "127.0.0.1:0"]}[reader]
     started = time.perf_counter()
     line = refused(capsys, *args)
     assert time.perf_counter() - started < FAST_S
@@ -578,3 +580,31 @@ def test_progress_goes_to_a_terminal_stderr_never_into_json_stdout(tmp_path: Pat
     assert process.returncode == 0, terminal.decode(errors="replace")
     json.loads(stdout)  # nothing but the JSON object on stdout
     assert b"\x1b[" in terminal  # the display drew on the terminal
+
+
+def _numeric_options() -> list[tuple[str, str, str]]:
+    import click
+
+    from greengpu.cli import cli as root
+
+    found = []
+    for name, command in root.commands.items():
+        if isinstance(command, click.Group):
+            continue  # a group's subcommands parse their options after the group's setup
+        for param in command.params:
+            if isinstance(param, click.Option) and isinstance(param.type, (click.types.FloatParamType,
+                                                                            click.types.IntParamType)):
+                kind = "float" if isinstance(param.type, click.types.FloatParamType) else "int"
+                found.append((name, max(param.opts, key=len), kind))
+    return found
+
+
+@pytest.mark.parametrize(("command", "option", "kind"), _numeric_options())
+def test_numeric_flags_refuse_nan_inf_and_huge_values(
+        capsys: pytest.CaptureFixture[str], command: str, option: str, kind: str) -> None:
+    """click's FloatRange let nan through (every comparison with nan is false): `--target-utilisation nan`."""
+    values = ["nan", "inf", "-inf", "1e300"] if kind == "float" else ["9" * 40]
+    for value in values:
+        line = refused(capsys, command, option, value)
+        assert f"Invalid value for '{option}'" in line, line
+        assert "not a finite number" in line or "out of range" in line or "not in the range" in line, line
