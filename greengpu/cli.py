@@ -739,20 +739,25 @@ name_environment_variables(cli)
 _bound_numbers(cli)
 
 
+def _one_line(message: str) -> str:
+    """The message on one line: a library's text (SQLite quotes a whole table definition) may hold newlines."""
+    return " ".join(message.split()) if "\n" in message or "\r" in message else message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map bad input to exit 2 with one line on stderr."""
     try:
         # Without standalone mode click returns (not raises) the code of a click.exceptions.Exit.
         returned = cli.main(args=argv, prog_name="greengpu", standalone_mode=False)
     except BadInput as exc:
-        click.echo(f"greengpu: {exc}", err=True)
+        click.echo(f"greengpu: {_one_line(str(exc))}", err=True)
         return EXIT_BAD_INPUT
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return EXIT_BAD_INPUT
     except click.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx else "greengpu"
-        click.echo(f"{command}: {exc.format_message()} (try '{command} --help')", err=True)
+        click.echo(f"{command}: {_one_line(exc.format_message())} (try '{command} --help')", err=True)
         return EXIT_BAD_INPUT
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)

@@ -86,6 +86,12 @@ _COLUMNS = {
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+def _reason(error: sqlite3.Error) -> str:
+    """SQLite's message, first line and short (it may quote a whole damaged table definition)."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 def _check_schema(path: Path, connection: sqlite3.Connection) -> None:
     """BadInput unless the open database is a greengpu ledger of SCHEMA_VERSION (tables, columns, version)."""
     for table, columns in _COLUMNS.items():
@@ -121,13 +127,18 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     _check_file(path)
     try:
         connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        # Text that is not UTF-8 (a damaged file) is read with replacement characters, not a traceback.
+        connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
     except sqlite3.Error as error:
-        raise BadInput(f"{path}: cannot open the ledger ({error})") from None
+        raise BadInput(f"{path}: cannot open the ledger ({_reason(error)})") from None
     try:
         _check_schema(path, connection)
     except sqlite3.DatabaseError as error:
         connection.close()
-        raise BadInput(f"{path}: not a greengpu ledger ({error})") from None
+        raise BadInput(f"{path}: not a greengpu ledger ({_reason(error)})") from None
+    except UnicodeDecodeError:  # SQLite's own message quoted bytes of a damaged schema
+        connection.close()
+        raise BadInput(f"{path}: not a greengpu ledger (damaged: its schema is not UTF-8 text)") from None
     except BadInput:
         connection.close()
         raise
@@ -148,7 +159,7 @@ def _open_for_writing(path: Path) -> sqlite3.Connection:
             connection.commit()
         return connection
     except sqlite3.DatabaseError as error:
-        raise BadInput(f"{path}: cannot write the ledger ({error})") from None
+        raise BadInput(f"{path}: cannot write the ledger ({_reason(error)})") from None
 
 
 def _usage_row(usage: Usage) -> tuple[float, float, float, float]:
@@ -191,7 +202,9 @@ def runs(path: Path) -> list[dict[str, object]]:
         rows = connection.execute("SELECT run_id, kind, policy, source, created_utc, currency, pue FROM runs "
                                   "ORDER BY run_id").fetchall()
     except sqlite3.DatabaseError as error:
-        raise BadInput(f"{path}: unreadable ledger ({error})") from None
+        raise BadInput(f"{path}: unreadable ledger ({_reason(error)})") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: unreadable ledger (damaged: text that is not UTF-8)") from None
     finally:
         connection.close()
     keys = ("run_id", "kind", "policy", "source", "created_utc", "currency", "pue")
@@ -244,7 +257,9 @@ def month_report(path: Path, month: str, run_id: int | None = None) -> dict[str,
             "SELECT SUM(gpu_hours), SUM(energy_kwh), SUM(cost), SUM(co2_kg), SUM(asleep_h) FROM node_hours "
             "WHERE run_id = ? AND hour_start_s >= ? AND hour_start_s < ?", (run_id, start_s, end_s)).fetchone()
     except sqlite3.DatabaseError as error:
-        raise BadInput(f"{path}: unreadable ledger ({error})") from None
+        raise BadInput(f"{path}: unreadable ledger ({_reason(error)})") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: unreadable ledger (damaged: text that is not UTF-8)") from None
     finally:
         connection.close()
     try:

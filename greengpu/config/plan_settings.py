@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from greengpu.config.fields import Fields
-from greengpu.config.limits import MAX_GPUS, MAX_PLAN_DAYS, MAX_YEAR, MIN_YEAR
+from greengpu.config.limits import MAX_GPUS, MAX_PLAN_DAYS, MAX_YEAR, MIN_YEAR, finite_number
 from greengpu.config.yamlsource import PathKey, YamlDocument, load_yaml_file, shown
 from greengpu.forecast.plan import EfficiencyGain, PlanInputs, Project
 
@@ -70,7 +70,10 @@ def _change(fields: Fields, key: str) -> float:
     if isinstance(value, str) and (match := PERCENT.match(value)):
         change = float(match.group(1)) / 100.0
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        change = float(value)
+        try:
+            change = finite_number(value)
+        except ValueError as exc:
+            raise fields.error(key, f"{exc}: {shown(value)}") from None
     else:
         raise fields.error(key, f"expected a change such as -15% or -0.15, got {shown(value)}")
     if not -0.95 <= change <= 10.0:

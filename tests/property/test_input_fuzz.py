@@ -11,7 +11,9 @@ bytes. The number of inputs tried is in docs/INPUTS.md; CI (CI=true) tries a fix
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
+import json
 import os
 import shutil
 import signal
@@ -69,8 +71,15 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def assert_clean(code: int, err: str, *, allowed: tuple[int, ...] = (0, 2)) -> None:
-    """Exit 0, or exit 2 with exactly one line on stderr; never a traceback."""
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"non-standard JSON number {name} in the output: an input was wrongly accepted")
+
+
+def assert_clean(code: int, err: str, *, allowed: tuple[int, ...] = (0, 2), out: str = "") -> None:
+    """Exit 0, or exit 2 with exactly one line on stderr; never a traceback. A JSON answer holds no
+    NaN or Infinity (a non-finite input that got through would show there)."""
+    if code == 0 and out.strip():
+        json.loads(out, parse_constant=_refuse_constant)
     if currently_in_test_context():
         event(f"exit {code}")  # --hypothesis-show-statistics shows how many inputs passed and were refused
     assert "Traceback" not in err, err
@@ -178,7 +187,7 @@ name: fuzzed
 interval_s: 60
 scheduler:
   fair_share: {usage_half_life_h: 24, usage_weight: 1.0}
-  preemption: {enabled: true, grace_s: 120, min_runtime_s: 300, victim_order: least_progress}
+  preemption: {enabled: true, grace_s: 120, min_runtime_s: 300, victim_order: least-lost-work}
   backfill: {enabled: true, reservations: 2}
 capping:
   classes:
@@ -222,7 +231,7 @@ JobID|Submit|Start|End|Elapsed|AllocTRES|Account|QOS|Partition|State
 def _history(days: int) -> str:
     rows = ["time,gpus_busy,gpus_pending"]
     for hour in range(days * 24):
-        rows.append(f"2024-01-{1 + hour // 24:02d}T{hour % 24:02d}:00:00Z,{3 + hour % 5},{hour % 3}")
+        rows.append(f"2024-01-{1 + hour // 24:02d}T{hour % 24:02d}:00:00Z,{3 + hour % 5 + hour // 24},{hour % 3}")
     return "\n".join(rows) + "\n"
 
 
@@ -249,8 +258,38 @@ efficiency:
 SERIES = {
     "tariff_csv": ("price_per_kwh", "time,price_per_kwh\n2024-01-01T00:00:00Z,0.10\n2024-01-01T01:00:00Z,-0.02\n"
                                     "2024-01-01T02:00:00Z,0.31\n"),
-    "carbon_csv": ("g_per_kwh", "time,g_per_kwh\n2024-01-01T00:00:00Z,380\n3600,120\n2024-01-01T02:00:00+01:00,90\n"),
+    "carbon_csv": ("g_per_kwh", "time,g_per_kwh\n2024-01-01T00:00:00Z,380\n2024-01-01T02:00:00+01:00,120\n"
+                                "1704074400,90\n"),
 }
+
+
+# ------------------------------------------------------------------ the bases are valid
+
+def test_every_base_input_is_valid(workdir: Path) -> None:
+    """The fuzz starts from valid inputs, so a refusal is the mutation's doing."""
+    from greengpu.config.plan_settings import load_plan_file
+    from greengpu.control.plan_main import read_history_frame
+
+    cluster = workdir / "cluster.yaml"
+    cluster.write_text(CLUSTER, encoding="utf-8")
+    (workdir / "policy.yaml").write_text(POLICY, encoding="utf-8")
+    code, _, err = run_cli("check", "--cluster", str(cluster), "--policy", str(workdir / "policy.yaml"), "--json")
+    assert code == 0, err
+    for trace_format, (text, _) in TRACES.items():
+        (workdir / "trace").write_text(text, encoding="utf-8")
+        code, out, err = run_cli("simulate", "--trace", str(workdir / "trace"), "--trace-format", trace_format,
+                                 "--cluster", str(cluster), "--policy", "default", "--json")
+        assert code == 0 and json.loads(out)["results"][0]["jobs_completed"] >= 3, err
+    for key, (_, text) in SERIES.items():
+        (workdir / "series.csv").write_text(text, encoding="utf-8")
+        flat = "price_per_kwh: 0.12" if key == "tariff_csv" else "carbon_g_per_kwh: 380"
+        (workdir / "with-series.yaml").write_text(CLUSTER.replace(flat, f"{key}: series.csv"), encoding="utf-8")
+        code, _, err = run_cli("check", "--cluster", str(workdir / "with-series.yaml"), "--json")
+        assert code == 0, err
+    (workdir / "history.csv").write_text(HISTORY, encoding="utf-8")
+    assert len(read_history_frame(str(workdir / "history.csv"))) == 240
+    (workdir / "plan.yaml").write_text(SETTINGS, encoding="utf-8")
+    assert load_plan_file(workdir / "plan.yaml").inputs.buffer_factor == 1.1
 
 
 # ------------------------------------------------------------------ YAML readers: inventory, policy, settings
@@ -260,8 +299,8 @@ SERIES = {
 def test_inventory_text_mutations(workdir: Path, edits: list[tuple[int, int, str]]) -> None:
     path = workdir / "cluster.yaml"
     path.write_text(edit_text(CLUSTER, edits), encoding="utf-8")
-    code, _, err = run_cli("check", "--cluster", str(path), "--json")
-    assert_clean(code, err)
+    code, out, err = run_cli("check", "--cluster", str(path), "--json")
+    assert_clean(code, err, out=out)
 
 
 @fuzz(80)
@@ -270,8 +309,8 @@ def test_policy_text_mutations(workdir: Path, edits: list[tuple[int, int, str]])
     (workdir / "cluster.yaml").write_text(CLUSTER, encoding="utf-8")
     path = workdir / "policy.yaml"
     path.write_text(edit_text(POLICY, edits), encoding="utf-8")
-    code, _, err = run_cli("check", "--cluster", str(workdir / "cluster.yaml"), "--policy", str(path), "--json")
-    assert_clean(code, err)
+    code, out, err = run_cli("check", "--cluster", str(workdir / "cluster.yaml"), "--policy", str(path), "--json")
+    assert_clean(code, err, out=out)
 
 
 @fuzz(60)
@@ -283,6 +322,73 @@ def test_plan_settings_mutations(workdir: Path, edits: list[tuple[int, int, str]
     path.write_text(edit_text(SETTINGS, edits), encoding="utf-8")
     code, _, err = run_cli("plan", "--settings", str(path), "--models", "baselines", "--json")
     assert_clean(code, err, allowed=(2,))  # ten days of history: never enough to plan, always a clean refusal
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += _paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += _paths(child, (*prefix, index))
+    return found
+
+
+def _replace(document: Any, path: tuple[Any, ...], value: Any) -> Any:
+    document = copy.deepcopy(document)
+    parent = document
+    for part in path[:-1]:
+        parent = parent[part]
+    parent[path[-1]] = value
+    return document
+
+
+YAML_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30), st.integers(10**399, 10**400),
+                         st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+                         st.sampled_from([1e300, -1e300, 1e15, 0, -1, 0.5, "19:00", "25:00", "mon-sun", "off",
+                                          "2024-02-29", "99999999d", "-95%", "+1001%"]),
+                         st.lists(st.integers(-3, 3), max_size=2))
+
+
+@pytest.mark.parametrize("which", ["policy", "settings"])
+@fuzz(60)
+@given(data=st.data())
+def test_yaml_values_replaced_keep_their_structure(workdir: Path, which: str, data: st.DataObject) -> None:
+    """Structure intact, one value odd: reaches the range checks, not only the parser."""
+    import yaml
+
+    base = yaml.safe_load(POLICY if which == "policy" else SETTINGS)
+    path = data.draw(st.sampled_from(_paths(base)), label="path")
+    document = _replace(base, path, data.draw(YAML_SCALARS, label="value"))
+    (workdir / "cluster.yaml").write_text(CLUSTER, encoding="utf-8")
+    (workdir / "history.csv").write_text(HISTORY, encoding="utf-8")
+    target = workdir / f"{which}.yaml"
+    target.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    if which == "policy":
+        code, out, err = run_cli("check", "--cluster", str(workdir / "cluster.yaml"), "--policy", str(target),
+                                 "--json")
+        assert_clean(code, err, out=out)
+    else:
+        code, out, err = run_cli("plan", "--settings", str(target), "--models", "baselines", "--json")
+        assert_clean(code, err, out=out, allowed=(2,))
+
+
+@fuzz(12)
+@given(data=st.data())
+def test_plan_settings_values_through_a_whole_plan(workdir: Path, data: st.DataObject) -> None:
+    """Sixteen days of history: a settings value that passes its checks goes through the whole plan."""
+    import yaml
+
+    base = yaml.safe_load(SETTINGS)
+    path = data.draw(st.sampled_from([p for p in _paths(base) if p[0] not in ("history", "cluster")]), label="path")
+    document = _replace(base, path, data.draw(YAML_SCALARS, label="value"))
+    (workdir / "cluster.yaml").write_text(CLUSTER, encoding="utf-8")
+    (workdir / "history.csv").write_text(_history(16), encoding="utf-8")
+    target = workdir / "whole-plan.yaml"
+    target.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    code, out, err = run_cli("plan", "--settings", str(target), "--models", "baselines", "--json")
+    assert_clean(code, err, out=out)
 
 
 @fuzz(40)
@@ -297,8 +403,8 @@ def test_yaml_bytes_that_are_not_utf8(workdir: Path, junk: bytes, position: int,
         cluster.write_text(CLUSTER, encoding="utf-8")
         write_bytes_mutated(workdir / "policy.yaml", POLICY, junk, position)
         args = ["check", "--cluster", str(cluster), "--policy", str(workdir / "policy.yaml")]
-    code, _, err = run_cli(*args, "--json")
-    assert_clean(code, err)
+    code, out, err = run_cli(*args, "--json")
+    assert_clean(code, err, out=out)
 
 
 # ------------------------------------------------------------------ traces
@@ -318,9 +424,9 @@ def test_trace_mutations(workdir: Path, trace_format: str, data: st.DataObject) 
     else:
         path.write_text(mutated, encoding="utf-8")
     # --until bounds the virtual clock: the fuzz is about the reader, not a year-long replay.
-    code, _, err = run_cli("simulate", "--trace", str(path), "--trace-format", trace_format, "--cluster",
-                           str(workdir / "cluster.yaml"), "--policy", "default", "--until", "86400", "--json")
-    assert_clean(code, err)
+    code, out, err = run_cli("simulate", "--trace", str(path), "--trace-format", trace_format, "--cluster",
+                             str(workdir / "cluster.yaml"), "--policy", "default", "--until", "86400", "--json")
+    assert_clean(code, err, out=out)
 
 
 @pytest.mark.parametrize(("trace_format", "read_as"), [(a, b) for a in TRACES for b in TRACES])
@@ -329,9 +435,9 @@ def test_a_trace_read_in_any_format(workdir: Path, trace_format: str, read_as: s
     (workdir / "cluster.yaml").write_text(CLUSTER, encoding="utf-8")
     path = workdir / "trace.any"
     path.write_text(TRACES[trace_format][0], encoding="utf-8")
-    code, _, err = run_cli("simulate", "--trace", str(path), "--trace-format", read_as, "--cluster",
-                           str(workdir / "cluster.yaml"), "--policy", "always-on", "--until", "86400", "--json")
-    assert_clean(code, err)
+    code, out, err = run_cli("simulate", "--trace", str(path), "--trace-format", read_as, "--cluster",
+                             str(workdir / "cluster.yaml"), "--policy", "always-on", "--until", "86400", "--json")
+    assert_clean(code, err, out=out)
     assert (code == 0) == (trace_format == read_as), err
 
 
@@ -351,8 +457,8 @@ def test_tariff_and_carbon_series_mutations(workdir: Path, key: str, data: st.Da
     flat = "price_per_kwh: 0.12" if key == "tariff_csv" else "carbon_g_per_kwh: 380"
     cluster = workdir / "cluster.yaml"
     cluster.write_text(CLUSTER.replace(flat, f"{key}: series.csv"), encoding="utf-8")
-    code, _, err = run_cli("check", "--cluster", str(cluster), "--json")
-    assert_clean(code, err)
+    code, out, err = run_cli("check", "--cluster", str(cluster), "--json")
+    assert_clean(code, err, out=out)
 
 
 # ------------------------------------------------------------------ plan history
@@ -374,7 +480,7 @@ def test_plan_history_mutations(workdir: Path, data: st.DataObject) -> None:
 # ------------------------------------------------------------------ the ledger
 
 @pytest.fixture(scope="module")
-def ledger_bytes(workdir: Path) -> bytes:
+def made_ledger(workdir: Path) -> Path:
     """A real ledger, written by `greengpu simulate --ledger` on a small trace."""
     (workdir / "cluster.yaml").write_text(CLUSTER, encoding="utf-8")
     (workdir / "trace.csv").write_text(TRACES["csv"][0], encoding="utf-8")
@@ -382,7 +488,7 @@ def ledger_bytes(workdir: Path) -> bytes:
     code, _, err = run_cli("-q", "simulate", "--trace", str(workdir / "trace.csv"), "--cluster",
                            str(workdir / "cluster.yaml"), "--policy", "default", "--ledger", str(ledger), "--json")
     assert code == 0, err
-    return ledger.read_bytes()
+    return ledger
 
 
 LEDGER_CHANGES = [
@@ -402,7 +508,8 @@ SQL_VALUES = st.one_of(st.sampled_from(["NULL", "'x'", "''", "9e999", "-9e999", 
 
 @fuzz(60)
 @given(data=st.data())
-def test_ledger_mutations_and_report_never_writes(workdir: Path, ledger_bytes: bytes, data: st.DataObject) -> None:
+def test_ledger_mutations_and_report_never_writes(workdir: Path, made_ledger: Path, data: st.DataObject) -> None:
+    ledger_bytes = made_ledger.read_bytes()
     ledger = workdir / "fuzzed.db"
     ledger.unlink(missing_ok=True)
     how = data.draw(st.sampled_from(["sql", "sql", "bytes", "truncate", "foreign", "empty"]), label="how")
@@ -430,8 +537,8 @@ def test_ledger_mutations_and_report_never_writes(workdir: Path, ledger_bytes: b
     before = ledger.read_bytes()
     month = data.draw(st.sampled_from(["2024-01", "2024-03", "9999-12", "0001-01", "2024-13", "1900-01", "2199-12",
                                        "24-01", "2024-1"]), label="month")
-    code, _, err = run_cli("report", "--ledger", str(ledger), "--month", month, "--run", "1", "--json")
-    assert_clean(code, err)
+    code, out, err = run_cli("report", "--ledger", str(ledger), "--month", month, "--run", "1", "--json")
+    assert_clean(code, err, out=out)
     assert ledger.read_bytes() == before, "report wrote to its input"
     assert sorted(p.name for p in workdir.glob("fuzzed.db*")) == ["fuzzed.db"], "report left a journal file"
 
@@ -473,5 +580,6 @@ def test_fuzz_inputs_tried_add_up_to_what_the_docs_say(repo: Path) -> None:
 
     counts = [int(n) for n in re.findall(r"^@fuzz\((\d+)\)", source, flags=re.M)]
     per_format = 70 * (len(TRACES) - 1)  # test_trace_mutations runs once per trace format
-    total = sum(counts) + per_format
+    per_file = 60  # test_yaml_values_replaced_keep_their_structure runs for policies and settings
+    total = sum(counts) + per_format + per_file
     assert f"{total:,} inputs" in text, f"docs/INPUTS.md should say {total:,} inputs"
