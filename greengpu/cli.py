@@ -75,11 +75,12 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     (e.g. GREENGPU_CHECK_CLUSTER, GREENGPU_SLURM_STATUS_JSON); a flag on the command line wins.
     """
     ctx.meta[_VERBOSITY] = -1 if quiet else verbose
-    if quiet or verbose:
-        level = logging.ERROR if quiet else logging.INFO if verbose == 1 else logging.DEBUG
-        logging.getLogger("greengpu").setLevel(level)
-        if verbose and not logging.getLogger().handlers:
-            logging.basicConfig(level=level, format="greengpu: %(message)s", stream=sys.stderr)
+    # Set every time (NOTSET: as the command's own logging says), so one invocation never leaks into the next.
+    level = logging.ERROR if quiet else logging.NOTSET if not verbose else logging.INFO if verbose == 1 \
+        else logging.DEBUG
+    logging.getLogger("greengpu").setLevel(level)
+    if verbose and not logging.getLogger().handlers:
+        logging.basicConfig(level=level, format="greengpu: %(message)s", stream=sys.stderr)
 
 
 @cli.command()

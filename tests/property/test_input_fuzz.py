@@ -38,10 +38,14 @@ HANG_S = 30
 """After this long an input counts as a hang: the alarm turns it into a failure instead of a stuck suite."""
 
 
+SCALE = int(os.environ.get("GREENGPU_FUZZ_SCALE", "1"))
+"""Multiply every test's inputs (GREENGPU_FUZZ_SCALE=20 for a long search before a release)."""
+
+
 def fuzz(examples: int) -> Callable[[Any], Any]:
     """Hypothesis settings of these tests: bounded examples, no deadline (the time bound is asserted
     per input), and in CI a fixed, derandomized set of inputs with no example database."""
-    return settings(max_examples=examples, deadline=None, derandomize=IN_CI, database=None if IN_CI else
+    return settings(max_examples=examples * SCALE, deadline=None, derandomize=IN_CI, database=None if IN_CI else
                     settings.default.database, suppress_health_check=[HealthCheck.too_slow,
                                                                       HealthCheck.function_scoped_fixture])
 

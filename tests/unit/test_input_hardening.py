@@ -544,6 +544,26 @@ def test_quiet_silences_notes_and_verbose_logs(tmp_path: Path, capsys: pytest.Ca
     assert "left out 1 job(s)" in err
 
 
+def test_verbose_and_quiet_set_the_log_level_of_that_invocation_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    journal = tmp_path / "j.jsonl"
+    journal.write_text("null\n")
+    agent = ["agent", "--backend", "fake", "--fake-gpus", "1xA100", "--once", "--journal", str(journal),
+             "--listen", "127.0.0.1:0", "--dry-run"]
+    code, _, err = cli(capsys, "-q", *agent)
+    assert code == 0 and "skipped line 1" not in err  # a warning: -q leaves only errors
+    assert logging.getLogger("greengpu").level == logging.ERROR
+    code, _, err = cli(capsys, *agent)
+    assert code == 0 and "skipped line 1" in err  # the next invocation is not quiet
+    missing = ["report", "--ledger", str(tmp_path / "none.db"), "--month", "2024-01"]
+    assert cli(capsys, "-vv", *missing)[0] == 2
+    assert logging.getLogger("greengpu").level == logging.DEBUG
+    assert cli(capsys, *missing)[0] == 2
+    assert logging.getLogger("greengpu").level == logging.NOTSET
+
+
 def test_report_json_flag(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli(capsys, "report", "--ledger", str(ledger), "--month", "2024-01", "--run", "1", "--json")
     assert code == 0, err
