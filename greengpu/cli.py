@@ -170,6 +170,8 @@ def report(ledger_file: str, month: str, run_id: int | None, output_format: str,
         if output_format not in ("text", "json"):
             raise click.UsageError("--json and --format csv contradict each other")
         output_format = "json"
+    if out_file is not None and Path(out_file).resolve() == Path(ledger_file).resolve():
+        raise BadInput(f"--out: {out_file} is the ledger itself; a report never writes to its input")
     figures = month_report(Path(ledger_file), month, run_id)
     text = render(figures, output_format)
     if out_file is None:

@@ -185,14 +185,21 @@ def load_yaml_text(text: str, file: str) -> YamlDocument:
 
 
 def load_yaml_file(path: str | Path) -> YamlDocument:
-    """Read and parse a YAML file; a missing or unreadable file is a ConfigError."""
+    """Read and parse a YAML file; a missing or unreadable file is a ConfigError.
+
+    At most MAX_YAML_BYTES are read, whatever the file claims to be: a device such as /dev/zero, or a
+    pipe, reports no size and would otherwise be read forever."""
     name = str(path)
     try:
         check_file_size(path, MAX_YAML_BYTES)
     except ValueError as exc:
         raise ConfigError(name, None, "", str(exc)) from None
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as source:
+            data = source.read(MAX_YAML_BYTES + 1)
+        if len(data) > MAX_YAML_BYTES:
+            raise ConfigError(name, None, "", f"larger than the limit of {MAX_YAML_BYTES:,} bytes")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(name, None, "", "file not found") from None
     except IsADirectoryError:

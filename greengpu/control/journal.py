@@ -18,12 +18,17 @@ import logging
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from greengpu.errors import BadInput
+
 WRITE_EVENTS = ("set_limit", "lock_clocks")
 log = logging.getLogger("greengpu.journal")
+_MAX_LINE_BYTES = 64 * 1024
+"""Longest journal line read (an entry is ~200 bytes); longer ones are skipped without being held whole."""
 _REPORTED_LINES = 5
 """Damaged lines named one by one in the log; the rest are counted."""
 
@@ -63,10 +68,21 @@ class Journal:
         self.damaged = []
         if not self.path.exists():
             return []
+        if not self.path.is_file() and not self.path.is_dir():
+            raise BadInput(f"--journal: {self.path} is not a regular file (a device or a pipe)")
         entries = []
-        with self.path.open("rb") as source:
-            for number, raw in enumerate(source, start=1):
+        try:
+            source = self.path.open("rb")
+        except IsADirectoryError:
+            raise BadInput(f"--journal: {self.path} is a directory, expected the agent's journal file") from None
+        except OSError as error:
+            raise BadInput(f"--journal: cannot read {self.path}: {error.strerror}") from None
+        with source:
+            for number, (raw, whole) in enumerate(_lines(source), start=1):
                 text = raw.decode("utf-8", errors="replace").strip()
+                if not whole:
+                    self.damaged.append(f"line {number}: longer than {_MAX_LINE_BYTES:,} bytes")
+                    continue
                 if not text:
                     continue
                 entry, problem = _parse(text)
@@ -102,6 +118,20 @@ class Journal:
         return sorted((Touched(s["index"], uuid, s["original"], s["clocks"])
                        for uuid, s in touched.items() if s["limit_set"] or s["clocks"]),
                       key=lambda t: t.index)
+
+
+def _lines(source: Any) -> Iterator[tuple[bytes, bool]]:
+    """(line, whole?) of a binary file, reading at most _MAX_LINE_BYTES of any line into memory."""
+    while True:
+        raw: bytes = source.readline(_MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) <= _MAX_LINE_BYTES or raw.endswith(b"\n"):
+            yield raw, True
+            continue
+        while raw and not raw.endswith(b"\n"):  # skip the rest of the overlong line
+            raw = source.readline(_MAX_LINE_BYTES + 1)
+        yield b"", False
 
 
 def _last_byte(handle: Any) -> bytes:

@@ -76,6 +76,8 @@ def read_history_frame(path: str) -> pd.DataFrame:
 
     if Path(path).is_dir():
         raise BadInput(f"{path}: is a directory, expected a usage history CSV file")
+    if Path(path).exists() and not Path(path).is_file():
+        raise BadInput(f"{path}: not a regular file (a device or a pipe), expected a usage history CSV file")
     try:
         check_file_size(path, MAX_CSV_BYTES)
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)

@@ -490,6 +490,42 @@ def test_the_agent_restores_despite_a_damaged_journal(tmp_path: Path, capsys: py
     assert "skipped line 1: not an object: null" in err
 
 
+def test_a_journal_path_naming_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = refused(capsys, "agent", "--backend", "fake", "--once", "--journal", str(tmp_path), "--listen",
+                   "127.0.0.1:0")
+    assert line == f"greengpu: --journal: {tmp_path} is a directory, expected the agent's journal file"
+
+
+@pytest.mark.parametrize("reader", ["inventory", "policy", "settings", "history", "trace", "ledger", "journal"])
+def test_a_device_that_never_ends_is_refused_quickly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: str) -> None:
+    """/dev/zero reports no size and never ends: no reader may read it forever."""
+    zero = "/dev/zero"
+    args = {"inventory": ["check", "--cluster", zero],
+            "policy": ["check", "--cluster", cluster_file(tmp_path), "--policy", zero],
+            "settings": ["plan", "--settings", zero],
+            "history": ["plan", "--history", zero],
+            "trace": ["simulate", "--trace", zero, "--cluster", cluster_file(tmp_path), "--policy", "default"],
+            "ledger": ["report", "--ledger", zero, "--month", "2024-01"],
+            "journal": ["agent", "--backend", "fake", "--once", "--journal", zero, "--listen", "127.0.0.1:0"]}[reader]
+    started = time.perf_counter()
+    line = refused(capsys, *args)
+    assert time.perf_counter() - started < FAST_S
+    assert zero in line
+
+
+def test_an_overlong_journal_line_is_skipped_without_holding_it(tmp_path: Path) -> None:
+    from greengpu.control.journal import Journal
+
+    path = tmp_path / "j.jsonl"
+    path.write_text('{"event": "start"}\n' + "x" * 300_000 + '\n{"event": "set_limit", "gpu": 0, "uuid": "GPU-a", '
+                    '"previous_w": 300}\n')
+    journal = Journal(path)
+    [touched] = journal.left_changed()
+    assert touched.original_limit_w == 300
+    assert journal.damaged == ["line 2: longer than 65,536 bytes"]
+
+
 # ------------------------------------------------------------------ the command line
 
 def test_environment_variables_named_in_help_are_read(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -562,6 +598,14 @@ def test_verbose_and_quiet_set_the_log_level_of_that_invocation_only(
     assert logging.getLogger("greengpu").level == logging.DEBUG
     assert cli(capsys, *missing)[0] == 2
     assert logging.getLogger("greengpu").level == logging.NOTSET
+
+
+def test_report_out_never_overwrites_the_ledger(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = ledger.read_bytes()
+    line = refused(capsys, "report", "--ledger", str(ledger), "--month", "2024-01", "--run", "1", "--out",
+                   str(ledger.parent / "." / ledger.name))
+    assert "is the ledger itself; a report never writes to its input" in line
+    assert ledger.read_bytes() == before
 
 
 def test_report_json_flag(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
