@@ -551,13 +551,14 @@ def test_ledger_mutations_and_report_never_writes(workdir: Path, made_ledger: Pa
 
 JOURNAL_LINES = st.one_of(
     st.sampled_from(['null', '[]', '{}', '"x"', '1', '{"event": null}', '{"event": "stop"}',
-                     '{"event": "start", "gpus": 2}', '{"event": "set_limit", "gpu": 0, "uuid": "GPU-fake-0", '
-                     '"limit_w": 150, "previous_w": 400}', '{"event": "lock_clocks", "gpu": 1, "uuid": "GPU-fake-1"}',
-                     '{"event": "set_limit", "gpu": "0", "uuid": "GPU-fake-0", "previous_w": 400}',
+                     '{"event": "start", "gpus": 2}', '{"event": "set_limit", "gpu": 0, "uuid": "GPU-fake-0000", '
+                     '"limit_w": 150, "previous_w": 400}',
+                     '{"event": "lock_clocks", "gpu": 1, "uuid": "GPU-fake-0001"}',
+                     '{"event": "set_limit", "gpu": "0", "uuid": "GPU-fake-0000", "previous_w": 400}',
                      '{"event": "set_limit", "gpu": 0, "uuid": 7}', '{"event": "set_limit", "gpu": 0, '
-                     '"uuid": "GPU-fake-0", "previous_w": NaN}', '{"event": "set_limit", "gpu": -1, "uuid": "x"}',
-                     '{"event": "set_limit", "gpu": 0, "uuid": "GPU-fake-0", "previous_w": 1e999}',
-                     '{"event": "set_limit", "gpu": 0, "uuid": "GPU-fake-0", "previous_w": "400"}',
+                     '"uuid": "GPU-fake-0000", "previous_w": NaN}', '{"event": "set_limit", "gpu": -1, "uuid": "x"}',
+                     '{"event": "set_limit", "gpu": 0, "uuid": "GPU-fake-0000", "previous_w": 1e999}',
+                     '{"event": "set_limit", "gpu": 0, "uuid": "GPU-fake-0000", "previous_w": "400"}',
                      '{"event": "reset_clocks", "gpu": 99, "uuid": "GPU-other"}', '{"event": "start", "gpus"',
                      "[" * 5000, '{"event": "x", "n": ' + "9" * 5000 + "}"]),
     st.text(max_size=30),

@@ -482,12 +482,13 @@ def test_an_entry_appended_to_a_torn_line_by_an_older_agent_is_recovered(tmp_pat
 def test_the_agent_restores_despite_a_damaged_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     journal = tmp_path / "j.jsonl"
     journal.write_text('null\n[]\n{"no": "event"}\n{"event": "start", "gpus": 2}\n'
-                       '{"event": "set_limit", "gpu": 0, "uuid": "GPU-fake-0", "limit_w": 150, "previous_w": 400}\n'
+                       '{"event": "set_limit", "gpu": 0, "uuid": "GPU-fake-0000", "limit_w": 150, "previous_w": 400}\n'
                        '{"event": "set_li')
     code, _, err = cli(capsys, "agent", "--backend", "fake", "--fake-gpus", "2xA100", "--once", "--journal",
                        str(journal), "--listen", "127.0.0.1:0", "--dry-run")
     assert code == 0, err
     assert "skipped line 1: not an object: null" in err
+    assert "GPU 0: would restore 400 W after an unclean exit" in err  # the restore ran despite the damage
 
 
 def test_a_journal_path_naming_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
