@@ -7,6 +7,7 @@ Every command turns bad input into one line on stderr and exit code 2 (CONTRACTS
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -20,16 +21,66 @@ from greengpu.errors import BadInput
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+ENV_PREFIX = "GREENGPU"
+_VERBOSITY = "greengpu.verbosity"
+"""Key in click's shared context meta: -1 quiet, 0 normal, 1 and more verbose."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "GREENGPU"})
+class _HelpFirstGroup(click.Group):
+    """A group whose subcommands answer --help before the group's own setup runs.
+
+    Click runs a group's callback before it parses the subcommand's arguments; the `slurm` and `kube`
+    groups load the cluster inventory there, so `greengpu slurm verify --help` failed on a machine
+    without /etc/greengpu/cluster.yaml. Help needs no configuration file.
+    """
+
+    group_class = type  # subgroups (slurm, kube) are of this class too
+
+    def invoke(self, ctx: click.Context) -> Any:
+        protected = getattr(ctx, "_protected_args", None)
+        args = [*(protected if protected is not None else ctx.protected_args), *ctx.args]
+        rest = args[1:]
+        if "--" in rest:
+            rest = rest[: rest.index("--")]
+        if args and any(arg in ctx.help_option_names for arg in rest):
+            name, command, sub_args = self.resolve_command(ctx, args)
+            if command is not None:
+                with ctx:
+                    command.make_context(name, sub_args, parent=ctx)  # prints the help and exits
+        return super().invoke(ctx)
+
+
+def verbosity() -> int:
+    """-1 with -q, 0 by default, the number of -v otherwise."""
+    ctx = click.get_current_context(silent=True)
+    return int(ctx.meta.get(_VERBOSITY, 0)) if ctx is not None else 0
+
+
+def note(message: str) -> None:
+    """A remark for the person at the terminal, on stderr (never mixed into --json stdout); -q silences it."""
+    if verbosity() >= 0:
+        click.echo(f"greengpu: {message}", err=True)
+
+
+@click.group(cls=_HelpFirstGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="greengpu")
-def cli() -> None:
+@click.option("-v", "--verbose", count=True, help="More log detail on stderr (-v info, -vv debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr: no notes, no progress display.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """greengpu cuts the energy, cost and CO2 of shared GPU clusters without hurting the jobs that matter.
 
     Exit codes: 0 success, 1 runtime failure, 2 bad input or usage. Every option can also be set
-    from the environment as GREENGPU_<COMMAND>_<OPTION>.
+    from the environment: each option's help names its variable, GREENGPU_<COMMAND>_<OPTION>
+    (e.g. GREENGPU_CHECK_CLUSTER, GREENGPU_SLURM_STATUS_JSON); a flag on the command line wins.
     """
+    ctx.meta[_VERBOSITY] = -1 if quiet else verbose
+    # Set every time (NOTSET: as the command's own logging says), so one invocation never leaks into the next.
+    level = logging.ERROR if quiet else logging.NOTSET if not verbose else logging.INFO if verbose == 1 \
+        else logging.DEBUG
+    logging.getLogger("greengpu").setLevel(level)
+    if verbose and not logging.getLogger().handlers:
+        logging.basicConfig(level=level, format="greengpu: %(message)s", stream=sys.stderr)
 
 
 @cli.command()
@@ -102,16 +153,25 @@ def _print_check(cluster_file: str, summary: Any, policy_text: list[str]) -> Non
               help="Which run of the ledger (needed when it holds several, e.g. one per simulated policy).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json", "csv"]), default="text",
               show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
 @click.option("--out", "out_file", default=None, metavar="FILE", help="Write the report here instead of stdout.")
-def report(ledger_file: str, month: str, run_id: int | None, output_format: str, out_file: str | None) -> None:
+def report(ledger_file: str, month: str, run_id: int | None, output_format: str, as_json: bool,
+           out_file: str | None) -> None:
     """Monthly GPU-hours, energy, cost and CO2 per tenant, plus idle, from a ledger.
 
     Tenant rows plus idle add up to the totals to a cent and a gram; idle is what no tenant is
-    charged for (idle GPUs and hosts, sleeping hosts).
+    charged for (idle GPUs and hosts, sleeping hosts). The ledger is opened read-only: a report
+    never writes to its input, and a file that is not a greengpu ledger is refused.
     """
     from greengpu.accounting.ledger import month_report
     from greengpu.report.monthly import render
 
+    if as_json:
+        if output_format not in ("text", "json"):
+            raise click.UsageError("--json and --format csv contradict each other")
+        output_format = "json"
+    if out_file is not None and Path(out_file).resolve() == Path(ledger_file).resolve():
+        raise BadInput(f"--out: {out_file} is the ledger itself; a report never writes to its input")
     figures = month_report(Path(ledger_file), month, run_id)
     text = render(figures, output_format)
     if out_file is None:
@@ -145,7 +205,8 @@ def _ledger_path(name: str) -> Path:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout (CONTRACTS.md section 4).")
 @click.option("--until", "until_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Stop the virtual clock this many seconds after the first submit.")
-@click.option("--skip-bad-rows", is_flag=True, help="Skip malformed trace rows (counted) instead of stopping.")
+@click.option("--skip-bad-rows", is_flag=True, help="Skip malformed trace rows and jobs that can never start on the "
+              "cluster (counted) instead of stopping.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed for randomised events (spot interruptions); the same inputs and seed give the same results.")
 @click.option("--ledger", "ledger_file", default=None, metavar="FILE.db",
@@ -162,30 +223,45 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
     from greengpu.sim.engine import Simulation
-    from greengpu.sim.traces import read_trace
+    from greengpu.sim.feasibility import split_never_fitting
+    from greengpu.sim.traces import REPLAY_SPAN_S, read_trace
 
     cluster = load_cluster(cluster_file)
     loaded = [load_policy(p) for p in policies]
-    trace = read_trace(trace_file, trace_format, skip_bad_rows=skip_bad_rows)
+    trace = read_trace(trace_file, trace_format, skip_bad_rows=skip_bad_rows, max_span_s=REPLAY_SPAN_S)
     if trace.skipped:
-        click.echo(f"greengpu: skipped {trace.skipped} bad row(s); first: {trace.first_error}", err=True)
-    if not trace.jobs:
+        note(f"skipped {trace.skipped} bad row(s); first: {trace.first_error}")
+    jobs, never = split_never_fitting(trace.jobs, cluster)
+    if never and not skip_bad_rows:
+        more = f" (and {len(never) - 1} more such jobs)" if len(never) > 1 else ""
+        raise BadInput(f"{trace_file}: {never[0]} ({cluster_file}){more}; --skip-bad-rows leaves such jobs out")
+    if never:
+        note(f"left out {len(never)} job(s) that can never start on {cluster_file}; first: {never[0]}")
+    if not jobs:
         raise BadInput(f"{trace_file}: no GPU jobs in the trace")
     results = []
     ledger_path = _ledger_path(ledger_file) if ledger_file is not None else None
+    written: list[str] = []
     for policy in loaded:
-        with _progress(f"simulating {policy.name}", len(trace.jobs)) as report:
-            simulation = Simulation(cluster, policy, trace.jobs, until_s=until_s, progress=report,
+        with _progress(f"simulating {policy.name}", len(jobs)) as report:
+            simulation = Simulation(cluster, policy, jobs, until_s=until_s, progress=report,
                                     attribute=ledger_path is not None)
             result = simulation.run().values
+        if result["unplaceable_jobs"]:
+            note(f"{policy.name}: {len(result['unplaceable_jobs'])} job(s) never started, no placement exists "
+                 f"for them on this cluster (first: {result['unplaceable_jobs'][0]})")
         if ledger_path is not None and simulation.attribution is not None:
             from greengpu.accounting.ledger import write_run
 
             result["ledger_run_id"] = write_run(ledger_path, simulation.attribution, kind="simulate",
                                                 policy=policy.name, source=str(trace_file))
-        result["skipped_rows"] = trace.skipped
+            written.append(f"{result['ledger_run_id']} ({policy.name})")
+        result["skipped_rows"] = trace.skipped + len(never)
         result["seed"] = seed
         results.append(result)
+    if ledger_path is not None:
+        note(f"wrote run{'s' if len(written) > 1 else ''} {', '.join(written)} to {ledger_path}; read one with "
+             f"greengpu report --ledger {ledger_path} --run N --month YYYY-MM")
     if as_json:
         click.echo(json.dumps({"results": results}, sort_keys=False))
         return
@@ -201,7 +277,7 @@ class _progress:
         self.bar: Any = None
 
     def __enter__(self) -> Any:
-        if not sys.stderr.isatty():
+        if not sys.stderr.isatty() or verbosity() < 0:
             return None
         from rich.console import Console
         from rich.progress import Progress
@@ -214,6 +290,35 @@ class _progress:
             self.bar.update(task, completed=done)
 
         return report
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+class _phases:
+    """A spinner with the current phase and the time spent on stderr when it is a terminal (never with -q,
+    never on stdout, so --json output stays clean); yields a callback taking the phase's name."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not sys.stderr.isatty() or verbosity() < 0:
+            return None
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.bar.start()
+        task = self.bar.add_task(self.label, total=None)
+
+        def phase(name: str) -> None:
+            self.bar.update(task, description=f"{self.label}: {name}")
+
+        return phase
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
@@ -361,10 +466,12 @@ def plan(history_file: str | None, trace_file: str | None, trace_format: str, cl
         from greengpu.report.plan_html import check_writable
 
         check_writable(html_file)  # before minutes of backtesting, not after
-    payload, _ = run_plan(PlanOptions(history_file, trace_file, trace_format, cluster_file, horizon, lead_time,
-                                      target_utilisation, redundancy_gpus, baselines_only=models == "baselines",
-                                      settings_file=settings_file, buffer_factor=buffer_factor,
-                                      growth_gpus_per_month=growth_gpus_per_month))
+    options = PlanOptions(history_file, trace_file, trace_format, cluster_file, horizon, lead_time,
+                          target_utilisation, redundancy_gpus, baselines_only=models == "baselines",
+                          settings_file=settings_file, buffer_factor=buffer_factor,
+                          growth_gpus_per_month=growth_gpus_per_month)
+    with _phases("greengpu plan") as phase:
+        payload, _ = run_plan(options, progress=phase)
     if html_file is not None:
         from greengpu.report.plan_html import write_plan_html
 
@@ -580,20 +687,80 @@ def node_suspend(suspend_command: str, backend: str, fake_gpus: str, fake_busy: 
         raise click.exceptions.Exit(EXIT_FAILURE)
 
 
+def _option_variable(path: str, option: click.Option) -> str:
+    longest = max(option.opts, key=len).lstrip("-")
+    return f"{path}_{longest}".upper().replace("-", "_")
+
+
+def _check_bounded(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Refuse nan, inf and numbers beyond the input limits in a numeric option.
+
+    click's FloatRange compares, and every comparison with nan is false, so `--target-utilisation nan`
+    passed its range; `--growth inf` reached the plan and overflowed there.
+    """
+    import math
+
+    from greengpu.config.limits import MAX_NUMBER
+
+    for number in value if isinstance(value, tuple) else (value,):
+        if isinstance(number, float) and not (math.isfinite(number) and abs(number) <= MAX_NUMBER):
+            raise click.BadParameter(f"{number!r} is not a finite number of at most {MAX_NUMBER:g} in magnitude",
+                                     ctx, param)
+        if isinstance(number, int) and not isinstance(number, bool) and abs(number) > 2**63 - 1:
+            raise click.BadParameter(f"{str(number)[:40]} is out of range", ctx, param)
+    return value
+
+
+def _bound_numbers(command: click.Command) -> None:
+    """Every float and int option of `command` and its subcommands gets the _check_bounded callback."""
+    for param in command.params:
+        numeric = isinstance(param.type, (click.types.FloatParamType, click.types.IntParamType))
+        if numeric and param.callback is None and not getattr(param, "count", False):
+            param.callback = _check_bounded
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _bound_numbers(sub)
+
+
+def name_environment_variables(command: click.Command, path: str = ENV_PREFIX) -> None:
+    """Give every option its documented variable, GREENGPU_<COMMAND>_<OPTION>, named after the option as
+    typed (GREENGPU_CHECK_CLUSTER for `check --cluster`), and show it in --help.
+
+    Click's automatic names follow the Python parameter (`cluster_file`), not the option, so the names
+    --help promised were never read; these are explicit.
+    """
+    for param in command.params:
+        if isinstance(param, click.Option) and param.expose_value and param.envvar is None:
+            param.envvar = _option_variable(path, param)
+            param.show_envvar = True
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            name_environment_variables(sub, f"{path}_{name}")
+
+
+name_environment_variables(cli)
+_bound_numbers(cli)
+
+
+def _one_line(message: str) -> str:
+    """The message on one line: a library's text (SQLite quotes a whole table definition) may hold newlines."""
+    return " ".join(message.split()) if "\n" in message or "\r" in message else message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map bad input to exit 2 with one line on stderr."""
     try:
         # Without standalone mode click returns (not raises) the code of a click.exceptions.Exit.
         returned = cli.main(args=argv, prog_name="greengpu", standalone_mode=False)
     except BadInput as exc:
-        click.echo(f"greengpu: {exc}", err=True)
+        click.echo(f"greengpu: {_one_line(str(exc))}", err=True)
         return EXIT_BAD_INPUT
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return EXIT_BAD_INPUT
     except click.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx else "greengpu"
-        click.echo(f"{command}: {exc.format_message()} (try '{command} --help')", err=True)
+        click.echo(f"{command}: {_one_line(exc.format_message())} (try '{command} --help')", err=True)
         return EXIT_BAD_INPUT
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)

@@ -8,12 +8,14 @@ of whole hours) can be reported without the replay. Layout in docs/LEDGER.md.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
 from greengpu.accounting.attribution import Attribution, Usage
 from greengpu.accounting.meter import J_PER_KWH
+from greengpu.config.limits import MAX_YEAR, MIN_YEAR
 from greengpu.errors import BadInput
 
 SCHEMA_VERSION = 1
@@ -70,18 +72,94 @@ CREATE INDEX IF NOT EXISTS job_runs_by_tenant ON job_runs (run_id, tenant, start
 """
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+_COLUMNS = {
+    "meta": ("key", "value"),
+    "runs": ("run_id", "kind", "policy", "source", "created_utc", "currency", "pue"),
+    "tenant_hours": ("run_id", "hour_start_s", "tenant", "gpu_hours", "gpu_energy_kwh", "energy_kwh", "cost",
+                     "co2_kg"),
+    "node_hours": ("run_id", "hour_start_s", "node", "gpu_hours", "gpu_energy_kwh", "energy_kwh", "cost", "co2_kg",
+                   "asleep_h"),
+    "job_runs": ("run_id", "job_id", "tenant", "job_class", "start_s", "end_s", "gpus", "nodes", "gpu_energy_kwh",
+                 "energy_kwh", "cost", "co2_kg"),
+}
+"""The tables and columns of this schema version: a file without exactly these is not read as a ledger."""
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _reason(error: sqlite3.Error) -> str:
+    """SQLite's message, first line and short (it may quote a whole damaged table definition)."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _check_schema(path: Path, connection: sqlite3.Connection) -> None:
+    """BadInput unless the open database is a greengpu ledger of SCHEMA_VERSION (tables, columns, version)."""
+    for table, columns in _COLUMNS.items():
+        found = tuple(row[1] for row in connection.execute(f"PRAGMA table_info({table})"))
+        if not found:
+            raise BadInput(f"{path}: not a greengpu ledger (no table {table})")
+        if found != columns:
+            raise BadInput(f"{path}: not a greengpu ledger of schema {SCHEMA_VERSION} (table {table} has columns "
+                           f"{', '.join(map(str, found))[:120]})")
+    version = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    text = str(version[0]) if version is not None else "none"
+    if not text.isdigit() or int(text) != SCHEMA_VERSION:
+        raise BadInput(f"{path}: ledger schema version {text[:40]!r}, this greengpu reads {SCHEMA_VERSION}")
+
+
+def _check_file(path: Path) -> None:
+    """BadInput unless `path` is a non-empty SQLite file (checked before SQLite opens it)."""
+    if not path.is_file():
+        raise BadInput(f"{path}: no such ledger file")
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(_SQLITE_MAGIC))
+    except OSError as error:
+        raise BadInput(f"{path}: cannot read: {error.strerror}") from None
+    if not head:
+        raise BadInput(f"{path}: empty file, not a greengpu ledger")
+    if head != _SQLITE_MAGIC:
+        raise BadInput(f"{path}: not a greengpu ledger (file is not a database)")
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """The ledger at `path` opened read-only (SQLite URI mode=ro), its schema checked: reading never writes."""
+    _check_file(path)
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        # Text that is not UTF-8 (a damaged file) is read with replacement characters, not a traceback.
+        connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
+    except sqlite3.Error as error:
+        raise BadInput(f"{path}: cannot open the ledger ({_reason(error)})") from None
+    try:
+        _check_schema(path, connection)
+    except sqlite3.DatabaseError as error:
+        connection.close()
+        raise BadInput(f"{path}: not a greengpu ledger ({_reason(error)})") from None
+    except UnicodeDecodeError:  # SQLite's own message quoted bytes of a damaged schema
+        connection.close()
+        raise BadInput(f"{path}: not a greengpu ledger (damaged: its schema is not UTF-8 text)") from None
+    except BadInput:
+        connection.close()
+        raise
+    return connection
+
+
+def _open_for_writing(path: Path) -> sqlite3.Connection:
+    """The ledger at `path` for a new run: created when missing (or an empty file), else checked first,
+    read-only, so another application's database is refused before anything is written to it."""
+    existing = path.is_file() and path.stat().st_size > 0
+    if existing:
+        _open_read_only(path).close()
     try:
         connection = sqlite3.connect(path)
-        connection.executescript(_SCHEMA)
-        found = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if found is None:
+        if not existing:
+            connection.executescript(_SCHEMA)
             connection.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(found[0]) != SCHEMA_VERSION:
-            raise BadInput(f"{path}: ledger schema version {found[0]}, this greengpu reads {SCHEMA_VERSION}")
+            connection.commit()
         return connection
     except sqlite3.DatabaseError as error:
-        raise BadInput(f"{path}: not a greengpu ledger ({error})") from None
+        raise BadInput(f"{path}: cannot write the ledger ({_reason(error)})") from None
 
 
 def _usage_row(usage: Usage) -> tuple[float, float, float, float]:
@@ -91,7 +169,7 @@ def _usage_row(usage: Usage) -> tuple[float, float, float, float]:
 def write_run(path: Path, attribution: Attribution, *, kind: str, policy: str, source: str) -> int:
     """Store one run's attribution in the ledger at `path` (created if missing); its run_id."""
     site = attribution.meter.site
-    connection = _connect(path)
+    connection = _open_for_writing(path)
     try:
         with connection:
             cursor = connection.execute(
@@ -118,13 +196,15 @@ def write_run(path: Path, attribution: Attribution, *, kind: str, policy: str, s
 
 
 def runs(path: Path) -> list[dict[str, object]]:
-    """The runs stored in the ledger at `path`."""
-    if not path.is_file():
-        raise BadInput(f"{path}: no such ledger file")
-    connection = _connect(path)
+    """The runs stored in the ledger at `path` (opened read-only)."""
+    connection = _open_read_only(path)
     try:
         rows = connection.execute("SELECT run_id, kind, policy, source, created_utc, currency, pue FROM runs "
                                   "ORDER BY run_id").fetchall()
+    except sqlite3.DatabaseError as error:
+        raise BadInput(f"{path}: unreadable ledger ({_reason(error)})") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: unreadable ledger (damaged: text that is not UTF-8)") from None
     finally:
         connection.close()
     keys = ("run_id", "kind", "policy", "source", "created_utc", "currency", "pue")
@@ -132,11 +212,13 @@ def runs(path: Path) -> list[dict[str, object]]:
 
 
 def month_bounds_s(month: str) -> tuple[float, float]:
-    """[start, end) of a UTC calendar month 'YYYY-MM' as Unix seconds."""
+    """[start, end) of a UTC calendar month 'YYYY-MM' (years 1900 to 2199) as Unix seconds."""
     try:
         first = dt.datetime.strptime(month, "%Y-%m").replace(tzinfo=dt.UTC)
     except ValueError:
-        raise BadInput(f"--month: '{month}' is not a month like 2017-10") from None
+        raise BadInput(f"--month: {month[:40]!r} is not a month like 2017-10") from None
+    if not MIN_YEAR <= first.year <= MAX_YEAR:
+        raise BadInput(f"--month: {month!r} is outside the supported years {MIN_YEAR} to {MAX_YEAR}")
     following = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
     return first.timestamp(), following.timestamp()
 
@@ -165,7 +247,7 @@ def month_report(path: Path, month: str, run_id: int | None = None) -> dict[str,
     if run is None:
         raise BadInput(f"--run: no run {run_id} in {path}")
     start_s, end_s = month_bounds_s(month)
-    connection = _connect(path)
+    connection = _open_read_only(path)
     try:
         tenant_rows = connection.execute(
             "SELECT tenant, SUM(gpu_hours), SUM(energy_kwh), SUM(cost), SUM(co2_kg) FROM tenant_hours "
@@ -174,14 +256,33 @@ def month_report(path: Path, month: str, run_id: int | None = None) -> dict[str,
         site = connection.execute(
             "SELECT SUM(gpu_hours), SUM(energy_kwh), SUM(cost), SUM(co2_kg), SUM(asleep_h) FROM node_hours "
             "WHERE run_id = ? AND hour_start_s >= ? AND hour_start_s < ?", (run_id, start_s, end_s)).fetchone()
+    except sqlite3.DatabaseError as error:
+        raise BadInput(f"{path}: unreadable ledger ({_reason(error)})") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: unreadable ledger (damaged: text that is not UTF-8)") from None
     finally:
         connection.close()
-    tenant_figures = [_rounded(row[1:]) for row in tenant_rows]
-    totals = _rounded(value or 0.0 for value in site[:4])
+    try:
+        tenant_figures = [_rounded(_numbers(row[1:])) for row in tenant_rows]
+        totals = _rounded(_numbers(site[:4]))
+    except ValueError as error:
+        raise BadInput(f"{path}: run {run_id}: {error}") from None
     # Idle is what no tenant is charged for (unallocated GPU-hours; idle GPUs and hosts, sleeping
     # hosts): the totals less the rounded tenant rows, so the rows add up exactly at the precision shown.
     idle = {key: round(totals[key] - sum(figures[key] for figures in tenant_figures), 2 if key == "cost" else 3)
             for key in _KEYS}
-    tenants = [{"tenant": row[0], **figures} for row, figures in zip(tenant_rows, tenant_figures, strict=True)]
-    return {"period": month, "run_id": run_id, "policy": run["policy"], "currency": run["currency"],
-            "totals": totals, "idle": idle, "tenants": tenants, "node_sleep_hours": round(site[4] or 0.0, 3)}
+    tenants = [{"tenant": str(row[0]), **figures} for row, figures in zip(tenant_rows, tenant_figures, strict=True)]
+    return {"period": month, "run_id": run_id, "policy": str(run["policy"]), "currency": str(run["currency"]),
+            "totals": totals, "idle": idle, "tenants": tenants,
+            "node_sleep_hours": round(_numbers(site[4:5])[0], 3)}
+
+
+def _numbers(values: Iterable[object]) -> list[float]:
+    """Sums read back from SQLite as finite floats (NULL, an empty month, is 0); ValueError otherwise."""
+    out = []
+    for value in values:
+        number = 0.0 if value is None else value
+        if not isinstance(number, (int, float)) or not math.isfinite(number):
+            raise ValueError(f"not a finite number in the ledger: {str(value)[:40]!r}")
+        out.append(float(number))
+    return out

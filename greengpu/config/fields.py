@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
-from greengpu.config.yamlsource import PathKey, YamlDocument
+from greengpu.config.limits import MAX_NUMBER, finite_number
+from greengpu.config.yamlsource import PathKey, YamlDocument, shown
+
+MAX_INTEGER = 1_000_000_000
+"""Largest whole number a key without its own maximum takes (retries, counts, reservations)."""
 
 
 def _type_name(value: Any) -> str:
@@ -80,9 +83,11 @@ class Fields:
             return default
         value = self.data[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(key, f"expected a number, got {_type_name(value)} {value!r}")
-        if not math.isfinite(value):
-            raise self.error(key, f"expected a finite number, got {value!r}")
+            raise self.error(key, f"expected a number, got {_type_name(value)} {shown(value)}")
+        try:
+            value = finite_number(value, maximum=MAX_NUMBER if maximum is None else max(abs(maximum), MAX_NUMBER))
+        except ValueError as exc:
+            raise self.error(key, f"{exc}: {shown(value)}") from None
         if minimum is not None:
             if exclusive_minimum and value <= minimum:
                 raise self.error(key, f"must be greater than {minimum:g}, got {value:g}")
@@ -110,11 +115,14 @@ class Fields:
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             else:
-                raise self.error(key, f"expected a whole number, got {_type_name(value)} {value!r}")
+                raise self.error(key, f"expected a whole number, got {_type_name(value)} {shown(value)}")
         if minimum is not None and value < minimum:
-            raise self.error(key, f"must be at least {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise self.error(key, f"must be at most {maximum}, got {value}")
+            raise self.error(key, f"must be at least {minimum}, got {shown(value)}")
+        limit = MAX_INTEGER if maximum is None else maximum
+        if value > limit:
+            raise self.error(key, f"must be at most {limit}, got {shown(value)}")
+        if value < -MAX_INTEGER:
+            raise self.error(key, f"must be at least {-MAX_INTEGER}, got {shown(value)}")
         return int(value)
 
     def string(self, key: str, default: str | None = None, *, required: bool = False,
@@ -126,13 +134,13 @@ class Fields:
             return default
         value = self.data[key]
         if not isinstance(value, str):
-            raise self.error(key, f"expected a string, got {_type_name(value)} {value!r}")
+            raise self.error(key, f"expected a string, got {_type_name(value)} {shown(value)}")
         if not value.strip():
             raise self.error(key, "must not be empty")
         if choices is not None:
             options = list(choices)
             if value not in options:
-                raise self.error(key, f"must be one of {', '.join(options)}, got {value!r}")
+                raise self.error(key, f"must be one of {', '.join(options)}, got {shown(value)}")
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -141,7 +149,7 @@ class Fields:
             return default
         value = self.data[key]
         if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {_type_name(value)} {value!r}")
+            raise self.error(key, f"expected true or false, got {_type_name(value)} {shown(value)}")
         return value
 
     def items(self, key: str, *, required: bool = False) -> list[tuple[PathKey, Any]]:

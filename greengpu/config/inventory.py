@@ -16,7 +16,11 @@ from greengpu.errors import ConfigError
 from greengpu.model import Cluster, Node, NodeType, Pool, Site, Tenant, TimeSeries
 
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(\1[0-9a-fA-F]{2}){4}$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+"""A node name starts with a letter or digit: one starting with '-' would reach ssh's or ipmitool's argv
+as an option."""
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                          r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
 _MAX_MAC = (1 << 48) - 1
 _MAX_NODES_PER_EXPRESSION = 100_000
 
@@ -124,7 +128,8 @@ def _expand_names(fields: Fields) -> list[str]:
         raise fields.error("name", f"expression names {len(names)} nodes, more than {_MAX_NODES_PER_EXPRESSION}")
     for name in names:
         if not _NAME_RE.match(name):
-            raise fields.error("name", f"invalid node name {name!r} (letters, digits, '_', '.', '-')")
+            raise fields.error("name", f"invalid node name {name!r} (letters, digits, '_', '.', '-'; starting with "
+                                       "a letter or digit)")
     return names
 
 
@@ -158,6 +163,14 @@ def _nodes(doc: YamlDocument, root: Fields, node_types: dict[str, NodeType]) -> 
                 raise fields.error("mac", f"MAC range from {mac_text} overflows for {len(names)} nodes")
             if first_mac & (1 << 40):
                 raise fields.error("mac", f"{mac_text} is a multicast MAC, not a network card's")
+            last_mac = first_mac + len(names) - 1
+            if last_mac >> 40 != first_mac >> 40:
+                # The first octet's low bit is the multicast bit: a range that carries into the first
+                # octet runs into multicast addresses (aa:ff:ff:ff:ff:ff + 1 is ab:00:00:00:00:00).
+                raise fields.error("mac", f"MAC range from {mac_text} for {len(names)} nodes runs into multicast "
+                                          f"addresses ({format_mac(last_mac)}); the first octet must stay the same")
+            if first_mac == 0:
+                raise fields.error("mac", f"{mac_text} is not a network card's MAC")
         wol_host = fields.string("wol_host", "255.255.255.255") or "255.255.255.255"
         try:
             ipaddress.ip_address(wol_host)
@@ -166,6 +179,8 @@ def _nodes(doc: YamlDocument, root: Fields, node_types: dict[str, NodeType]) -> 
         wol_port = fields.integer("wol_port", 9, minimum=1, maximum=65535)
         assert wol_port is not None
         ipmi_host = fields.string("ipmi_host")
+        if ipmi_host is not None:
+            _check_host(fields, "ipmi_host", ipmi_host)
         for offset, name in enumerate(names):
             if name in seen_names:
                 raise fields.error("name", f"duplicate node name {name!r} (also in {seen_names[name]})")
@@ -182,6 +197,17 @@ def _nodes(doc: YamlDocument, root: Fields, node_types: dict[str, NodeType]) -> 
                      wol_port=wol_port, ipmi_host=ipmi_host)
             )
     return tuple(nodes)
+
+
+def _check_host(fields: Fields, key: str, host: str) -> None:
+    """An IP address or a DNS host name (it reaches ipmitool's argv: no spaces, no leading '-')."""
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    if not _HOSTNAME_RE.match(host):
+        raise fields.error(key, f"not an IP address or host name: {host!r}")
 
 
 def _path_text(path: tuple[Any, ...]) -> str:

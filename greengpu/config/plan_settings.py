@@ -6,6 +6,7 @@ Every error names file, line and key. Relative paths are relative to the setting
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from greengpu.config.fields import Fields
-from greengpu.config.yamlsource import PathKey, YamlDocument, load_yaml_file
+from greengpu.config.limits import MAX_GPUS, MAX_PLAN_DAYS, MAX_YEAR, MIN_YEAR, finite_number
+from greengpu.config.yamlsource import PathKey, YamlDocument, load_yaml_file, shown
 from greengpu.forecast.plan import EfficiencyGain, PlanInputs, Project
 
 KEYS = ("history", "trace", "trace_format", "cluster", "horizon", "lead_time", "target_utilisation",
@@ -25,6 +27,19 @@ PHILLY_CREDIT = ("derived from the Philly trace (Microsoft, CC BY 4.0; Jeon et a
                  "Pollux artifact (petuum/adaptdl, Apache-2.0).")
 """The credit given when no `credit:` is set and the input is the public Philly trace (its path says so)."""
 PERCENT = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*%\s*$")
+DURATION = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,9})?)\s*([hdw])\s*$")
+_UNIT_DAYS = {"h": 1 / 24, "d": 1.0, "w": 7.0}
+
+
+def days_of(text: str) -> int:
+    """`90d`, `12w`, `720h` -> whole days, 1 to MAX_PLAN_DAYS (five years); ValueError otherwise."""
+    match = DURATION.match(text)
+    if not match:
+        raise ValueError("expected a duration such as 90d, 12w or 720h")
+    days = max(1, round(float(match.group(1)) * _UNIT_DAYS[match.group(2)]))
+    if days > MAX_PLAN_DAYS:
+        raise ValueError(f"at most {MAX_PLAN_DAYS} days (five years), got {days:,}")
+    return days
 
 
 @dataclass(frozen=True)
@@ -35,14 +50,19 @@ class PlanFile:
 
 
 def _date(doc: YamlDocument, path: PathKey, value: Any) -> pd.Timestamp:
-    if isinstance(value, dt.date):
-        return pd.Timestamp(value)
-    if isinstance(value, str):
-        try:
-            return pd.Timestamp(dt.date.fromisoformat(value.strip()))
-        except ValueError:
-            pass
-    raise doc.error(path, f"expected a date such as 2027-01-15, got {value!r}")
+    day: dt.date | None = None
+    if isinstance(value, dt.datetime):
+        day = value.date()
+    elif isinstance(value, dt.date):
+        day = value
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            day = dt.date.fromisoformat(value.strip())
+    if day is None:
+        raise doc.error(path, f"expected a date such as 2027-01-15, got {shown(value)}")
+    if not MIN_YEAR <= day.year <= MAX_YEAR:
+        raise doc.error(path, f"must be a date in {MIN_YEAR} to {MAX_YEAR}, got {day.isoformat()}")
+    return pd.Timestamp(day)
 
 
 def _change(fields: Fields, key: str) -> float:
@@ -50,9 +70,12 @@ def _change(fields: Fields, key: str) -> float:
     if isinstance(value, str) and (match := PERCENT.match(value)):
         change = float(match.group(1)) / 100.0
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        change = float(value)
+        try:
+            change = finite_number(value)
+        except ValueError as exc:
+            raise fields.error(key, f"{exc}: {shown(value)}") from None
     else:
-        raise fields.error(key, f"expected a change such as -15% or -0.15, got {value!r}")
+        raise fields.error(key, f"expected a change such as -15% or -0.15, got {shown(value)}")
     if not -0.95 <= change <= 10.0:
         raise fields.error(key, f"must be between -95% and +1000%, got {change:+.0%}")
     return change
@@ -64,7 +87,7 @@ def _projects(fields: Fields) -> tuple[Project, ...]:
         project = Fields(fields.doc, path, item)
         project.reject_unknown(("name", "gpus", "start", "end"))
         name = project.string("name", required=True) or ""
-        gpus = project.req_number("gpus", minimum=0)
+        gpus = project.req_number("gpus", minimum=0, maximum=MAX_GPUS)
         start = _date(fields.doc, (*path, "start"), project.raw("start"))
         end = _date(fields.doc, (*path, "end"), project.raw("end")) if project.has("end") else None
         if end is not None and end <= start:
@@ -100,7 +123,12 @@ def load_plan_file(path: str | Path) -> PlanFile:
         values["trace_format"] = fields.string("trace_format", choices=("csv", "philly", "sacct"))
     for key in ("horizon", "lead_time", "growth_window"):
         if fields.has(key):
-            values[key] = fields.string(key)
+            text = fields.string(key) or ""
+            try:
+                days_of(text)
+            except ValueError as exc:
+                raise fields.error(key, f"{exc}: {shown(text)}") from None
+            values[key] = text
     if fields.has("target_utilisation"):
         values["target_utilisation"] = fields.number("target_utilisation", minimum=0.05, maximum=1.0)
     if fields.has("redundancy_gpus"):
@@ -109,7 +137,7 @@ def load_plan_file(path: str | Path) -> PlanFile:
         values["max_wait_probability"] = fields.number("max_wait_probability", minimum=0.0001, maximum=1.0)
     if fields.has("history") and fields.has("trace"):
         raise fields.error("trace", "give history or trace, not both")
-    growth = fields.number("growth_gpus_per_month")
+    growth = fields.number("growth_gpus_per_month", minimum=-MAX_GPUS, maximum=MAX_GPUS)
     buffer = fields.number("buffer_factor", 1.0, minimum=1.0, maximum=10.0)
     inputs = PlanInputs(projects=_projects(fields), efficiency=_efficiency(fields), buffer_factor=buffer or 1.0,
                         growth_gpus_per_month=growth)

@@ -7,6 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 from greengpu.config.fields import Fields
+from greengpu.config.limits import MAX_DURATION_S
 from greengpu.config.yamlsource import YamlDocument, load_yaml_file, load_yaml_text
 from greengpu.errors import BadInput
 from greengpu.model import JOB_CLASSES
@@ -48,7 +49,7 @@ def _scheduler(fields: Fields | None) -> SchedulerPolicy:
     if fair_fields is not None:
         fair_fields.reject_unknown(("usage_half_life_h", "usage_weight"))
         half_life_h = fair_fields.number("usage_half_life_h", fair.usage_half_life_s / 3600,
-                                         minimum=0.0, exclusive_minimum=True)
+                                         minimum=0.0, exclusive_minimum=True, maximum=MAX_DURATION_S / 3600)
         weight = fair_fields.number("usage_weight", fair.usage_weight, minimum=0.0)
         assert half_life_h is not None and weight is not None
         fair = FairSharePolicy(usage_half_life_s=half_life_h * 3600, usage_weight=weight)
@@ -90,6 +91,8 @@ def _scheduler(fields: Fields | None) -> SchedulerPolicy:
 
 
 def _num(fields: Fields, key: str, default: float, maximum: float | None = None) -> float:
+    if maximum is None and key.endswith("_s"):
+        maximum = MAX_DURATION_S  # a duration: ten years at most, never 1e300
     value = fields.number(key, default, minimum=0.0, maximum=maximum)
     assert value is not None
     return value

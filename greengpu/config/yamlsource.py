@@ -2,18 +2,21 @@
 
 PyYAML's safe loader builds plain Python values and forgets where they came from. We compose the
 node graph with the safe loader (no arbitrary tags, no object construction) and convert it
-ourselves, recording `path -> line` on the way. Duplicate keys, which PyYAML silently keeps the
-last of, are an error here: in an inventory they are almost always a copy-paste mistake.
+ourselves, recording `path -> line` on the way, within the limits of greengpu.config.limits (no alias
+bomb expands past them; an invalid date such as 2024-02-30 is a located error). Duplicate keys, which
+PyYAML silently keeps the last of, are an error here: in an inventory they are almost always a copy-paste mistake.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from greengpu.config.limits import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, check_file_size
 from greengpu.errors import ConfigError
 
 PathKey = tuple[str | int, ...]
@@ -30,6 +33,12 @@ def format_path(path: PathKey) -> str:
             text = str(part) if str(part).isprintable() else repr(str(part))
             out += f".{text}" if out else text
     return out
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """`repr(value)` cut to `limit` characters, so an error about a huge value stays a short line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]} ({len(text)} characters)"
 
 
 @dataclass
@@ -54,33 +63,100 @@ class YamlDocument:
         return ConfigError(self.file, self.line_of(path), format_path(path), message)
 
 
-def _convert(node: yaml.Node, path: PathKey, doc: YamlDocument, loader: yaml.SafeLoader) -> Any:
-    doc.lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)  # resolves YAML merge keys (<<) the way safe_load does
-        result: dict[Any, Any] = {}
+class _Loader(yaml.SafeLoader):
+    """The safe loader, with YAML 1.2's exponent floats: an unquoted `1e30` is the number 1e30, not the
+    string '1e30' (YAML 1.1 needs `1.0e+30`), so a range check, not a type error, answers it."""
+
+
+_Loader.yaml_implicit_resolvers = {key: list(value) for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+
+
+class _Converter:
+    """Turns the composed node graph into plain values, recording lines, within the limits.
+
+    The graph itself is small even for an alias bomb (aliases share nodes); what grows without bound
+    is its expansion, so every value produced is counted, each use of an alias or merge key again,
+    and conversion stops at MAX_YAML_NODES values or MAX_YAML_DEPTH levels.
+    """
+
+    def __init__(self, doc: YamlDocument, loader: yaml.SafeLoader) -> None:
+        self.doc = doc
+        self.loader = loader
+        self.count = 0
+
+    def _spend(self, node: yaml.Node, path: PathKey) -> None:
+        self.count += 1
+        if self.count > MAX_YAML_NODES:
+            raise ConfigError(self.doc.file, node.start_mark.line + 1, format_path(path),
+                              f"expands to more than {MAX_YAML_NODES:,} values (aliases used too often)")
+        if len(path) > MAX_YAML_DEPTH:
+            raise ConfigError(self.doc.file, node.start_mark.line + 1, "",
+                              f"nested more than {MAX_YAML_DEPTH} levels deep")
+
+    def scalar(self, node: yaml.Node, path: PathKey) -> Any:
+        """A scalar's value; one that YAML recognises but cannot build (2024-02-30) is a located error."""
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except (ValueError, OverflowError):
+            what = "date" if node.tag == _TIMESTAMP_TAG else "value"
+            raise ConfigError(self.doc.file, node.start_mark.line + 1, format_path(path),
+                              f"not a valid {what}: {shown(node.value)}") from None
+
+    def _pairs(self, node: yaml.MappingNode, path: PathKey) -> list[tuple[yaml.Node, yaml.Node, bool]]:
+        """(key node, value node, merged?) of a mapping, merge keys (<<) resolved: a mapping's own keys
+        win over merged ones, and of merged mappings the first listed wins, as in YAML's merge type."""
+        own: list[tuple[yaml.Node, yaml.Node, bool]] = []
+        merged: list[tuple[yaml.Node, yaml.Node, bool]] = []
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)) or key is None:
+            if key_node.tag != _MERGE_TAG:
+                own.append((key_node, value_node, False))
+                continue
+            sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            for source in sources:
+                if not isinstance(source, yaml.MappingNode):
+                    raise ConfigError(self.doc.file, source.start_mark.line + 1, format_path(path),
+                                      "a merge key (<<) takes a mapping or a list of mappings")
+                for pair in self._pairs(source, path):
+                    self._spend(pair[0], path)
+                    merged.append((pair[0], pair[1], True))
+        return own + merged
+
+    def convert(self, node: yaml.Node, path: PathKey) -> Any:
+        self._spend(node, path)
+        doc = self.doc
+        doc.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            result: dict[str, Any] = {}
+            for key_node, value_node, merged in self._pairs(node, path):
                 line = key_node.start_mark.line + 1
-                raise ConfigError(doc.file, line, format_path(path), "keys must be plain scalars")
-            key_str = str(key)
-            child = (*path, key_str)
-            if key_str in result:
-                raise ConfigError(
-                    doc.file, key_node.start_mark.line + 1, format_path(child), "duplicate key"
-                )
-            doc.lines[child] = key_node.start_mark.line + 1
-            result[key_str] = _convert(value_node, child, doc, loader)
-        return result
-    if isinstance(node, yaml.SequenceNode):
-        items = []
-        for index, item in enumerate(node.value):
-            child = (*path, index)
-            doc.lines[child] = item.start_mark.line + 1
-            items.append(_convert(item, child, doc, loader))
-        return items
-    return loader.construct_object(node, deep=True)
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise ConfigError(doc.file, line, format_path(path), "keys must be plain scalars")
+                key = self.scalar(key_node, path)
+                if not isinstance(key, (str, int, float, bool)) or key is None:
+                    raise ConfigError(doc.file, line, format_path(path), "keys must be plain scalars")
+                key_str = str(key)
+                child = (*path, key_str)
+                if key_str in result:
+                    if merged:
+                        continue  # the mapping's own key, or an earlier merged mapping's, wins
+                    raise ConfigError(doc.file, line, format_path(child), "duplicate key")
+                doc.lines[child] = line
+                result[key_str] = self.convert(value_node, child)
+            return result
+        if isinstance(node, yaml.SequenceNode):
+            items = []
+            for index, item in enumerate(node.value):
+                child = (*path, index)
+                doc.lines[child] = item.start_mark.line + 1
+                items.append(self.convert(item, child))
+            return items
+        return self.scalar(node, path)
 
 
 def load_yaml_text(text: str, file: str) -> YamlDocument:
@@ -88,10 +164,10 @@ def load_yaml_text(text: str, file: str) -> YamlDocument:
     doc = YamlDocument(file=file, value=None)
     loader: yaml.SafeLoader | None = None
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text)
         root = loader.get_single_node()
         if root is not None:
-            doc.value = _convert(root, (), doc, loader)
+            doc.value = _Converter(doc, loader).convert(root, ())
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -109,10 +185,21 @@ def load_yaml_text(text: str, file: str) -> YamlDocument:
 
 
 def load_yaml_file(path: str | Path) -> YamlDocument:
-    """Read and parse a YAML file; a missing or unreadable file is a ConfigError."""
+    """Read and parse a YAML file; a missing or unreadable file is a ConfigError.
+
+    At most MAX_YAML_BYTES are read, whatever the file claims to be: a device such as /dev/zero, or a
+    pipe, reports no size and would otherwise be read forever."""
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        check_file_size(path, MAX_YAML_BYTES)
+    except ValueError as exc:
+        raise ConfigError(name, None, "", str(exc)) from None
+    try:
+        with Path(path).open("rb") as source:
+            data = source.read(MAX_YAML_BYTES + 1)
+        if len(data) > MAX_YAML_BYTES:
+            raise ConfigError(name, None, "", f"larger than the limit of {MAX_YAML_BYTES:,} bytes")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(name, None, "", "file not found") from None
     except IsADirectoryError:

@@ -4,12 +4,13 @@ replay, and render the result (JSON or rich tables)."""
 from __future__ import annotations
 
 import multiprocessing
-import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from greengpu.errors import BadInput
@@ -23,9 +24,6 @@ from greengpu.forecast.demand import (
 )
 from greengpu.forecast.models import BASELINES
 from greengpu.forecast.plan import PlanInputs, PlanResult, PlanSettings, make_plan, size_by_model
-
-DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([hdw])\s*$")
-_UNIT_DAYS = {"h": 1 / 24, "d": 1.0, "w": 7.0}
 
 
 @dataclass(frozen=True)
@@ -45,11 +43,13 @@ class PlanOptions:
 
 
 def parse_days(text: str, what: str) -> int:
-    """`90d`, `12w`, `720h` -> whole days (at least 1)."""
-    match = DURATION.match(text)
-    if not match:
-        raise BadInput(f"{what} {text!r}: expected a duration such as 90d, 12w or 720h")
-    return max(1, round(float(match.group(1)) * _UNIT_DAYS[match.group(2)]))
+    """`90d`, `12w`, `720h` -> whole days (1 to five years); BadInput naming `what` (the flag) otherwise."""
+    from greengpu.config.plan_settings import days_of
+
+    try:
+        return days_of(text)
+    except ValueError as exc:
+        raise BadInput(f"{what} {text[:40]!r}: {exc}") from None
 
 
 def bundled_example() -> Path:
@@ -63,32 +63,59 @@ def bundled_example() -> Path:
 
 
 def read_history_frame(path: str) -> pd.DataFrame:
-    """A usage history CSV, validated (times parsed, GPU counts numbers >= 0)."""
+    """A usage history CSV, validated (times parsed and in 1900 to 2199, GPU counts finite numbers from 0 to
+    a million)."""
+    from greengpu.config.limits import (
+        MAX_CSV_BYTES,
+        MAX_DURATION_S,
+        MAX_GPUS,
+        MAX_TIME_S,
+        MIN_TIME_S,
+        check_file_size,
+    )
+
+    if Path(path).is_dir():
+        raise BadInput(f"{path}: is a directory, expected a usage history CSV file")
+    if Path(path).exists() and not Path(path).is_file():
+        raise BadInput(f"{path}: not a regular file (a device or a pipe), expected a usage history CSV file")
     try:
+        check_file_size(path, MAX_CSV_BYTES)
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
         raise BadInput(f"{path}: file not found") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as error:
-        raise BadInput(f"{path}: not a CSV file: {str(error).splitlines()[0]}") from None
+    except OSError as error:
+        raise BadInput(f"{path}: cannot read: {error.strerror}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError, ValueError) as error:
+        first = (str(error).splitlines() or [type(error).__name__])[0][:200]
+        raise BadInput(f"{path}: not a CSV file: {first}") from None
     for column in ("time", "gpus_busy"):
         if column not in frame.columns:
             raise BadInput(f"{path}:1: missing column {column!r} (have: {', '.join(frame.columns)})")
     times = pd.to_datetime(frame["time"], utc=True, errors="coerce", format="mixed")
-    bad_time = times.isna()
+    # Compared, not subtracted: a parsed year 9999 may sit in a coarser unit that nanoseconds cannot hold.
+    bad_time = times.isna() | (times < pd.Timestamp(MIN_TIME_S, unit="s", tz="UTC")) \
+        | (times >= pd.Timestamp(MAX_TIME_S, unit="s", tz="UTC"))
     if bad_time.any():
         row = int(bad_time.to_numpy().argmax())
-        raise BadInput(f"{path}:{row + 2}: time: not a date and time: {frame['time'].iloc[row]!r}")
+        raise BadInput(f"{path}:{row + 2}: time: not a date and time in 1900 to 2199: "
+                       f"{frame['time'].iloc[row][:40]!r}")
     for column in [c for c in ("gpus_busy", "gpus_pending") if c in frame.columns]:
         values = pd.to_numeric(frame[column].replace("", "0" if column == "gpus_pending" else ""), errors="coerce")
-        bad = values.isna() | (values < 0)
-        if bad.any():
-            row = int(bad.to_numpy().argmax())
-            raise BadInput(f"{path}:{row + 2}: {column}: expected a number of GPUs >= 0, got "
-                           f"{frame[column].iloc[row]!r}")
-        frame[column] = values
-    frame["time"] = times
+        too_many = ~np.isfinite(values) | (values > MAX_GPUS)
+        for bad, wanted in ((values.isna() | (values < 0), "a number of GPUs >= 0"),
+                            (too_many, f"a finite number of GPUs up to {MAX_GPUS:,}")):
+            if bad.any():
+                row = int(bad.to_numpy().argmax())
+                raise BadInput(f"{path}:{row + 2}: {column}: expected {wanted}, got {frame[column].iloc[row][:40]!r}")
+        frame[column] = values.astype(float)
+    frame["time"] = times.dt.as_unit("ns")
     if len(frame) < 2:
         raise BadInput(f"{path}: needs at least two rows of history")
+    # In Python datetimes: 1900 to 2199 is longer than a pandas Timedelta holds (292 years).
+    span_s = (frame["time"].max().to_pydatetime() - frame["time"].min().to_pydatetime()).total_seconds()
+    if span_s > MAX_DURATION_S:  # the forecaster works hour by hour: centuries of hours are not a history
+        raise BadInput(f"{path}: the history spans {span_s / 86_400 / 365.25:,.0f} years, more than the ten "
+                       "greengpu plan takes")
     return frame
 
 
@@ -140,10 +167,10 @@ def load_inputs(options: PlanOptions) -> LoadedInputs:
         raise BadInput(f"{settings_file}: no history or trace: give --history FILE or --trace FILE")
     jobs, frame = None, None
     if trace_file is not None:
-        from greengpu.sim.traces import read_trace
+        from greengpu.sim.traces import REPLAY_SPAN_S, read_trace
 
         trace_format = options.trace_format if options.trace_file is not None else given.get("trace_format", "csv")
-        jobs = read_trace(trace_file, trace_format).jobs
+        jobs = read_trace(trace_file, trace_format, max_span_s=REPLAY_SPAN_S).jobs
         span = demand_from_jobs(jobs)
     else:
         assert history_file is not None
@@ -165,6 +192,13 @@ def load_inputs(options: PlanOptions) -> LoadedInputs:
         for node in cluster.nodes:
             node_type = cluster.node_types[node.type_name]
             by_model[node_type.gpu_model] = by_model.get(node_type.gpu_model, 0) + node_type.gpus
+        if jobs is not None:  # a job the cluster can never run would wait forever in the replays
+            from greengpu.sim.feasibility import split_never_fitting
+
+            _, never = split_never_fitting(jobs, cluster)
+            if never:
+                more = f" (and {len(never) - 1} more such jobs)" if len(never) > 1 else ""
+                raise BadInput(f"{source}: {never[0]} ({cluster_file}){more}")
     settings = PlanSettings(
         horizon_days=parse_days(options.horizon or given.get("horizon") or "90d", "--horizon"),
         lead_time_days=parse_days(options.lead_time or given.get("lead_time") or "12w", "--lead-time"),
@@ -199,11 +233,17 @@ def hourly_demand(loaded: LoadedInputs) -> Demand:
                   demand_by_model_from_jobs(jobs, finish_s), replays)
 
 
-def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
-    """Read the inputs, plan, and (with a trace and a cluster) replay the savings: the JSON payload."""
+def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any], PlanResult]:
+    """Read the inputs, plan, and (with a trace and a cluster) replay the savings: the JSON payload.
+
+    `progress` (when given) hears the name of each phase as it starts, for a display on a terminal."""
+    phase = progress or (lambda name: None)
+    phase("reading inputs")
     loaded = load_inputs(options)
+    phase("hourly demand" + (" (always-on replay)" if loaded.cluster is not None and loaded.jobs else ""))
     demand = hourly_demand(loaded)
     series, settings = demand.series, loaded.settings
+    phase("backtest and plan")
     started = time.perf_counter()
     result = make_plan(series, loaded.installed_gpus, settings, loaded.inputs)
     plan_s = time.perf_counter() - started
@@ -222,6 +262,7 @@ def run_plan(options: PlanOptions) -> tuple[dict[str, Any], PlanResult]:
         payload["gpu_models"] = size_by_model(demand.by_model, loaded.installed_by_model, settings)
     payload["timing"] = {"plan_s": round(plan_s, 2), "backtest_s": result.forecast["backtest_s"]}
     if demand.replays is not None:
+        phase("savings replays")
         started = time.perf_counter()
         payload["savings"] = _finish_savings(demand.replays)
         payload["timing"]["savings_wait_s"] = round(time.perf_counter() - started, 2)

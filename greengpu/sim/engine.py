@@ -31,6 +31,7 @@ from greengpu.energy.sleep import (
     warm_reserve_target_gpus,
 )
 from greengpu.energy.wake_verify import WakeStage, WakeTrack, advance, next_due_s, start_wake
+from greengpu.errors import BadInput
 from greengpu.forecast.reserve import HOUR_S, DemandRiseForecaster
 from greengpu.model import (
     GPU_UNITS,
@@ -111,6 +112,9 @@ class Simulation:
         self.cluster = cluster
         self.policy = policy
         self.jobs = list(jobs)
+        for job in self.jobs:  # a nan time would never leave the event heap: refuse it, never hang on it
+            if not (math.isfinite(job.submit_time_s) and math.isfinite(job.duration_s) and job.duration_s > 0):
+                raise BadInput(f"job {job.job_id}: submit time and duration must be finite (duration > 0)")
         self.until_s = until_s
         self.check_every_cycle = check_every_cycle
         self.progress = progress
@@ -168,6 +172,8 @@ class Simulation:
         self._sleep_check = False
         self._tick_pending = False
         self._blocked = False
+        self.stalled = False
+        """Set when only work that can never be placed is left: the replay stops instead of retrying forever."""
         self._relaxes = policy.capping.relaxes_when_queued
         """Whether running jobs go uncapped while jobs wait for capacity (then `_blocked` says when)."""
         self.asleep_nodes = 0
@@ -560,8 +566,16 @@ class Simulation:
             if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
                 self._sleep_check = False
                 self._plan_suspends(self._blocked)
-        if self.pending:
+        if self.pending and not result.actions and self._nothing_can_change():
+            self.stalled = True  # every later cycle would be this one: the pending jobs never start
+        elif self.pending:
             self._ensure_tick()  # retry: age boost, grace expiry, backfill windows
+
+    def _nothing_can_change(self) -> bool:
+        """No job runs, none is still to arrive, no node is waking or suspending: a cycle that placed
+        and woke nothing now would place and wake nothing at any later time."""
+        return not self.running and self.arrivals_left == 0 and not any(
+            node.power in (PowerState.WAKING, PowerState.SUSPENDING) for node in self.nodes.values())
 
     def _record(self, problems: list[str]) -> None:
         if problems:
@@ -640,7 +654,7 @@ class Simulation:
                 self._plan_suspends(self._blocked)
             if self.progress is not None and processed % 5000 < 8:
                 self.progress(len(self.completed), len(self.jobs))
-            if not self.pending and not self.running and self.arrivals_left == 0:
+            if (not self.pending and not self.running and self.arrivals_left == 0) or self.stalled:
                 break
         if end_s < math.inf:
             self._advance(end_s)
@@ -751,6 +765,8 @@ class Simulation:
             "policy": self.policy.name,
             "jobs": len(jobs),
             "jobs_completed": len(self.completed),
+            "jobs_not_started": len(jobs) - len(self.first_start),
+            "unplaceable_jobs": sorted(self.pending)[:10] if self.stalled else [],
             "makespan_s": (self.last_finish_s - origin) if self.completed else 0.0,
             "energy_kwh": self.meter.facility_energy_kwh,
             "gpu_energy_kwh": self.meter.gpu_energy_kwh,

@@ -13,26 +13,41 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from greengpu.config.limits import MAX_DURATION_S, MAX_GPUS, MAX_PRIORITY, MAX_TIME_S, MIN_TIME_S
 from greengpu.model import JOB_CLASSES, Job
 
 _EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
+_MAX_ELAPSED_DIGITS = 9
+"""Longest field of a sacct Elapsed the int64 arithmetic takes (longer ones: the exact reader says why)."""
 
 
 def _seconds(series: pd.Series) -> pd.Series | None:
     stamps = pd.to_datetime(series, format="ISO8601", utc=True, errors="coerce")
     if stamps.isna().any():
         return None
-    return (stamps - _EPOCH).dt.total_seconds()
+    seconds = (stamps - _EPOCH).dt.total_seconds()
+    if not ((seconds >= MIN_TIME_S) & (seconds < MAX_TIME_S)).all():
+        return None
+    return seconds
 
 
 def _numbers(series: pd.Series) -> pd.Series:
     return pd.to_numeric(series, errors="coerce")
 
 
+def _valid_durations(duration: pd.Series) -> bool:
+    return bool((np.isfinite(duration) & (duration > 0) & (duration <= MAX_DURATION_S)).all())
+
+
 def _valid_gpus(gpus: pd.Series) -> bool:
     fractional = (gpus > 0) & (gpus < 1)
-    whole = (gpus >= 1) & (np.floor(gpus) == gpus)
+    whole = (gpus >= 1) & (gpus <= MAX_GPUS) & (np.floor(gpus) == gpus)
     return bool((fractional | whole).all())
+
+
+def _has_columns(frame: pd.DataFrame, columns: tuple[str, ...]) -> bool:
+    """Whether every column the reader reads is there (else the exact reader names the missing ones)."""
+    return set(columns) <= set(frame.columns) and not frame.columns.duplicated().any()
 
 
 def _gpu_values(gpus: pd.Series) -> list[float]:
@@ -50,21 +65,21 @@ def _frame(path: Path, delimiter: str) -> pd.DataFrame | None:
     try:
         return pd.read_csv(path, sep=delimiter, dtype=str, keep_default_na=False, engine="c",
                            skip_blank_lines=False)
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError):
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OSError):
         return None
 
 
 def fast_philly(path: Path) -> list[Job] | None:
     """Jobs of a clean Philly CSV, or None."""
     frame = _frame(path, ",")
-    if frame is None or frame.isna().any().any() or not _clean_lines(path, len(frame)):
+    if frame is None or not _has_columns(frame, ("timestamp", "duration", "num_gpus", "cluster")) \
+            or frame.isna().any().any() or not _clean_lines(path, len(frame)):
         return None
     duration = _numbers(frame["duration"])
     gpus = _numbers(frame["num_gpus"])
     submit = _seconds(frame["timestamp"])
     tenants = frame["cluster"].str.strip()
-    if submit is None or not (np.isfinite(duration) & (duration > 0)).all() or not _valid_gpus(gpus) \
-            or (tenants == "").any():
+    if submit is None or not _valid_durations(duration) or not _valid_gpus(gpus) or (tenants == "").any():
         return None
     lines = (frame.index + 2).tolist()
     return [Job.trusted(job_id=f"philly-{line}", tenant=t, gpus=g, duration_s=d, submit_time_s=s)
@@ -75,7 +90,8 @@ def fast_philly(path: Path) -> list[Job] | None:
 def fast_canonical(path: Path) -> list[Job] | None:
     """Jobs of a clean canonical CSV with only the common optional columns, or None."""
     frame = _frame(path, ",")
-    if frame is None or frame.isna().any().any() or not _clean_lines(path, len(frame)):
+    if frame is None or not _has_columns(frame, ("job_id", "submit_time", "duration_s", "gpus", "tenant")) \
+            or frame.isna().any().any() or not _clean_lines(path, len(frame)):
         return None
     supported = {"job_id", "submit_time", "duration_s", "gpus", "tenant", "priority", "class",
                  "checkpoint_interval_s", "interruptible", "gpu_type", "deadline_s"}
@@ -88,21 +104,21 @@ def fast_canonical(path: Path) -> list[Job] | None:
     duration = _numbers(frame["duration_s"])
     gpus = _numbers(frame["gpus"])
     submit = _seconds(frame["submit_time"])
-    if submit is None or not (np.isfinite(duration) & (duration > 0)).all() or not _valid_gpus(gpus):
+    if submit is None or not _valid_durations(duration) or not _valid_gpus(gpus):
         return None
     rows = len(frame)
     classes = frame["class"].replace("", "training") if "class" in frame else pd.Series(["training"] * rows)
     if not classes.isin(JOB_CLASSES).all():
         return None
     priority = _numbers(frame["priority"].replace("", "0")) if "priority" in frame else pd.Series([0] * rows)
-    if priority.isna().any() or (np.floor(priority) != priority).any():
+    if priority.isna().any() or (np.floor(priority) != priority).any() or (priority.abs() > MAX_PRIORITY).any():
         return None
     checkpoint: list[float | None] = [None] * rows
     if "checkpoint_interval_s" in frame:
         raw = frame["checkpoint_interval_s"]
         values = _numbers(raw.replace("", "nan"))
         given = raw != ""
-        if not (values[given] > 0).all() or not np.isfinite(values[given]).all():
+        if not _valid_durations(values[given]):
             return None
         checkpoint = [v if g else None for v, g in zip(values.tolist(), given.tolist(), strict=True)]
     if any((frame[c] != "").any() for c in ("interruptible", "gpu_type", "deadline_s") if c in frame):
@@ -124,18 +140,20 @@ def fast_sacct(path: Path) -> list[Job] | None:
     from greengpu.sim.traces import QOS_PRIORITY
 
     frame = _frame(path, "|")
-    if frame is None or frame.isna().any().any() or not _clean_lines(path, len(frame)):
+    if frame is None or not _has_columns(frame, ("JobID", "Submit", "Elapsed", "AllocTRES", "Account", "QOS")) \
+            or frame.isna().any().any() or not _clean_lines(path, len(frame)):
         return None
     ids = frame["JobID"].str.strip()
     gpus_text = frame["AllocTRES"].str.extract(r"gres/gpu(?::[^=,]+)?=(\d+)", expand=False)
     elapsed = frame["Elapsed"].str.strip().str.extract(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
-    if elapsed[3].isna().any() or (ids == "").any():
+    too_long = (elapsed.fillna("").apply(lambda part: part.str.len()) > _MAX_ELAPSED_DIGITS).any().any()
+    if elapsed[3].isna().any() or (ids == "").any() or too_long:
         return None
     parts = elapsed.fillna("0").astype("int64")
     duration = ((parts[0] * 24 + parts[1]) * 60 + parts[2]) * 60 + parts[3]
     keep = ~ids.str.contains(".", regex=False) & gpus_text.notna()
     gpus = pd.to_numeric(gpus_text.where(keep, "0"))
-    keep &= (gpus >= 1) & (duration > 0)
+    keep &= (gpus >= 1) & (gpus <= MAX_GPUS) & (duration > 0) & (duration <= MAX_DURATION_S)
     if not keep.all():
         return None  # steps, CPU-only or never-run rows: the exact reader counts them as ignored
     if ids.duplicated().any():

@@ -16,7 +16,17 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 
+from greengpu.config.limits import (
+    MAX_CSV_BYTES,
+    MAX_DURATION_S,
+    MAX_GPUS,
+    MAX_PRIORITY,
+    OutOfRange,
+    check_file_size,
+    duration_s,
+)
 from greengpu.config.series import parse_time_s
+from greengpu.config.yamlsource import shown
 from greengpu.errors import BadInput
 from greengpu.model import JOB_CLASSES, Job
 
@@ -32,6 +42,11 @@ _TRUE = {"true", "1", "yes", "y", "t"}
 _FALSE = {"false", "0", "no", "n", "f"}
 _GRES_GPU = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
 _ELAPSED = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
+
+
+
+REPLAY_SPAN_S = MAX_DURATION_S
+"""Longest span of submit times a replay takes (ten years): its clock walks the span hour by hour."""
 
 
 class BadRow(Exception):
@@ -53,18 +68,19 @@ class TraceResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _float(row: dict[str, str], column: str, *, positive: bool = False, minimum: float | None = None) -> float:
+def _duration(row: dict[str, str], column: str) -> float:
+    """A positive duration in seconds, at most MAX_DURATION_S (ten years)."""
     raw = (row.get(column) or "").strip()
     try:
         value = float(raw)
     except ValueError:
-        raise BadRow(column, f"not a number: {raw!r}") from None
+        raise BadRow(column, f"not a number: {shown(raw)}") from None
     if not math.isfinite(value):
-        raise BadRow(column, f"not a finite number: {raw!r}")
-    if positive and value <= 0:
+        raise BadRow(column, f"not a finite number: {shown(raw)}")
+    if value <= 0:
         raise BadRow(column, f"must be positive, got {raw}")
-    if minimum is not None and value < minimum:
-        raise BadRow(column, f"must be at least {minimum:g}, got {raw}")
+    if value > MAX_DURATION_S:
+        raise BadRow(column, f"must be at most {MAX_DURATION_S:g} s (ten years), got {shown(raw)}")
     return value
 
 
@@ -72,20 +88,24 @@ def _gpus(raw: str, column: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise BadRow(column, f"not a number: {raw!r}") from None
+        raise BadRow(column, f"not a number: {shown(raw)}") from None
     if 0 < value < 1:
         return value
+    if value > MAX_GPUS:
+        raise BadRow(column, f"more than {MAX_GPUS:,} GPUs: {shown(raw)}")
     if value >= 1 and value.is_integer():
         return int(value)
-    raise BadRow(column, f"must be a whole number >= 1 or a fraction in (0, 1), got {raw!r}")
+    raise BadRow(column, f"must be a whole number >= 1 or a fraction in (0, 1), got {shown(raw)}")
 
 
 def _time(row: dict[str, str], column: str) -> float:
     raw = (row.get(column) or "").strip()
     try:
         return parse_time_s(raw)
+    except OutOfRange as exc:
+        raise BadRow(column, f"{exc}: {shown(raw)}") from None
     except ValueError:
-        raise BadRow(column, f"not a timestamp or seconds: {raw!r}") from None
+        raise BadRow(column, f"not a timestamp or seconds: {shown(raw)}") from None
 
 
 def _bool(raw: str, column: str) -> bool:
@@ -94,7 +114,7 @@ def _bool(raw: str, column: str) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise BadRow(column, f"expected true or false, got {raw!r}")
+    raise BadRow(column, f"expected true or false, got {shown(raw)}")
 
 
 def _optional(row: dict[str, str], column: str) -> str:
@@ -110,7 +130,7 @@ def _canonical_job(row: dict[str, str], line: int) -> Job | None:
         raise BadRow("tenant", "empty")
     job_class = _optional(row, "class") or "training"
     if job_class not in JOB_CLASSES:
-        raise BadRow("class", f"must be one of {', '.join(JOB_CLASSES)}, got {job_class!r}")
+        raise BadRow("class", f"must be one of {', '.join(JOB_CLASSES)}, got {shown(job_class)}")
     interruptible_raw = _optional(row, "interruptible")
     interruptible = (_bool(interruptible_raw, "interruptible") if interruptible_raw
                      else job_class in ("training", "batch"))
@@ -118,15 +138,16 @@ def _canonical_job(row: dict[str, str], line: int) -> Job | None:
     try:
         priority = int(priority_raw) if priority_raw else 0
     except ValueError:
-        raise BadRow("priority", f"not a whole number: {priority_raw!r}") from None
-    checkpoint = _float(row, "checkpoint_interval_s", positive=True) if _optional(row, "checkpoint_interval_s") \
-        else None
-    deadline = _float(row, "deadline_s", positive=True) if _optional(row, "deadline_s") else None
+        raise BadRow("priority", f"not a whole number: {shown(priority_raw)}") from None
+    if abs(priority) > MAX_PRIORITY:
+        raise BadRow("priority", f"must be within -{MAX_PRIORITY:,} to {MAX_PRIORITY:,}, got {shown(priority_raw)}")
+    checkpoint = _duration(row, "checkpoint_interval_s") if _optional(row, "checkpoint_interval_s") else None
+    deadline = _duration(row, "deadline_s") if _optional(row, "deadline_s") else None
     gpu_type = _optional(row, "gpu_type")
     types = frozenset(t.strip() for t in gpu_type.split("|") if t.strip()) if gpu_type else None
     return Job(
         job_id=job_id, tenant=tenant, gpus=_gpus(_optional(row, "gpus"), "gpus"),
-        duration_s=_float(row, "duration_s", positive=True), submit_time_s=_time(row, "submit_time"),
+        duration_s=_duration(row, "duration_s"), submit_time_s=_time(row, "submit_time"),
         priority=priority, job_class=job_class, interruptible=interruptible, checkpoint_interval_s=checkpoint,
         gpu_types=types, deadline_s=deadline,
     )
@@ -138,7 +159,7 @@ def _philly_job(row: dict[str, str], line: int) -> Job | None:
     if not tenant:
         raise BadRow("cluster", "empty")
     return Job(job_id=f"philly-{line}", tenant=tenant, gpus=gpus,
-               duration_s=_float(row, "duration", positive=True), submit_time_s=_time(row, "timestamp"))
+               duration_s=_duration(row, "duration"), submit_time_s=_time(row, "timestamp"))
 
 
 def parse_elapsed_s(text: str) -> float:
@@ -162,16 +183,22 @@ def _sacct_job(row: dict[str, str], line: int) -> Job | None:
     gpus = int(match.group(1))
     if gpus < 1:
         return None
+    if gpus > MAX_GPUS:
+        raise BadRow("AllocTRES", f"more than {MAX_GPUS:,} GPUs: {shown(match.group(0))}")
     elapsed_raw = (row.get("Elapsed") or "").strip()
     try:
-        duration_s = parse_elapsed_s(elapsed_raw)
+        elapsed_s = parse_elapsed_s(elapsed_raw)
     except ValueError:
-        raise BadRow("Elapsed", f"expected [D-][HH:]MM:SS, got {elapsed_raw!r}") from None
-    if duration_s <= 0:
+        raise BadRow("Elapsed", f"expected [D-][HH:]MM:SS, got {shown(elapsed_raw)}") from None
+    if elapsed_s <= 0:
         return None  # never ran (cancelled while pending)
+    try:
+        duration_s(elapsed_s)
+    except ValueError as exc:
+        raise BadRow("Elapsed", f"{exc}: {shown(elapsed_raw)}") from None
     account = (row.get("Account") or "").strip() or "unknown"
     qos = (row.get("QOS") or "").strip().lower()
-    return Job(job_id=f"slurm-{job_id}", tenant=account, gpus=gpus, duration_s=duration_s,
+    return Job(job_id=f"slurm-{job_id}", tenant=account, gpus=gpus, duration_s=float(elapsed_s),
                submit_time_s=_time(row, "Submit"), priority=QOS_PRIORITY.get(qos, 0))
 
 
@@ -208,10 +235,12 @@ def _rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str], dict[str
 
 
 def read_trace(path: str | Path, trace_format: str = "csv", skip_bad_rows: bool = False,
-               vectorised: bool = True) -> TraceResult:
+               vectorised: bool = True, max_span_s: float | None = None) -> TraceResult:
     """Read a trace file into jobs sorted by submit time; raises BadInput on the first bad row.
 
     `vectorised=False` forces the exact row-by-row reader (the reference the fast path is tested against).
+    `max_span_s`: refuse a trace whose submit times span longer (the commands that replay pass
+    REPLAY_SPAN_S).
     """
     if trace_format not in _READERS:
         raise BadInput(f"--trace-format: unknown format {trace_format!r} (one of {', '.join(TRACE_FORMATS)})")
@@ -219,15 +248,28 @@ def read_trace(path: str | Path, trace_format: str = "csv", skip_bad_rows: bool 
     file_path = Path(path)
     if not file_path.is_file():
         raise BadInput(f"{name}: no such trace file")
+    try:
+        check_file_size(file_path, MAX_CSV_BYTES)
+    except ValueError as exc:
+        raise BadInput(f"{name}: {exc}") from None
     # 100k rows make 100k long-lived Jobs: the cyclic collector would re-walk them again and again
     # for nothing (rows build no cycles), costing ~15-50% of the read.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _read(file_path, name, trace_format, skip_bad_rows, vectorised)
+        result = _read(file_path, name, trace_format, skip_bad_rows, vectorised)
     finally:
         if was_enabled:
             gc.enable()
+    if max_span_s is not None and result.jobs \
+            and result.jobs[-1].submit_time_s - result.jobs[0].submit_time_s > max_span_s:
+        # A replay's virtual clock runs from the first submit to the last finish: a trace that mixes plain
+        # seconds (1970) with 2024 dates would replay 54 years hour by hour.
+        first, last = result.jobs[0], result.jobs[-1]
+        years = (last.submit_time_s - first.submit_time_s) / 86_400 / 365.25
+        raise BadInput(f"{name}: submit times span {years:,.0f} years (jobs {first.job_id} and {last.job_id}), more "
+                       f"than the {max_span_s / 86_400 / 365.25:.0f} a replay covers")
+    return result
 
 
 def _read(file_path: Path, name: str, trace_format: str, skip_bad_rows: bool, vectorised: bool) -> TraceResult:
@@ -270,5 +312,7 @@ def _read(file_path: Path, name: str, trace_format: str, skip_bad_rows: bool, ve
         raise BadInput(f"{name}: not UTF-8 text") from None
     except csv.Error as exc:
         raise BadInput(f"{name}: malformed CSV: {exc}") from None
+    except OSError as exc:
+        raise BadInput(f"{name}: cannot read: {exc.strerror}") from None
     result.jobs.sort(key=attrgetter("submit_time_s", "job_id"))
     return result
