@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -37,8 +39,10 @@ def cli() -> None:
               help="Cluster inventory YAML (CONTRACTS.md section 2).")
 @click.option("--policy", "policy_name", default=None, metavar="P",
               help="Built-in policy name (always-on, idle-timeout, default) or a policy YAML file.")
+@click.option("--slurm-conf", "slurm_conf", default=None, metavar="FILE",
+              help="slurm.conf: refuse a policy whose wake-up retries cannot finish inside its ResumeTimeout.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
-def check(cluster_file: str, policy_name: str | None, as_json: bool) -> None:
+def check(cluster_file: str, policy_name: str | None, slurm_conf: str | None, as_json: bool) -> None:
     """Validate a cluster inventory and optionally a policy, then summarise them.
 
     Prints nodes and GPUs per model, idle and peak power, tenants and quotas, and warns when
@@ -50,6 +54,12 @@ def check(cluster_file: str, policy_name: str | None, as_json: bool) -> None:
 
     cluster = load_cluster(cluster_file)
     policy = load_policy(policy_name) if policy_name else None
+    if policy is not None:
+        from greengpu.report.check import wake_timing_problem
+
+        problem = wake_timing_problem(cluster, policy, _resume_timeout_s(slurm_conf) if slurm_conf else None)
+        if problem:
+            raise BadInput(problem)
     summary = summarize(cluster)
     if as_json:
         payload: dict[str, Any] = asdict(summary)
@@ -57,6 +67,19 @@ def check(cluster_file: str, policy_name: str | None, as_json: bool) -> None:
         click.echo(json.dumps(payload, indent=2, sort_keys=True))
         return
     _print_check(cluster_file, summary, policy_lines(policy) if policy else [])
+
+
+def _resume_timeout_s(slurm_conf: str) -> float:
+    from greengpu.backends.slurm import resume_timeout_s
+
+    try:
+        text = Path(slurm_conf).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise BadInput(f"{slurm_conf}: cannot read: {error}") from None
+    try:
+        return resume_timeout_s(text)
+    except ValueError as error:
+        raise BadInput(f"{slurm_conf}: {error}") from None
 
 
 def _print_check(cluster_file: str, summary: Any, policy_text: list[str]) -> None:
@@ -385,7 +408,8 @@ def plan(history_file: str | None, trace_file: str | None, trace_format: str, cl
 @click.option("--policy", "policy_name", default="default", show_default=True, metavar="P",
               help="Policy whose sleep section gives wake timeout, retries and backoff.")
 @click.option("--suspend-command", default=None, metavar="TEMPLATE",
-              help="Run per node to suspend it ({node} is replaced). Default: ssh NODE greengpu node-suspend.")
+              help="Run per node to suspend it ({node} is replaced). Default: ssh NODE greengpu node-suspend "
+              "--command 'systemctl poweroff' (docs/SLEEP.md: why power-off).")
 @click.option("--ipmi-command", default=None, metavar="TEMPLATE",
               help="Power on nodes with an ipmi_host this way ({node}, {ipmi_host}), e.g. "
               "'ipmitool -I lanplus -H {ipmi_host} -U admin -E chassis power on'.")
@@ -403,21 +427,42 @@ def slurm(ctx: click.Context, cluster_file: str, state_file: str, policy_name: s
     from greengpu.config.policy import load_policy
     from greengpu.control.slurm_hooks import DEFAULT_SUSPEND_COMMAND, HookContext, setup_logging
 
-    setup_logging(log_file)
-    ctx.obj = HookContext(cluster=load_cluster(cluster_file), store_path=state_file,
-                          policy=load_policy(policy_name).sleep,
-                          suspend_command=suspend_command or DEFAULT_SUSPEND_COMMAND, ipmi_command=ipmi_command)
+    try:
+        setup_logging(log_file)
+    except OSError as error:
+        raise click.ClickException(f"greengpu slurm: cannot open the log {log_file}: {error}") from None
+    with _slurm_step(ctx.invoked_subcommand or ""):
+        ctx.obj = HookContext(cluster=load_cluster(cluster_file), store_path=state_file,
+                              policy=load_policy(policy_name).sleep,
+                              suspend_command=suspend_command or DEFAULT_SUSPEND_COMMAND, ipmi_command=ipmi_command)
+
+
+@contextmanager
+def _slurm_step(name: str) -> Iterator[None]:
+    """Refusals and failures of `greengpu slurm NAME` go to its log too; a runtime failure is one line, exit 1."""
+    from greengpu.control.slurm_hooks import HookFailure, logged_outcome
+
+    try:
+        with logged_outcome(f"greengpu slurm {name}".strip()):
+            yield
+    except HookFailure as error:
+        raise click.ClickException(str(error)) from None
 
 
 @slurm.command("suspend")
 @click.argument("hostlist")
 @click.pass_obj
 def slurm_suspend(context: Any, hostlist: str) -> None:
-    """SuspendProgram: record why each node sleeps and start its suspend command (detached)."""
+    """SuspendProgram: record why each node sleeps and start its suspend command (detached).
+
+    Refuses (exit 1, logged) nodes Slurm reports busy, and everything when scontrol fails.
+    """
     from greengpu.control.slurm_hooks import suspend
 
-    code = suspend(context, hostlist)
+    with _slurm_step("suspend"):
+        code = suspend(context, hostlist)
     if code:
+        click.echo(f"greengpu slurm suspend: refused some of {hostlist} (the log says which and why)", err=True)
         raise click.exceptions.Exit(code)
 
 
@@ -428,9 +473,22 @@ def slurm_resume(context: Any, hostlist: str) -> None:
     """ResumeProgram: send wake-on-LAN (or IPMI power-on) to each node; `verify` follows them up."""
     from greengpu.control.slurm_hooks import resume, resume_file_from_env
 
-    code = resume(context, hostlist, resume_file_from_env())
+    with _slurm_step("resume"):
+        code = resume(context, hostlist, resume_file_from_env())
     if code:
         raise click.exceptions.Exit(code)
+
+
+@slurm.command("resume-failed")
+@click.argument("hostlist")
+@click.pass_obj
+def slurm_resume_failed(context: Any, hostlist: str) -> None:
+    """ResumeFailProgram: Slurm gave up on these nodes; close their wake-ups as failed and log an ALERT."""
+    from greengpu.control.slurm_hooks import resume_failed
+
+    with _slurm_step("resume-failed"):
+        for line in resume_failed(context, hostlist):
+            click.echo(line)
 
 
 @slurm.command("verify")
@@ -439,7 +497,9 @@ def slurm_verify(context: Any) -> None:
     """One verification pass: nodes up are done; late ones get another wake-up; failed ones go DOWN."""
     from greengpu.control.slurm_hooks import verify
 
-    for line in verify(context):
+    with _slurm_step("verify"):
+        lines = verify(context)
+    for line in lines:
         click.echo(line)
 
 
@@ -450,7 +510,8 @@ def slurm_power_down(context: Any, hostlist: str) -> None:
     """Ask Slurm to power idle nodes down now (greengpu's planner deciding, not SuspendTime)."""
     from greengpu.control.slurm_hooks import power_down
 
-    power_down(context.cluster, hostlist)
+    with _slurm_step("power-down"):
+        power_down(context.cluster, hostlist)
 
 
 @slurm.command("power-up")
@@ -460,22 +521,26 @@ def slurm_power_up(context: Any, hostlist: str) -> None:
     """Ask Slurm to power nodes up now (it runs the ResumeProgram)."""
     from greengpu.control.slurm_hooks import power_up
 
-    power_up(context.cluster, hostlist)
+    with _slurm_step("power-up"):
+        power_up(context.cluster, hostlist)
 
 
 @slurm.command("status")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array: node, state, since_s (epoch), reason.")
 @click.pass_obj
 def slurm_status(context: Any, as_json: bool) -> None:
-    """Nodes greengpu put to sleep or is waking, with why and since when."""
-    from greengpu.control.slurm_hooks import status_rows
+    """Nodes greengpu put to sleep or is waking, with why and since when (UTC)."""
+    import time
 
-    rows = status_rows(context.store_path)
+    from greengpu.control.slurm_hooks import status_rows, status_text
+
+    with _slurm_step("status"):
+        rows = status_rows(context.store_path)
     if as_json:
         click.echo(json.dumps([dict(zip(("node", "state", "since_s", "reason"), row, strict=True)) for row in rows]))
         return
-    for node, state, since_s, reason in rows:
-        click.echo(f"{node:16s} {state:8s} since {since_s:.0f}  {reason}")
+    for line in status_text(rows, time.time()):
+        click.echo(line)
 
 
 @cli.group()
