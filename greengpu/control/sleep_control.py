@@ -55,7 +55,7 @@ class SleepControl:
     def failed(self, nodes: Iterable[str], why: str) -> list[str]:
         """The workload manager gave up on waking `nodes`: close their wake-ups as failed and alert."""
         now = self.clock()
-        messages = []
+        messages: list[str] = []
         for node in nodes:
             track = self.store.track(node) or WakeTrack(node, WakeStage.WAKING, 0, now, now, now)
             self.store.save_track(replace(track, stage=WakeStage.FAILED, next_try_s=None), now)
