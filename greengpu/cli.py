@@ -305,7 +305,11 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
 @click.option("--journal", default="/var/lib/greengpu/agent-journal.jsonl", show_default=True, metavar="FILE",
               help="JSON-lines record of every limit set; read at start-up to undo a crashed session.")
 @click.option("--listen", default="127.0.0.1:9474", show_default=True, metavar="HOST:PORT",
-              help="Where /metrics and /healthz are served (port 0: any free port).")
+              help="Where /metrics and /healthz are served (port 0: any free port). The shipped unit gives the "
+              "node's address, so a central Prometheus can scrape it.")
+@click.option("--stale-after-s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="A last good tick older than this fails /healthz (503) and puts the GPUs back to default "
+              "limits until ticks work again (default: 3 intervals, at least 30 s).")
 @click.option("--interval-s", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
               help="Seconds between control ticks.")
 @click.option("--nonbinding-after-s", type=click.FloatRange(min=0), default=60.0, show_default=True,
@@ -319,9 +323,9 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
 @click.option("--fake-busy", default="", metavar="INDEXES", help="With --backend fake: GPUs with work, e.g. 0,1.")
 @click.option("--fake-not-root", is_flag=True, help="With --backend fake: refuse writes as NVML does without root.")
 def agent(policy_name: str, backend: str, classes_file: str | None, class_source: str, node: str | None,
-          kube_host: str | None, journal: str, listen: str, interval_s: float, nonbinding_after_s: float,
-          once: bool, dry_run: bool, fake_gpus: str, fake_state: str | None, fake_busy: str,
-          fake_not_root: bool) -> None:
+          kube_host: str | None, journal: str, listen: str, stale_after_s: float | None, interval_s: float,
+          nonbinding_after_s: float, once: bool, dry_run: bool, fake_gpus: str, fake_state: str | None,
+          fake_busy: str, fake_not_root: bool) -> None:
     """Run on a GPU node: cap each GPU for the job class running on it, restore everything on exit.
 
     Reads power, energy, limits and clocks through NVML, applies the policy's capping decision per
@@ -339,7 +343,7 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
         policy=load_policy(policy_name), backend=backend, fake_gpus=fake_gpus, fake_state=fake_state,
         fake_busy=busy, fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,
         node=node, kube_host=kube_host, journal=journal, listen=listen, interval_s=interval_s, once=once,
-        dry_run=dry_run, nonbinding_after_s=nonbinding_after_s))
+        dry_run=dry_run, nonbinding_after_s=nonbinding_after_s, stale_after_s=stale_after_s))
     if code:
         raise click.exceptions.Exit(code)
 
@@ -556,31 +560,55 @@ def kube(ctx: click.Context, cluster_file: str, state_file: str, policy_name: st
          suspend_command: str | None) -> None:
     """Kubernetes node sleep: cordon and drain (PodDisruptionBudgets respected), wake for pending GPU pods."""
 
-    from greengpu.backends.kubernetes import KubeApi, make_api_client
     from greengpu.backends.wol import Waker
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
-    from greengpu.control.kube_sleep import KubeSleep
+    from greengpu.control.kube_sleep import KUBE_SUSPEND_COMMAND, KubeSleep
     from greengpu.control.sleep_control import SleepControl, start_suspend
-    from greengpu.control.slurm_hooks import DEFAULT_SUSPEND_COMMAND
     from greengpu.control.state_store import StateStore
 
     cluster = load_cluster(cluster_file)
     policy = load_policy(policy_name)
-    template = suspend_command or DEFAULT_SUSPEND_COMMAND
+    template = suspend_command or KUBE_SUSPEND_COMMAND
 
-    control = SleepControl(StateStore(state_file), Waker(cluster), policy.sleep)
-    ctx.obj = KubeSleep(KubeApi(make_api_client(host=kube_host)), control, cluster, policy,
-                        lambda node: start_suspend(template, node))
+    with _kube_step():
+        from greengpu.backends.kubernetes import KubeApi, make_api_client
+
+        control = SleepControl(StateStore(state_file), Waker(cluster), policy.sleep)
+        ctx.obj = KubeSleep(KubeApi(make_api_client(host=kube_host)), control, cluster, policy,
+                            lambda node: start_suspend(template, node))
+
+
+@contextmanager
+def _kube_step() -> Iterator[None]:
+    """An unreachable or refusing API server, or a missing client, is one line and exit 1."""
+    import sqlite3
+
+    from greengpu.backends.kubernetes import KubeError
+
+    try:
+        yield
+    except KubeError as error:
+        raise click.ClickException(f"kube: {error}") from None
+    except (sqlite3.Error, OSError) as error:
+        raise click.ClickException(f"kube: {error}") from None
 
 
 @kube.command("sleep")
 @click.argument("node")
 @click.option("--reason", default="greengpu: idle", show_default=True)
+@click.option("--force", is_flag=True,
+              help="Also evict bare pods (nothing recreates them) and pods with emptyDir data, as kubectl drain "
+              "--force --delete-emptydir-data.")
+@click.option("--drain-timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="How long evicted pods may take to terminate before the sleep is called off (uncordoned).")
 @click.pass_obj
-def kube_sleep(sleeper: Any, node: str, reason: str) -> None:
-    """Cordon, drain and suspend NODE; refuses (exit 1) when GPU pods run there or a PDB blocks the drain."""
-    outcome = sleeper.sleep(node, reason)
+def kube_sleep(sleeper: Any, node: str, reason: str, force: bool, drain_timeout_s: float) -> None:
+    """Cordon, drain and suspend NODE; refuses (exit 1) when GPU pods run there, a PDB blocks the drain,
+    bare or emptyDir pods are there (without --force) or pods do not terminate in time."""
+    sleeper.drain_timeout_s = drain_timeout_s
+    with _kube_step():
+        outcome = sleeper.sleep(node, reason, force=force)
     click.echo(outcome.message)
     if not outcome.slept:
         raise click.exceptions.Exit(EXIT_FAILURE)
@@ -592,7 +620,9 @@ def kube_wake_pending(sleeper: Any) -> None:
     """Wake the fewest sleeping nodes that let pending GPU pods run."""
     import time
 
-    for node in sleeper.wake_for_pending(time.time()):
+    with _kube_step():
+        woken = sleeper.wake_for_pending(time.time())
+    for node in woken:
         click.echo(f"{node}: wake-up sent")
 
 
@@ -600,7 +630,9 @@ def kube_wake_pending(sleeper: Any) -> None:
 @click.pass_obj
 def kube_verify(sleeper: Any) -> None:
     """Close wake-ups of Ready nodes (and uncordon them), retry late ones, fail the lost ones."""
-    for line in sleeper.verify():
+    with _kube_step():
+        lines = sleeper.verify()
+    for line in lines:
         click.echo(line)
 
 

@@ -5,20 +5,36 @@ owns a GPU process); cordon and uncordon; evictions (the Eviction API, so PodDis
 honoured: a blocked eviction is HTTP 429 and is reported, never forced); pending pods that request
 `nvidia.com/gpu`; node readiness. Connection: in-cluster service account when running in a pod,
 else the kubeconfig, else an explicit `host` (tests point it at an in-process API server on loopback).
+
+Every failure is a `KubeError`, one line: an HTTP status from the API server, or no answer at all
+(connection refused, DNS, TLS, timeout: status None), which fails fast, without urllib3's retries.
+Conflicts (409), throttling (429 outside evictions) and server errors (500, 503) are retried with a
+bounded exponential backoff, as client-go does.
+
+The `kubernetes` package is imported when first needed: the agent's Slurm and local class sources
+run on a node without it (the `kube` extra).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes import client, config
+if TYPE_CHECKING:
+    from kubernetes import client
 
 CLASS_ANNOTATION = "greengpu.io/class"
 SLEEP_ANNOTATION = "greengpu.io/sleep"
 """Set on a node greengpu cordoned for sleep, so that it uncordons only nodes it cordoned itself."""
 GPU_RESOURCE = "nvidia.com/gpu"
-CONFLICT_RETRIES = 3
+RETRIES = 4
+"""Retries of a call answered 409, 429 or 5xx (each after a doubling backoff)."""
+BACKOFF_BASE_S = 0.5
+BACKOFF_MAX_S = 8.0
+RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
+CONNECT_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,10 @@ class PodInfo:
     node: str = ""
     daemonset: bool = False
     mirror: bool = False
+    controller: str = ""
+    """Kind of the owner that recreates the pod (ReplicaSet, StatefulSet, Job...); "" for a bare pod."""
+    empty_dir: bool = False
+    """The pod has an emptyDir volume: its data is lost when it is evicted."""
 
 
 @dataclass(frozen=True)
@@ -43,29 +63,83 @@ class EvictionResult:
 
 
 class KubeError(Exception):
-    """The API server refused or failed a call; carries the HTTP status."""
+    """The API server refused or failed a call (`status`: its HTTP status), or could not be reached
+    (`status` None)."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"Kubernetes API: HTTP {status}: {message}")
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(f"Kubernetes API: HTTP {status}: {message}" if status is not None
+                         else f"Kubernetes API unreachable: {message}")
         self.status = status
 
 
-def make_api_client(host: str | None = None, kubeconfig: str | None = None) -> client.ApiClient:
-    """An API client: explicit `host` (no auth), else in-cluster, else the kubeconfig."""
-    if host is not None:
-        configuration = client.Configuration(host=host)
-        return client.ApiClient(configuration)
+class KubeMissing(KubeError):
+    """The `kubernetes` package is not installed (the `kube` extra)."""
+
+    def __init__(self) -> None:
+        Exception.__init__(self, "the Kubernetes client is not installed: python3 -m pip install 'greengpu[kube]'")
+        self.status = None
+
+
+def _client() -> Any:
     try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+        from kubernetes import client
+    except ImportError:
+        raise KubeMissing() from None
+    return client
+
+
+def make_api_client(host: str | None = None, kubeconfig: str | None = None) -> client.ApiClient:
+    """An API client: explicit `host` (no auth), else in-cluster, else the kubeconfig. Fails fast: no
+    urllib3 retries (the callers retry what is worth retrying)."""
+    kube = _client()
+    from kubernetes import config
+
+    if host is not None:
+        configuration = kube.Configuration(host=host)
+    else:
+        configuration = kube.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            try:
+                config.load_kube_config(config_file=kubeconfig,  # type: ignore[no-untyped-call]
+                                        client_configuration=configuration)
+            except (config.ConfigException, OSError) as error:
+                raise KubeError(None, f"no in-cluster service account and no usable kubeconfig ({error}); "
+                                      "give --kube-host or set KUBECONFIG") from None
+    configuration.retries = False
+    api_client: client.ApiClient = kube.ApiClient(configuration)
+    return api_client
 
 
 class KubeApi:
-    def __init__(self, api_client: client.ApiClient, timeout_s: float = 10.0) -> None:
-        self._core = client.CoreV1Api(api_client)
+    def __init__(self, api_client: client.ApiClient, timeout_s: float = 10.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._kube = _client()
+        self._core = self._kube.CoreV1Api(api_client)
         self._timeout_s = timeout_s
+        self._sleep = sleep
+        self.retries_done = 0
+        """Calls sent again after a retryable answer (for tests and logs)."""
+
+    def _call(self, what: str, call: Callable[..., Any], *args: Any, retry: frozenset[int] = RETRYABLE,
+              **kwargs: Any) -> Any:
+        """One API call with the timeout, errors as `KubeError`, retryable statuses retried with backoff."""
+        import urllib3
+
+        for attempt in range(RETRIES + 1):
+            try:
+                return call(*args, _request_timeout=(CONNECT_TIMEOUT_S, self._timeout_s), **kwargs)
+            except self._kube.ApiException as error:
+                status = int(error.status or 0)
+                if status in retry and attempt < RETRIES:
+                    self.retries_done += 1
+                    self._sleep(min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2.0 ** attempt))
+                    continue
+                raise KubeError(status, f"{what}: {_reason(error)}") from None
+            except (urllib3.exceptions.HTTPError, OSError) as error:
+                raise KubeError(None, f"{what}: {_unreachable(error)}") from None
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def pods_on_node(self, node: str) -> list[PodInfo]:
         """Pods scheduled on `node` (all namespaces)."""
@@ -79,41 +153,35 @@ class KubeApi:
         return [p for p in self._pods("status.phase=Pending", from_cache=True) if p.gpus > 0 and not p.node]
 
     def _pods(self, field_selector: str, from_cache: bool = False) -> list[PodInfo]:
-        try:
-            pods = self._core.list_pod_for_all_namespaces(field_selector=field_selector,
-                                                          resource_version="0" if from_cache else None,
-                                                          _request_timeout=self._timeout_s)
-        except client.ApiException as error:
-            raise KubeError(int(error.status or 0), _reason(error)) from error
+        pods = self._call("list pods", self._core.list_pod_for_all_namespaces, field_selector=field_selector,
+                          resource_version="0" if from_cache else None)
         return [_pod_info(p) for p in pods.items if p.metadata is not None]
+
+    def pod_gone(self, pod: PodInfo) -> bool:
+        """Whether `pod` has terminated and is deleted (404, or a new pod of the same name: another UID)."""
+        try:
+            found = self._call(f"read pod {pod.namespace}/{pod.name}", self._core.read_namespaced_pod,
+                               pod.name, pod.namespace)
+        except KubeError as error:
+            if error.status == 404:
+                return True
+            raise
+        return str(found.metadata.uid) != pod.uid if found.metadata else True
 
     def set_unschedulable(self, node: str, unschedulable: bool, sleep_reason: str | None = None) -> None:
         """Cordon or uncordon `node`; a 409 conflict (another writer got there first) is retried."""
         body: dict[str, Any] = {"spec": {"unschedulable": unschedulable},
                                 "metadata": {"annotations": {SLEEP_ANNOTATION: sleep_reason}}}
-        for attempt in range(CONFLICT_RETRIES + 1):
-            try:
-                self._core.patch_node(node, body, _content_type="application/strategic-merge-patch+json",
-                                      _request_timeout=self._timeout_s)
-                return
-            except client.ApiException as error:
-                if error.status == 409 and attempt < CONFLICT_RETRIES:
-                    continue
-                raise KubeError(int(error.status or 0), _reason(error)) from error
+        self._call(f"{'cordon' if unschedulable else 'uncordon'} {node}", self._core.patch_node, node, body,
+                   _content_type="application/strategic-merge-patch+json")
 
     def node_annotations(self, node: str) -> dict[str, str]:
-        try:
-            found = self._core.read_node(node, _request_timeout=self._timeout_s)
-        except client.ApiException as error:
-            raise KubeError(int(error.status or 0), _reason(error)) from error
+        found = self._call(f"read node {node}", self._core.read_node, node)
         return dict(found.metadata.annotations or {}) if found.metadata else {}
 
     def ready_nodes(self) -> set[str]:
         """Nodes whose Ready condition is True."""
-        try:
-            found = self._core.list_node(_request_timeout=self._timeout_s)
-        except client.ApiException as error:
-            raise KubeError(int(error.status or 0), _reason(error)) from error
+        found = self._call("list nodes", self._core.list_node)
         ready = set()
         for node in found.items:
             conditions = node.status.conditions if node.status and node.status.conditions else []
@@ -122,21 +190,24 @@ class KubeApi:
         return ready
 
     def evict(self, pods: list[PodInfo]) -> EvictionResult:
-        """Evict through the Eviction API; 429 (a PodDisruptionBudget) is reported, 404 (gone) is fine."""
+        """Evict through the Eviction API (policy/v1). A 429 is a PodDisruptionBudget allowing no disruption
+        now: retried with backoff like the other retryable answers, then reported as blocked, never
+        forced. 404 (already gone) is fine."""
         evicted, blocked = [], []
         for pod in pods:
-            eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.name, namespace=pod.namespace))
+            eviction = self._kube.V1Eviction(api_version="policy/v1", kind="Eviction",
+                                             metadata=self._kube.V1ObjectMeta(name=pod.name, namespace=pod.namespace))
             try:
-                self._core.create_namespaced_pod_eviction(pod.name, pod.namespace, eviction,
-                                                          _request_timeout=self._timeout_s)
+                self._call(f"evict {pod.namespace}/{pod.name}", self._core.create_namespaced_pod_eviction,
+                           pod.name, pod.namespace, eviction)
                 evicted.append(f"{pod.namespace}/{pod.name}")
-            except client.ApiException as error:
+            except KubeError as error:
                 if error.status == 404:
                     continue
                 if error.status == 429:
                     blocked.append(f"{pod.namespace}/{pod.name}")
                     continue
-                raise KubeError(int(error.status or 0), _reason(error)) from error
+                raise
         return EvictionResult(tuple(evicted), tuple(blocked))
 
 
@@ -148,12 +219,33 @@ def _pod_info(pod: Any) -> PodInfo:
         gpus += int(limits.get(GPU_RESOURCE, 0) or 0)
     owners = meta.owner_references or []
     annotations = dict(meta.annotations or {})
+    controller = next((str(o.kind) for o in owners if o.controller), "")
+    volumes = (pod.spec.volumes if pod.spec else None) or []
     return PodInfo(uid=str(meta.uid), namespace=str(meta.namespace), name=str(meta.name),
                    phase=str(pod.status.phase if pod.status else "Unknown"), annotations=annotations, gpus=gpus,
                    node=str(pod.spec.node_name or "") if pod.spec else "",
-                   daemonset=any(o.kind == "DaemonSet" for o in owners),
-                   mirror="kubernetes.io/config.mirror" in annotations)
+                   daemonset=controller == "DaemonSet",
+                   mirror="kubernetes.io/config.mirror" in annotations,
+                   controller=controller, empty_dir=any(v.empty_dir is not None for v in volumes))
 
 
 def _reason(error: Any) -> str:
-    return str(getattr(error, "reason", None) or getattr(error, "body", None) or error)
+    """The API server's Status message when there is one, else the HTTP reason."""
+    import json
+
+    body = getattr(error, "body", None)
+    if body:
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if message:
+            return str(message)
+    return str(getattr(error, "reason", None) or error)
+
+
+def _unreachable(error: Exception) -> str:
+    """urllib3's long exception text cut to its cause ("Connection refused", "timed out")."""
+    reason = getattr(error, "reason", None) or error
+    text = str(reason)
+    return text.rsplit(": ", 1)[-1] if "Failed to establish a new connection" in text else text

@@ -18,7 +18,6 @@ A GPU with running processes that no job claims gets the default class: somethin
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,8 @@ CLASS_COMMENT = re.compile(r"greengpu\.class=(\w+)")
 class GpuJob:
     job_id: str
     job_class: str
+    tenant: str = ""
+    """Who runs it: the Slurm account, the pod's namespace ("" when the source does not say)."""
 
 
 class ClassSource(Protocol):
@@ -123,6 +124,7 @@ def parse_scontrol_jobs(text: str, node: str, partition_classes: Mapping[str, st
             continue
         comment = CLASS_COMMENT.search(line)
         partition = re.search(r"\bPartition=(\S+)", line)
+        account = re.search(r"\bAccount=(\S+)", line)
         job_class = (comment.group(1) if comment and comment.group(1) in JOB_CLASSES
                      else partition_classes.get(partition.group(1) if partition else "", default_class))
         for nodes, gres in _DETAIL.findall(line):
@@ -130,7 +132,8 @@ def parse_scontrol_jobs(text: str, node: str, partition_classes: Mapping[str, st
                 continue
             for indices in _IDX.findall(gres):
                 for index in hostlist.expand_hostlist(f"[{indices}]"):
-                    jobs[int(index)] = GpuJob(job_id.group(1), job_class)
+                    jobs[int(index)] = GpuJob(job_id.group(1), job_class,
+                                              account.group(1) if account and account.group(1) != "(null)" else "")
     return jobs
 
 
@@ -221,10 +224,13 @@ class KubernetesPods:
                     continue
                 wanted = pod.annotations.get(CLASS_ANNOTATION, self.default_class)
                 job_class = wanted if wanted in JOB_CLASSES else self.default_class
-                claimed[reading.index] = GpuJob(f"{pod.namespace}/{pod.name}", job_class)
+                claimed[reading.index] = GpuJob(f"{pod.namespace}/{pod.name}", job_class, pod.namespace)
                 break
         return {**claimed, **_unclaimed_busy(readings, claimed, self.default_class)}
 
 
 def _scontrol(argv: list[str]) -> str:
-    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=10).stdout
+    """`scontrol ...` by absolute path (as the hooks find it); Slurm's own last line when it fails."""
+    from greengpu.backends.slurm import run
+
+    return run(argv[0], *argv[1:], timeout_s=10.0)
