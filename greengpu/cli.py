@@ -22,6 +22,9 @@ from greengpu.errors import BadInput
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+EXTRA_OF_MODULE = {"pandas": "plan", "numpy": "plan", "statsmodels": "plan", "scipy": "plan", "matplotlib": "plan",
+                   "jinja2": "plan", "kubernetes": "kube"}
+"""The install extra (pyproject.toml) that brings each optional library: the slim core has none of them."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "GREENGPU"})
@@ -694,6 +697,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
+    except ModuleNotFoundError as exc:
+        extra = EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        click.echo(f"greengpu: this command needs the '{extra}' extra ({exc.name} is not installed): "
+                   f"python3 -m pip install '.[{extra}]' in the greengpu checkout", err=True)
+        return EXIT_FAILURE
     except click.Abort:
         click.echo("greengpu: aborted", err=True)
         return EXIT_FAILURE

@@ -76,7 +76,8 @@ class KubeMissing(KubeError):
     """The `kubernetes` package is not installed (the `kube` extra)."""
 
     def __init__(self) -> None:
-        Exception.__init__(self, "the Kubernetes client is not installed: python3 -m pip install 'greengpu[kube]'")
+        Exception.__init__(self, "the Kubernetes client is not installed (the 'kube' extra): "
+                                 "python3 -m pip install '.[kube]' in the greengpu checkout")
         self.status = None
 
 
