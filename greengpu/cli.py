@@ -23,7 +23,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 EXTRA_OF_MODULE = {"pandas": "plan", "numpy": "plan", "statsmodels": "plan", "scipy": "plan", "matplotlib": "plan",
-                   "jinja2": "plan", "kubernetes": "kube"}
+                   "jinja2": "plan", "kubernetes": "kube", "grpc": "kube"}
 """The install extra (pyproject.toml) that brings each optional library: the slim core has none of them."""
 
 
@@ -305,6 +305,9 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
               help="This node's Slurm or Kubernetes name (default: the short hostname).")
 @click.option("--kube-host", default=None, metavar="URL",
               help="Kubernetes API server URL without auth (default: in-cluster config, else kubeconfig).")
+@click.option("--pod-resources-socket", default="/var/lib/kubelet/pod-resources/kubelet.sock", show_default=True,
+              metavar="SOCKET", help="With --class-source kubernetes: the kubelet's PodResources API (GPU -> pod by "
+              "UUID); when absent, the GPU processes' cgroups are read (needs hostPID).")
 @click.option("--journal", default="/var/lib/greengpu/agent-journal.jsonl", show_default=True, metavar="FILE",
               help="JSON-lines record of every limit set; read at start-up to undo a crashed session.")
 @click.option("--listen", default="127.0.0.1:9474", show_default=True, metavar="HOST:PORT",
@@ -326,7 +329,8 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
 @click.option("--fake-busy", default="", metavar="INDEXES", help="With --backend fake: GPUs with work, e.g. 0,1.")
 @click.option("--fake-not-root", is_flag=True, help="With --backend fake: refuse writes as NVML does without root.")
 def agent(policy_name: str, backend: str, classes_file: str | None, class_source: str, node: str | None,
-          kube_host: str | None, journal: str, listen: str, stale_after_s: float | None, interval_s: float,
+          kube_host: str | None, pod_resources_socket: str, journal: str, listen: str,
+          stale_after_s: float | None, interval_s: float,
           nonbinding_after_s: float, once: bool, dry_run: bool, fake_gpus: str, fake_state: str | None,
           fake_busy: str, fake_not_root: bool) -> None:
     """Run on a GPU node: cap each GPU for the job class running on it, restore everything on exit.
@@ -346,7 +350,8 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
         policy=load_policy(policy_name), backend=backend, fake_gpus=fake_gpus, fake_state=fake_state,
         fake_busy=busy, fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,
         node=node, kube_host=kube_host, journal=journal, listen=listen, interval_s=interval_s, once=once,
-        dry_run=dry_run, nonbinding_after_s=nonbinding_after_s, stale_after_s=stale_after_s))
+        dry_run=dry_run, nonbinding_after_s=nonbinding_after_s, stale_after_s=stale_after_s,
+        pod_resources_socket=pod_resources_socket))
     if code:
         raise click.exceptions.Exit(code)
 

@@ -250,3 +250,128 @@ def _unreachable(error: Exception) -> str:
     reason = getattr(error, "reason", None) or error
     text = str(reason)
     return text.rsplit(": ", 1)[-1] if "Failed to establish a new connection" in text else text
+
+
+# --- the kubelet's PodResources API (which pod holds which device) --------------------------------
+
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+POD_RESOURCES_LIST = "/v1.PodResourcesLister/List"
+"""k8s.io/kubelet/pkg/apis/podresources/v1: service PodResourcesLister, rpc List."""
+
+
+@dataclass(frozen=True)
+class PodDevices:
+    namespace: str
+    name: str
+    device_ids: dict[str, tuple[str, ...]]
+    """resource name (nvidia.com/gpu) -> device IDs the kubelet allocated (GPU or MIG UUIDs)."""
+
+
+class PodResources:
+    """The kubelet's PodResources API over its Unix socket (gRPC): for each pod on this node, the device
+    IDs it was allocated. With the NVIDIA device plugin a GPU's ID is its UUID, which NVML reports too,
+    so GPU -> pod needs no access to other processes (no hostPID), only the kubelet's socket.
+
+    The messages are decoded by hand (a few fields of a stable v1 API), so no generated code and no
+    protobuf runtime are needed; grpcio (the `kube` extra) carries the call."""
+
+    def __init__(self, socket_path: str = POD_RESOURCES_SOCKET, timeout_s: float = 5.0) -> None:
+        try:
+            import grpc
+        except ImportError:
+            raise KubeMissing() from None
+        self._grpc = grpc
+        self.socket_path = socket_path
+        self._channel = grpc.insecure_channel(f"unix://{socket_path}")
+        self._list = self._channel.unary_unary(POD_RESOURCES_LIST, request_serializer=lambda _: b"",
+                                               response_deserializer=decode_list_response)
+        self._timeout_s = timeout_s
+
+    def list(self) -> list[PodDevices]:
+        try:
+            pods: list[PodDevices] = self._list(None, timeout=self._timeout_s)
+        except self._grpc.RpcError as error:
+            raise KubeError(None, f"kubelet PodResources at {self.socket_path}: {error.code().name}: "
+                                  f"{error.details()}") from None
+        return pods
+
+    def pods_by_device(self, resource: str = GPU_RESOURCE) -> dict[str, tuple[str, str]]:
+        """Device ID -> (namespace, pod name) for `resource`."""
+        return {device: (pod.namespace, pod.name) for pod in self.list()
+                for device in pod.device_ids.get(resource, ())}
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def decode_list_response(data: bytes) -> list[PodDevices]:
+    """ListPodResourcesResponse {repeated PodResources pod_resources = 1}; PodResources {string name = 1;
+    string namespace = 2; repeated ContainerResources containers = 3}; ContainerResources {string name = 1;
+    repeated ContainerDevices devices = 2; ...}; ContainerDevices {string resource_name = 1; repeated
+    string device_ids = 2; ...}. Unknown fields are skipped, as protobuf does."""
+    pods = []
+    for number, value in _fields(data):
+        if number != 1 or not isinstance(value, bytes):
+            continue
+        name = namespace = ""
+        devices: dict[str, list[str]] = {}
+        for pod_field, pod_value in _fields(value):
+            if pod_field == 1 and isinstance(pod_value, bytes):
+                name = pod_value.decode()
+            elif pod_field == 2 and isinstance(pod_value, bytes):
+                namespace = pod_value.decode()
+            elif pod_field == 3 and isinstance(pod_value, bytes):
+                for container_field, container_value in _fields(pod_value):
+                    if container_field == 2 and isinstance(container_value, bytes):
+                        resource, ids = _container_devices(container_value)
+                        devices.setdefault(resource, []).extend(ids)
+        pods.append(PodDevices(namespace, name, {k: tuple(v) for k, v in devices.items()}))
+    return pods
+
+
+def _container_devices(data: bytes) -> tuple[str, list[str]]:
+    resource, ids = "", []
+    for number, value in _fields(data):
+        if number == 1 and isinstance(value, bytes):
+            resource = value.decode()
+        elif number == 2 and isinstance(value, bytes):
+            ids.append(value.decode())
+    return resource, ids
+
+
+def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
+    """Protobuf wire format -> (field number, varint or bytes); fixed-width fields kept as bytes."""
+    out: list[tuple[int, int | bytes]] = []
+    position = 0
+    while position < len(data):
+        key, position = _varint(data, position)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, position = _varint(data, position)
+            out.append((number, value))
+        elif wire == 2:
+            length, position = _varint(data, position)
+            if position + length > len(data):
+                raise ValueError("protobuf: a field runs past the end of the message")
+            out.append((number, data[position:position + length]))
+            position += length
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
+            out.append((number, data[position:position + width]))
+            position += width
+        else:
+            raise ValueError(f"protobuf: unsupported wire type {wire}")
+    return out
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if position >= len(data) or shift > 63:
+            raise ValueError("protobuf: truncated varint")
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7

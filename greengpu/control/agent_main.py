@@ -61,6 +61,7 @@ class AgentOptions:
     dry_run: bool
     nonbinding_after_s: float
     stale_after_s: float | None = None
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     """A last good tick older than this makes /healthz fail and the GPUs go back to default limits
     (None: 3 intervals, at least 30 s)."""
 
@@ -111,10 +112,19 @@ def build_class_source(options: AgentOptions) -> ClassSource:
         from greengpu.backends.kubernetes import KubeApi, make_api_client
 
         api = KubeApi(make_api_client(host=options.kube_host))
+        pods_by_gpu_uuid = None
+        if Path(options.pod_resources_socket).exists():
+            from greengpu.backends.kubernetes import PodResources
+
+            pods_by_gpu_uuid = PodResources(options.pod_resources_socket).pods_by_device
+            log.info("GPU -> pod from the kubelet's PodResources API (%s)", options.pod_resources_socket)
+        else:
+            log.info("no kubelet PodResources socket at %s: GPU -> pod from the processes' cgroups "
+                     "(needs hostPID)", options.pod_resources_socket)
         # One cluster-wide list of pending pods per tick per node: only when the policy uses it.
         return KubernetesPods(node, api.pods_on_node, default_class,
                               list_pending=api.pending_gpu_pods if options.policy.capping.relaxes_when_queued
-                              else None)
+                              else None, pods_by_gpu_uuid=pods_by_gpu_uuid)
     return LocalMap(by_gpu, default_class)
 
 
