@@ -145,3 +145,25 @@ def test_check_refuses_wake_retries_that_slurm_would_cut_short(tmp_path: Path,
     assert code == 2 and "sleep.wake_timeout_s 600 s is shorter than node type big's boot_s 700 s" in err
     code, err = _check(tmp_path, 300, "ten", "default", capsys)
     assert code == 2 and "ResumeTimeout='ten' is not a whole number of seconds" in err
+
+
+def test_the_shipped_hook_wrappers_call_commands_that_exist() -> None:
+    """Each wrapper in deploy/slurm runs `greengpu slurm ... SUBCOMMAND "$1"` with options the group has."""
+    from greengpu.cli import slurm
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
+    wrappers = sorted(deploy.glob("greengpu-slurm-*"))
+    assert [w.name for w in wrappers] == ["greengpu-slurm-resume", "greengpu-slurm-resume-fail",
+                                          "greengpu-slurm-suspend"]
+    options = {opt for param in slurm.params for opt in getattr(param, "opts", [])}
+    for wrapper in wrappers:
+        words = wrapper.read_text().replace("\\\n", " ").split()
+        start = words.index("/usr/local/bin/greengpu")
+        assert words[start + 1] == "slurm" and words[-1] == '"$1"'
+        assert words[-2] in slurm.commands, (wrapper.name, words[-2])
+        assert {w for w in words[start + 2:-2] if w.startswith("--")} <= options
+    conf = (deploy / "slurm.conf.greengpu").read_text()
+    for key in ("SuspendProgram", "ResumeProgram", "ResumeFailProgram"):
+        path = next(line.split("=", 1)[1] for line in conf.splitlines() if line.startswith(f"{key}="))
+        assert (deploy / Path(path).name).exists(), key
+    assert "\nReconfigFlags=KeepPowerSaveSettings\n" in conf and "\nDebugFlags=Power\n" in conf
