@@ -191,9 +191,12 @@ def run_agent(options: AgentOptions) -> int:
                 if not released and health.problem() is not None:
                     log.error("no good tick for %g s: GPUs back to their default limits until ticks work",
                               health.stale_after_s)
-                    for line in agent.release("no good control tick: fail safe"):
-                        log.info(line)
-                    released = True
+                    try:
+                        for line in agent.release("no good control tick: fail safe"):
+                            log.info(line)
+                        released = True
+                    except TICK_FAILURES as release_error:  # a GPU gone too: try again next turn
+                        log.error("could not put the GPUs back yet: %s", release_error)
             if not ready_sent:
                 ready_sent = sd_notify(f"READY=1\nSTATUS=capping {backend.gpu_count} GPUs")
             sd_notify("WATCHDOG=1")
