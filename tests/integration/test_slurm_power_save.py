@@ -53,7 +53,8 @@ def assert_back_in_service_and_not_requeued(cluster: SlurmCluster, job: str, nod
         flags = cluster.states()[node]
         assert flags <= {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}, (node, flags)
     controller_log = (cluster.root / "log" / "slurmctld.log").read_text()
-    assert "not resumed by ResumeTimeout" not in controller_log
+    for node in nodes:
+        assert f"node {node} not resumed by ResumeTimeout" not in controller_log
     assert f"requeue job JobId={job}" not in controller_log
 
 
@@ -153,9 +154,11 @@ def test_greengpu_suspends_idle_nodes_and_wakes_them_for_a_gpu_job(slurm_cluster
 @pytest.mark.parametrize("slurm_cluster", [2], indirect=True)
 def test_a_node_resumed_from_ram_registers_again_and_keeps_its_job(slurm_cluster: SlurmCluster) -> None:
     """Suspend to RAM: slurmd frozen, thawed by the wake-up; the shipped sleep hook restarts it with -b, so
-    slurmctld sees the new boot it waits for (without the hook it marks the node DOWN and requeues)."""
+    slurmctld sees the new boot it waits for (without the hook it marks the node DOWN and requeues).
+    Meanwhile node1's wake-up never arrives: Slurm gives up at ResumeTimeout and runs greengpu's
+    ResumeFailProgram, which fails the wake-up and raises the alert."""
     root = slurm_cluster.root
-    port = slurm_cluster.listen_for_magic_packets(MACS)
+    port = slurm_cluster.listen_for_magic_packets({"node2": MACS["node2"]})  # node1's packets are lost
     inventory = write_inventory(root / "cluster.yaml", {"gpu4": a100_type(gpus=4, host_idle_w=300, boot_s=10)},
                                 [wol_node("node[1-2]", "gpu4", MACS["node1"], port)])
     state = root / "state.db"
@@ -163,22 +166,26 @@ def test_a_node_resumed_from_ram_registers_again_and_keeps_its_job(slurm_cluster
     suspend_to_ram = slurm_cluster.suspend_to_ram_script()
     write_hook_wrappers(root, f"--cluster {inventory} --state {state} --log {hook_log} "
                               f"--suspend-command '{sys.executable} {suspend_to_ram} {root} {{node}}'")
-    slurm_cluster.ram_sleepers = {"node2"}
-    slurm_cluster.write_config(root / "suspend.sh", root / "resume.sh", root / "resume-failed.sh")
+    slurm_cluster.ram_sleepers = {"node1", "node2"}
+    slurm_cluster.write_config(root / "suspend.sh", root / "resume.sh", root / "resume-failed.sh",
+                               resume_timeout_s=25)
     slurm_cluster.start()
     env = slurm_cluster.env
     options = ["--cluster", str(inventory), "--state", str(state)]
 
-    assert greengpu("slurm", *options, "power-down", "node2", env=env).returncode == 0
-    slurm_cluster.wait(lambda: "POWERED_DOWN" in slurm_cluster.states()["node2"], 60, "node2 powered down")
-    slurm_cluster.wait(lambda: slurm_cluster._is_frozen("node2"), 10, "node2's slurmd frozen (suspended to RAM)")
+    assert greengpu("slurm", *options, "power-down", "node[1-2]", env=env).returncode == 0
+    slurm_cluster.wait(lambda: all("POWERED_DOWN" in slurm_cluster.states()[n] for n in ("node1", "node2")), 60,
+                       "node1 and node2 powered down")
+    slurm_cluster.wait(lambda: slurm_cluster._is_frozen("node1") and slurm_cluster._is_frozen("node2"), 10,
+                       "their slurmd frozen (suspended to RAM)")
     boot_before = _boot_time(slurm_cluster, "node2")
 
     job = slurm_cluster.run("sbatch", "--parsable", "-w", "node2", "--gres=gpu:1", "--wrap", "echo resumed").stdout
     job = job.strip()
+    lost = slurm_cluster.run("sbatch", "--parsable", "-w", "node1", "--gres=gpu:1", "--wrap", "true").stdout.strip()
     slurm_cluster.wait(lambda: slurm_cluster.job_state(job) == "COMPLETED", 60, f"job {job} to complete on node2")
 
-    assert [node for node, _ in slurm_cluster.packets] == ["node2"]
+    assert sorted(node for node, _ in slurm_cluster.packets) == ["?", "node2"]
     assert [r.returncode for r in slurm_cluster.hook_results] == [0], slurm_cluster.hook_results
     assert_back_in_service_and_not_requeued(slurm_cluster, job, ["node2"])
     assert _boot_time(slurm_cluster, "node2") > boot_before  # reported by slurmd -b: a new boot, as Slurm wants
@@ -186,6 +193,14 @@ def test_a_node_resumed_from_ram_registers_again_and_keeps_its_job(slurm_cluster
     verified = greengpu("slurm", *options, "verify", env=env)
     assert verified.returncode == 0, verified.stderr
     assert verified.stdout.startswith("node2: up")
+
+    # node1 never came back: Slurm's ResumeTimeout (25 s) ends in greengpu's ResumeFailProgram.
+    slurm_cluster.wait(lambda: "ALERT node1" in hook_log.read_text(), 40, "the ResumeFailProgram's alert for node1")
+    assert "ALERT node1: did not wake (Slurm ResumeFailProgram: not registered by ResumeTimeout) after 1 " \
+        "wake-up(s)" in hook_log.read_text()
+    status = json.loads(greengpu("slurm", *options, "status", "--json", env=env).stdout)
+    assert {(r["node"], r["state"]) for r in status} == {("node1", "failed"), ("node2", "up")}
+    assert slurm_cluster.job_state(lost) == "PENDING"  # requeued by Slurm, never run on a sleeping node
 
 
 def _boot_time(cluster: SlurmCluster, node: str) -> str:
