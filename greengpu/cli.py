@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,9 @@ EXIT_BAD_INPUT = 2
 ENV_PREFIX = "GREENGPU"
 _VERBOSITY = "greengpu.verbosity"
 """Key in click's shared context meta: -1 quiet, 0 normal, 1 and more verbose."""
+EXTRA_OF_MODULE = {"pandas": "plan", "numpy": "plan", "statsmodels": "plan", "scipy": "plan", "matplotlib": "plan",
+                   "jinja2": "plan", "kubernetes": "kube", "grpc": "kube"}
+"""The install extra (pyproject.toml) that brings each optional library: the slim core has none of them."""
 
 
 class _HelpFirstGroup(click.Group):
@@ -88,8 +93,10 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
               help="Cluster inventory YAML (CONTRACTS.md section 2).")
 @click.option("--policy", "policy_name", default=None, metavar="P",
               help="Built-in policy name (always-on, idle-timeout, default) or a policy YAML file.")
+@click.option("--slurm-conf", "slurm_conf", default=None, metavar="FILE",
+              help="slurm.conf: refuse a policy whose wake-up retries cannot finish inside its ResumeTimeout.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
-def check(cluster_file: str, policy_name: str | None, as_json: bool) -> None:
+def check(cluster_file: str, policy_name: str | None, slurm_conf: str | None, as_json: bool) -> None:
     """Validate a cluster inventory and optionally a policy, then summarise them.
 
     Prints nodes and GPUs per model, idle and peak power, tenants and quotas, and warns when
@@ -101,6 +108,12 @@ def check(cluster_file: str, policy_name: str | None, as_json: bool) -> None:
 
     cluster = load_cluster(cluster_file)
     policy = load_policy(policy_name) if policy_name else None
+    if policy is not None:
+        from greengpu.report.check import wake_timing_problem
+
+        problem = wake_timing_problem(cluster, policy, _resume_timeout_s(slurm_conf) if slurm_conf else None)
+        if problem:
+            raise BadInput(problem)
     summary = summarize(cluster)
     if as_json:
         payload: dict[str, Any] = asdict(summary)
@@ -108,6 +121,19 @@ def check(cluster_file: str, policy_name: str | None, as_json: bool) -> None:
         click.echo(json.dumps(payload, indent=2, sort_keys=True))
         return
     _print_check(cluster_file, summary, policy_lines(policy) if policy else [])
+
+
+def _resume_timeout_s(slurm_conf: str) -> float:
+    from greengpu.backends.slurm import resume_timeout_s
+
+    try:
+        text = Path(slurm_conf).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise BadInput(f"{slurm_conf}: cannot read: {error}") from None
+    try:
+        return resume_timeout_s(text)
+    except ValueError as error:
+        raise BadInput(f"{slurm_conf}: {error}") from None
 
 
 def _print_check(cluster_file: str, summary: Any, policy_text: list[str]) -> None:
@@ -384,10 +410,17 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
               help="This node's Slurm or Kubernetes name (default: the short hostname).")
 @click.option("--kube-host", default=None, metavar="URL",
               help="Kubernetes API server URL without auth (default: in-cluster config, else kubeconfig).")
+@click.option("--pod-resources-socket", default="/var/lib/kubelet/pod-resources/kubelet.sock", show_default=True,
+              metavar="SOCKET", help="With --class-source kubernetes: the kubelet's PodResources API (GPU -> pod by "
+              "UUID); when absent, the GPU processes' cgroups are read (needs hostPID).")
 @click.option("--journal", default="/var/lib/greengpu/agent-journal.jsonl", show_default=True, metavar="FILE",
               help="JSON-lines record of every limit set; read at start-up to undo a crashed session.")
 @click.option("--listen", default="127.0.0.1:9474", show_default=True, metavar="HOST:PORT",
-              help="Where /metrics and /healthz are served (port 0: any free port).")
+              help="Where /metrics and /healthz are served (port 0: any free port). The shipped unit gives the "
+              "node's address, so a central Prometheus can scrape it.")
+@click.option("--stale-after-s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="A last good tick older than this fails /healthz (503) and puts the GPUs back to default "
+              "limits until ticks work again (default: 3 intervals, at least 30 s).")
 @click.option("--interval-s", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
               help="Seconds between control ticks.")
 @click.option("--nonbinding-after-s", type=click.FloatRange(min=0), default=60.0, show_default=True,
@@ -401,9 +434,10 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
 @click.option("--fake-busy", default="", metavar="INDEXES", help="With --backend fake: GPUs with work, e.g. 0,1.")
 @click.option("--fake-not-root", is_flag=True, help="With --backend fake: refuse writes as NVML does without root.")
 def agent(policy_name: str, backend: str, classes_file: str | None, class_source: str, node: str | None,
-          kube_host: str | None, journal: str, listen: str, interval_s: float, nonbinding_after_s: float,
-          once: bool, dry_run: bool, fake_gpus: str, fake_state: str | None, fake_busy: str,
-          fake_not_root: bool) -> None:
+          kube_host: str | None, pod_resources_socket: str, journal: str, listen: str,
+          stale_after_s: float | None, interval_s: float,
+          nonbinding_after_s: float, once: bool, dry_run: bool, fake_gpus: str, fake_state: str | None,
+          fake_busy: str, fake_not_root: bool) -> None:
     """Run on a GPU node: cap each GPU for the job class running on it, restore everything on exit.
 
     Reads power, energy, limits and clocks through NVML, applies the policy's capping decision per
@@ -421,7 +455,8 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
         policy=load_policy(policy_name), backend=backend, fake_gpus=fake_gpus, fake_state=fake_state,
         fake_busy=busy, fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,
         node=node, kube_host=kube_host, journal=journal, listen=listen, interval_s=interval_s, once=once,
-        dry_run=dry_run, nonbinding_after_s=nonbinding_after_s))
+        dry_run=dry_run, nonbinding_after_s=nonbinding_after_s, stale_after_s=stale_after_s,
+        pod_resources_socket=pod_resources_socket))
     if code:
         raise click.exceptions.Exit(code)
 
@@ -492,7 +527,8 @@ def plan(history_file: str | None, trace_file: str | None, trace_format: str, cl
 @click.option("--policy", "policy_name", default="default", show_default=True, metavar="P",
               help="Policy whose sleep section gives wake timeout, retries and backoff.")
 @click.option("--suspend-command", default=None, metavar="TEMPLATE",
-              help="Run per node to suspend it ({node} is replaced). Default: ssh NODE greengpu node-suspend.")
+              help="Run per node to suspend it ({node} is replaced). Default: ssh NODE greengpu node-suspend "
+              "--command 'systemctl poweroff' (docs/SLEEP.md: why power-off).")
 @click.option("--ipmi-command", default=None, metavar="TEMPLATE",
               help="Power on nodes with an ipmi_host this way ({node}, {ipmi_host}), e.g. "
               "'ipmitool -I lanplus -H {ipmi_host} -U admin -E chassis power on'.")
@@ -510,21 +546,42 @@ def slurm(ctx: click.Context, cluster_file: str, state_file: str, policy_name: s
     from greengpu.config.policy import load_policy
     from greengpu.control.slurm_hooks import DEFAULT_SUSPEND_COMMAND, HookContext, setup_logging
 
-    setup_logging(log_file)
-    ctx.obj = HookContext(cluster=load_cluster(cluster_file), store_path=state_file,
-                          policy=load_policy(policy_name).sleep,
-                          suspend_command=suspend_command or DEFAULT_SUSPEND_COMMAND, ipmi_command=ipmi_command)
+    try:
+        setup_logging(log_file)
+    except OSError as error:
+        raise click.ClickException(f"greengpu slurm: cannot open the log {log_file}: {error}") from None
+    with _slurm_step(ctx.invoked_subcommand or ""):
+        ctx.obj = HookContext(cluster=load_cluster(cluster_file), store_path=state_file,
+                              policy=load_policy(policy_name).sleep,
+                              suspend_command=suspend_command or DEFAULT_SUSPEND_COMMAND, ipmi_command=ipmi_command)
+
+
+@contextmanager
+def _slurm_step(name: str) -> Iterator[None]:
+    """Refusals and failures of `greengpu slurm NAME` go to its log too; a runtime failure is one line, exit 1."""
+    from greengpu.control.slurm_hooks import HookFailure, logged_outcome
+
+    try:
+        with logged_outcome(f"greengpu slurm {name}".strip()):
+            yield
+    except HookFailure as error:
+        raise click.ClickException(str(error)) from None
 
 
 @slurm.command("suspend")
 @click.argument("hostlist")
 @click.pass_obj
 def slurm_suspend(context: Any, hostlist: str) -> None:
-    """SuspendProgram: record why each node sleeps and start its suspend command (detached)."""
+    """SuspendProgram: record why each node sleeps and start its suspend command (detached).
+
+    Refuses (exit 1, logged) nodes Slurm reports busy, and everything when scontrol fails.
+    """
     from greengpu.control.slurm_hooks import suspend
 
-    code = suspend(context, hostlist)
+    with _slurm_step("suspend"):
+        code = suspend(context, hostlist)
     if code:
+        click.echo(f"greengpu slurm suspend: refused some of {hostlist} (the log says which and why)", err=True)
         raise click.exceptions.Exit(code)
 
 
@@ -535,9 +592,22 @@ def slurm_resume(context: Any, hostlist: str) -> None:
     """ResumeProgram: send wake-on-LAN (or IPMI power-on) to each node; `verify` follows them up."""
     from greengpu.control.slurm_hooks import resume, resume_file_from_env
 
-    code = resume(context, hostlist, resume_file_from_env())
+    with _slurm_step("resume"):
+        code = resume(context, hostlist, resume_file_from_env())
     if code:
         raise click.exceptions.Exit(code)
+
+
+@slurm.command("resume-failed")
+@click.argument("hostlist")
+@click.pass_obj
+def slurm_resume_failed(context: Any, hostlist: str) -> None:
+    """ResumeFailProgram: Slurm gave up on these nodes; close their wake-ups as failed and log an ALERT."""
+    from greengpu.control.slurm_hooks import resume_failed
+
+    with _slurm_step("resume-failed"):
+        for line in resume_failed(context, hostlist):
+            click.echo(line)
 
 
 @slurm.command("verify")
@@ -546,7 +616,9 @@ def slurm_verify(context: Any) -> None:
     """One verification pass: nodes up are done; late ones get another wake-up; failed ones go DOWN."""
     from greengpu.control.slurm_hooks import verify
 
-    for line in verify(context):
+    with _slurm_step("verify"):
+        lines = verify(context)
+    for line in lines:
         click.echo(line)
 
 
@@ -557,7 +629,8 @@ def slurm_power_down(context: Any, hostlist: str) -> None:
     """Ask Slurm to power idle nodes down now (greengpu's planner deciding, not SuspendTime)."""
     from greengpu.control.slurm_hooks import power_down
 
-    power_down(context.cluster, hostlist)
+    with _slurm_step("power-down"):
+        power_down(context.cluster, hostlist)
 
 
 @slurm.command("power-up")
@@ -567,22 +640,26 @@ def slurm_power_up(context: Any, hostlist: str) -> None:
     """Ask Slurm to power nodes up now (it runs the ResumeProgram)."""
     from greengpu.control.slurm_hooks import power_up
 
-    power_up(context.cluster, hostlist)
+    with _slurm_step("power-up"):
+        power_up(context.cluster, hostlist)
 
 
 @slurm.command("status")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array: node, state, since_s (epoch), reason.")
 @click.pass_obj
 def slurm_status(context: Any, as_json: bool) -> None:
-    """Nodes greengpu put to sleep or is waking, with why and since when."""
-    from greengpu.control.slurm_hooks import status_rows
+    """Nodes greengpu put to sleep or is waking, with why and since when (UTC)."""
+    import time
 
-    rows = status_rows(context.store_path)
+    from greengpu.control.slurm_hooks import status_rows, status_text
+
+    with _slurm_step("status"):
+        rows = status_rows(context.store_path)
     if as_json:
         click.echo(json.dumps([dict(zip(("node", "state", "since_s", "reason"), row, strict=True)) for row in rows]))
         return
-    for node, state, since_s, reason in rows:
-        click.echo(f"{node:16s} {state:8s} since {since_s:.0f}  {reason}")
+    for line in status_text(rows, time.time()):
+        click.echo(line)
 
 
 @cli.group()
@@ -598,31 +675,55 @@ def kube(ctx: click.Context, cluster_file: str, state_file: str, policy_name: st
          suspend_command: str | None) -> None:
     """Kubernetes node sleep: cordon and drain (PodDisruptionBudgets respected), wake for pending GPU pods."""
 
-    from greengpu.backends.kubernetes import KubeApi, make_api_client
     from greengpu.backends.wol import Waker
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
-    from greengpu.control.kube_sleep import KubeSleep
+    from greengpu.control.kube_sleep import KUBE_SUSPEND_COMMAND, KubeSleep
     from greengpu.control.sleep_control import SleepControl, start_suspend
-    from greengpu.control.slurm_hooks import DEFAULT_SUSPEND_COMMAND
     from greengpu.control.state_store import StateStore
 
     cluster = load_cluster(cluster_file)
     policy = load_policy(policy_name)
-    template = suspend_command or DEFAULT_SUSPEND_COMMAND
+    template = suspend_command or KUBE_SUSPEND_COMMAND
 
-    control = SleepControl(StateStore(state_file), Waker(cluster), policy.sleep)
-    ctx.obj = KubeSleep(KubeApi(make_api_client(host=kube_host)), control, cluster, policy,
-                        lambda node: start_suspend(template, node))
+    with _kube_step():
+        from greengpu.backends.kubernetes import KubeApi, make_api_client
+
+        control = SleepControl(StateStore(state_file), Waker(cluster), policy.sleep)
+        ctx.obj = KubeSleep(KubeApi(make_api_client(host=kube_host)), control, cluster, policy,
+                            lambda node: start_suspend(template, node))
+
+
+@contextmanager
+def _kube_step() -> Iterator[None]:
+    """An unreachable or refusing API server, or a missing client, is one line and exit 1."""
+    import sqlite3
+
+    from greengpu.backends.kubernetes import KubeError
+
+    try:
+        yield
+    except KubeError as error:
+        raise click.ClickException(f"kube: {error}") from None
+    except (sqlite3.Error, OSError) as error:
+        raise click.ClickException(f"kube: {error}") from None
 
 
 @kube.command("sleep")
 @click.argument("node")
 @click.option("--reason", default="greengpu: idle", show_default=True)
+@click.option("--force", is_flag=True,
+              help="Also evict bare pods (nothing recreates them) and pods with emptyDir data, as kubectl drain "
+              "--force --delete-emptydir-data.")
+@click.option("--drain-timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="How long evicted pods may take to terminate before the sleep is called off (uncordoned).")
 @click.pass_obj
-def kube_sleep(sleeper: Any, node: str, reason: str) -> None:
-    """Cordon, drain and suspend NODE; refuses (exit 1) when GPU pods run there or a PDB blocks the drain."""
-    outcome = sleeper.sleep(node, reason)
+def kube_sleep(sleeper: Any, node: str, reason: str, force: bool, drain_timeout_s: float) -> None:
+    """Cordon, drain and suspend NODE; refuses (exit 1) when GPU pods run there, a PDB blocks the drain,
+    bare or emptyDir pods are there (without --force) or pods do not terminate in time."""
+    sleeper.drain_timeout_s = drain_timeout_s
+    with _kube_step():
+        outcome = sleeper.sleep(node, reason, force=force)
     click.echo(outcome.message)
     if not outcome.slept:
         raise click.exceptions.Exit(EXIT_FAILURE)
@@ -634,7 +735,9 @@ def kube_wake_pending(sleeper: Any) -> None:
     """Wake the fewest sleeping nodes that let pending GPU pods run."""
     import time
 
-    for node in sleeper.wake_for_pending(time.time()):
+    with _kube_step():
+        woken = sleeper.wake_for_pending(time.time())
+    for node in woken:
         click.echo(f"{node}: wake-up sent")
 
 
@@ -642,7 +745,9 @@ def kube_wake_pending(sleeper: Any) -> None:
 @click.pass_obj
 def kube_verify(sleeper: Any) -> None:
     """Close wake-ups of Ready nodes (and uncordon them), retry late ones, fail the lost ones."""
-    for line in sleeper.verify():
+    with _kube_step():
+        lines = sleeper.verify()
+    for line in lines:
         click.echo(line)
 
 
@@ -764,6 +869,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
+    except ModuleNotFoundError as exc:
+        extra = EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        click.echo(f"greengpu: this command needs the '{extra}' extra ({exc.name} is not installed): "
+                   f"python3 -m pip install '.[{extra}]' in the greengpu checkout", err=True)
+        return EXIT_FAILURE
     except click.Abort:
         click.echo("greengpu: aborted", err=True)
         return EXIT_FAILURE

@@ -41,7 +41,13 @@ def command(name: str) -> str:
 
 
 def run(name: str, *args: str, timeout_s: float = 20.0) -> str:
-    result = subprocess.run([command(name), *args], capture_output=True, text=True, timeout=timeout_s, check=False)
+    try:
+        result = subprocess.run([command(name), *args], capture_output=True, text=True, timeout=timeout_s,
+                                check=False)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{name} {' '.join(args)}: no answer within {timeout_s:g} s (is slurmctld up?)") from None
+    except OSError as error:
+        raise SlurmError(f"{name}: cannot run: {error}") from None
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines()
         raise SlurmError(f"{name} {' '.join(args)}: {lines[-1] if lines else f'exit {result.returncode}'}")
@@ -87,3 +93,22 @@ def update_nodes(names: Iterable[str], state: str, reason: str | None = None) ->
     if reason:
         args.append(f"reason={reason}")
     run("scontrol", *args)
+
+
+RESUME_TIMEOUT_DEFAULT_S = 60.0
+"""Slurm's ResumeTimeout when slurm.conf does not set it."""
+
+
+def resume_timeout_s(conf_text: str) -> float:
+    """`ResumeTimeout` from slurm.conf text (keys are case-insensitive; `#` starts a comment)."""
+    value = None
+    for raw in conf_text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        key, sep, rest = line.partition("=")
+        if sep and key.strip().lower() == "resumetimeout":
+            value = rest.strip()
+    if value is None:
+        return RESUME_TIMEOUT_DEFAULT_S
+    if not value.isdigit():
+        raise ValueError(f"ResumeTimeout={value!r} is not a whole number of seconds")
+    return float(value)

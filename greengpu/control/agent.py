@@ -118,6 +118,14 @@ class Agent:
 
     def stop(self) -> list[str]:
         """Put back every GPU the agent touched, close the journal session and NVML."""
+        lines = self.release("agent stopping")
+        self.journal.append("stop")
+        self.backend.close()
+        return lines
+
+    def release(self, reason: str) -> list[str]:
+        """Put back every GPU the agent touched (default limits, clocks unlocked); the agent keeps running
+        and caps again at the next good tick. Fail safe when the loop cannot tell what runs where."""
         lines = []
         for index, control in self.gpus.items():
             if not control.touched:
@@ -128,16 +136,18 @@ class Agent:
             if abs(reading.limit_w - target_w) > LIMIT_TOLERANCE_W:
                 set_w = self.backend.set_power_limit_w(index, target_w)
                 self.journal.append("reset_limit", gpu=index, uuid=reading.uuid, limit_w=set_w,
-                                    previous_w=reading.limit_w, reason="agent stopping")
+                                    previous_w=reading.limit_w, reason=reason)
                 done.append(f"limit back to {target_w:g} W")
             if control.locked_clock_mhz is not None:
                 self.backend.reset_clocks(index)
-                self.journal.append("reset_clocks", gpu=index, uuid=reading.uuid, reason="agent stopping")
+                self.journal.append("reset_clocks", gpu=index, uuid=reading.uuid, reason=reason)
                 done.append("clocks unlocked")
+                control.locked_clock_mhz = None
             if done:
                 lines.append(f"GPU {index}: " + ", ".join(done))
-        self.journal.append("stop")
-        self.backend.close()
+            # Forget the job: the next good tick decides afresh (and writes again) from the default limit.
+            control.job, control.decision, control.cap_bound, control.busy_samples = None, None, False, 0
+            control.cap_not_binding, control.limit_since_s = False, None
         return lines
 
     # --- one control tick ------------------------------------------------------------------

@@ -1,6 +1,13 @@
 """`greengpu agent`: wiring of backend, class source, journal, exporter and the signal-safe loop.
 
 Kept out of `cli.py` so the command line stays a thin layer of flags over this.
+
+Start-up order: the metrics address is bound before any GPU is touched (a port in use is one line
+and exit 1, nothing changed); systemd hears READY=1 after the first tick and WATCHDOG=1 from every
+turn of the loop (Type=notify, WatchdogSec: a hung NVML call gets the agent restarted, and the
+restart restores the GPUs from the journal). A tick that fails (class source or NVML unreachable)
+is counted and logged in one line; once the last good tick is older than the staleness bound the
+GPUs go back to their default limits until ticks work again: when unsure, nothing stays capped.
 """
 
 from __future__ import annotations
@@ -8,17 +15,22 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import sqlite3
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 from greengpu.backends.fake_nvml import FakeNvml, make_gpus
+from greengpu.backends.kubernetes import KubeError
 from greengpu.backends.nvml import GpuLost, NvmlBackend, NvmlUnavailable
+from greengpu.backends.slurm import SlurmError
 from greengpu.control.agent import Agent
-from greengpu.control.exporter import parse_listen, serve_agent_metrics
+from greengpu.control.exporter import LoopHealth, agent_metrics_server, parse_listen, sd_notify, watchdog_interval_s
 from greengpu.control.jobclass import ClassSource, KubernetesPods, LocalMap, SlurmJobs, load_class_file
 from greengpu.control.journal import Journal
 from greengpu.errors import BadInput
@@ -48,6 +60,10 @@ class AgentOptions:
     once: bool
     dry_run: bool
     nonbinding_after_s: float
+    stale_after_s: float | None = None
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    """A last good tick older than this makes /healthz fail and the GPUs go back to default limits
+    (None: 3 intervals, at least 30 s)."""
 
 
 def parse_gpu_indexes(text: str) -> tuple[int, ...]:
@@ -96,11 +112,29 @@ def build_class_source(options: AgentOptions) -> ClassSource:
         from greengpu.backends.kubernetes import KubeApi, make_api_client
 
         api = KubeApi(make_api_client(host=options.kube_host))
+        pods_by_gpu_uuid = None
+        if Path(options.pod_resources_socket).exists():
+            from greengpu.backends.kubernetes import PodResources
+
+            pods_by_gpu_uuid = PodResources(options.pod_resources_socket).pods_by_device
+            log.info("GPU -> pod from the kubelet's PodResources API (%s)", options.pod_resources_socket)
+        else:
+            log.info("no kubelet PodResources socket at %s: GPU -> pod from the processes' cgroups "
+                     "(needs hostPID)", options.pod_resources_socket)
         # One cluster-wide list of pending pods per tick per node: only when the policy uses it.
         return KubernetesPods(node, api.pods_on_node, default_class,
                               list_pending=api.pending_gpu_pods if options.policy.capping.relaxes_when_queued
-                              else None)
+                              else None, pods_by_gpu_uuid=pods_by_gpu_uuid)
     return LocalMap(by_gpu, default_class)
+
+
+TICK_FAILURES: tuple[type[BaseException], ...] = (GpuLost, KubeError, SlurmError, OSError,
+                                                 subprocess.SubprocessError, sqlite3.Error, RuntimeError, ValueError)
+"""What one tick may fail with and the loop survives (the class source's errors derive from these)."""
+
+
+def stale_after_s(options: AgentOptions) -> float:
+    return options.stale_after_s if options.stale_after_s is not None else max(30.0, 3 * options.interval_s)
 
 
 def run_agent(options: AgentOptions) -> int:
@@ -109,14 +143,25 @@ def run_agent(options: AgentOptions) -> int:
         host, port = parse_listen(options.listen)
     except ValueError as error:
         raise BadInput(f"--listen {error}") from None
-    classes = build_class_source(options)
+    try:
+        classes = build_class_source(options)
+    except (KubeError, OSError) as error:
+        log.error("cannot use the %s class source: %s", options.class_source, error)
+        return 1
     backend = build_backend(options)
     agent = Agent(backend, options.policy.capping, classes, Journal(options.journal), dry_run=options.dry_run,
                   nonbinding_after_s=options.nonbinding_after_s)
+    health = LoopHealth(stale_after_s=stale_after_s(options))
+    try:
+        server = agent_metrics_server(agent, host, port, health)  # bound before any GPU is touched
+    except OSError as error:
+        log.error("cannot serve metrics on %s: %s", options.listen, error.strerror or error)
+        return 1
     try:
         agent.start()
     except (NvmlUnavailable, RuntimeError) as error:
         log.error("%s", error)
+        server.stop()
         return 1
     stop = threading.Event()
 
@@ -125,26 +170,58 @@ def run_agent(options: AgentOptions) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    server = None
+    watchdog_s = watchdog_interval_s()
     try:
-        server = serve_agent_metrics(agent, host, port)
+        server.start()
         bound_host, bound_port = server.address
         log.info("serving metrics on http://%s:%d/metrics (policy %s, %d GPUs%s)",
                  bound_host if ":" not in bound_host else f"[{bound_host}]", bound_port, options.policy.name,
                  backend.gpu_count, ", dry run" if options.dry_run else "")
         sys.stderr.flush()
+        ready_sent = False
+        released = False
         while True:
             try:
                 agent.tick()
-            except GpuLost as error:
-                log.error("%s; will try again next tick", error)
-            if options.once or stop.wait(options.interval_s):
+                health.tick_ok()
+                released = False
+            except TICK_FAILURES as error:
+                health.tick_failed(str(error))
+                log.error("tick failed: %s", error)
+                if not released and health.problem() is not None:
+                    log.error("no good tick for %g s: GPUs back to their default limits until ticks work",
+                              health.stale_after_s)
+                    try:
+                        for line in agent.release("no good control tick: fail safe"):
+                            log.info(line)
+                        released = True
+                    except TICK_FAILURES as release_error:  # a GPU gone too: try again next turn
+                        log.error("could not put the GPUs back yet: %s", release_error)
+            if not ready_sent:
+                ready_sent = sd_notify(f"READY=1\nSTATUS=capping {backend.gpu_count} GPUs")
+            sd_notify("WATCHDOG=1")
+            if options.once or _wait(stop, options.interval_s, watchdog_s):
                 break
     finally:
+        sd_notify("STOPPING=1")
         for line in agent.stop():
             log.info(line)
-        if server is not None:
-            server.stop()
+        server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def _wait(stop: threading.Event, interval_s: float, watchdog_s: float | None) -> bool:
+    """Wait one interval (pinging the watchdog meanwhile when the interval is longer than its period);
+    True when asked to stop."""
+    deadline = time.monotonic() + interval_s
+    while True:
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            return False
+        if stop.wait(min(left_s, watchdog_s) if watchdog_s else left_s):
+            return True
+        if watchdog_s:
+            sd_notify("WATCHDOG=1")
+

@@ -1,4 +1,10 @@
-"""Prometheus metrics of the node agent, served on loopback by default (`/metrics`, `/healthz`).
+"""Prometheus metrics of the node agent (`/metrics`, `/healthz`) on the address `--listen` gives (the
+shipped unit: the node's own address, so a central Prometheus can scrape it).
+
+`/healthz` is 200 only while the control loop works: 503 before the first good tick and when the last
+good tick is older than the staleness bound (the loop is failing or stuck). Per-GPU job, class and
+tenant come as an info metric (`greengpu_gpu_job_info`, value 1) to join on `gpu`, so the power
+series do not change identity with every job.
 
 NVML is read at scrape time by a custom collector (FIELD-NOTES.md), so a scrape always sees the
 GPU as it is now, not as it was at the last control tick. Names follow Prometheus conventions:
@@ -9,15 +15,19 @@ that is the unit NVML and `nvidia-smi` speak and the issue names (`greengpu_gpu_
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from greengpu import __version__
 from greengpu.control.agent import Agent
 
 log = logging.getLogger("greengpu.exporter")
@@ -27,11 +37,44 @@ DEFAULT_AGENT_LISTEN = "127.0.0.1:9474"
 LABELS = ["gpu", "uuid", "model"]
 
 
+@dataclass
+class LoopHealth:
+    """What the control loop reports about itself: the last good tick and the failed ones."""
+
+    stale_after_s: float
+    clock: Callable[[], float] = time.time
+    last_good_tick_s: float | None = None
+    tick_errors: int = 0
+    last_error: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def tick_ok(self) -> None:
+        with self._lock:
+            self.last_good_tick_s = self.clock()
+
+    def tick_failed(self, error: str) -> None:
+        with self._lock:
+            self.tick_errors += 1
+            self.last_error = error
+
+    def problem(self) -> str | None:
+        """Why the agent is unhealthy now, or None."""
+        with self._lock:
+            if self.last_good_tick_s is None:
+                return "no good control tick yet" + (f" (last error: {self.last_error})" if self.last_error else "")
+            age_s = self.clock() - self.last_good_tick_s
+            if age_s > self.stale_after_s:
+                return (f"last good control tick {age_s:.0f} s ago (bound {self.stale_after_s:g} s)"
+                        + (f"; last error: {self.last_error}" if self.last_error else ""))
+            return None
+
+
 class GpuCollector(Collector):
     """Reads every GPU through the agent's backend when Prometheus scrapes."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, health: LoopHealth | None = None) -> None:
         self.agent = agent
+        self.health = health
 
     def collect(self) -> Iterable[Metric]:
         backend = self.agent.backend
@@ -52,9 +95,16 @@ class GpuCollector(Collector):
                                    "is set: the power limit is holding the GPU back", labels=LABELS)
         ecc = CounterMetricFamily("greengpu_gpu_ecc_uncorrected_errors", "Uncorrected ECC errors since the "
                                   "driver loaded (volatile)", labels=LABELS)
+        job_info = GaugeMetricFamily("greengpu_gpu_job_info", "The job on the GPU at the last tick, its workload "
+                                     "class and tenant (value 1; join on gpu)",
+                                     labels=["gpu", "uuid", "job", "class", "tenant"])
         for index in range(backend.gpu_count):
             reading = backend.read(index)
             labels = [str(index), reading.uuid, reading.name]
+            on_gpu = self.agent.gpus.get(index)
+            if on_gpu is not None and on_gpu.job is not None:
+                job_info.add_metric([str(index), reading.uuid, on_gpu.job.job_id, on_gpu.job.job_class,
+                                     on_gpu.job.tenant], 1.0)
             energy.add_metric(labels, reading.energy_j)
             power.add_metric(labels, reading.power_w)
             limit.add_metric(labels, reading.enforced_limit_w)
@@ -69,7 +119,19 @@ class GpuCollector(Collector):
             capped.add_metric(labels, 1.0 if reading.sw_power_cap else 0.0)
             if reading.ecc_uncorrected_volatile is not None:
                 ecc.add_metric(labels, reading.ecc_uncorrected_volatile)
-        yield from (energy, power, limit, default, locked, clock, util, memory, temperature, capped, ecc)
+        yield from (energy, power, limit, default, locked, clock, util, memory, temperature, capped, ecc, job_info)
+        build = GaugeMetricFamily("greengpu_build_info", "greengpu's version (value 1)", labels=["version"])
+        build.add_metric([__version__], 1.0)
+        yield build
+        if self.health is not None:
+            last = GaugeMetricFamily("greengpu_agent_last_tick_timestamp_seconds",
+                                     "Unix time of the last control tick that completed")
+            last.add_metric([], self.health.last_good_tick_s or 0.0)
+            yield last
+            errors = CounterMetricFamily("greengpu_agent_tick_errors", "Control ticks that failed "
+                                         "(class source or NVML unreachable)")
+            errors.add_metric([], float(self.health.tick_errors))
+            yield errors
         writes = CounterMetricFamily("greengpu_agent_nvml_writes", "Power limit and clock writes that NVML accepted")
         writes.add_metric([], backend.writes)
         yield writes
@@ -97,7 +159,8 @@ class _ThreadingHTTPServerV6(ThreadingHTTPServer):
 class MetricsServer:
     """`/metrics` and `/healthz` over HTTP in a background thread."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, health: LoopHealth | None = None) -> None:
+        """Binds at once (an address in use raises OSError here, before anything else happens)."""
         registry_ref = registry
 
         class Handler(BaseHTTPRequestHandler):
@@ -111,7 +174,9 @@ class MetricsServer:
                         body, status = f"scrape failed: {error}\n".encode(), 500
                     content_type = "text/plain; version=0.0.4; charset=utf-8"
                 elif path == "/healthz":
-                    body, status, content_type = b"ok\n", 200, "text/plain; charset=utf-8"
+                    problem = health.problem() if health is not None else None
+                    body, status = (b"ok\n", 200) if problem is None else (f"unhealthy: {problem}\n".encode(), 503)
+                    content_type = "text/plain; charset=utf-8"
                 else:
                     body, status, content_type = b"not found\n", 404, "text/plain; charset=utf-8"
                 self.send_response(status)
@@ -142,7 +207,41 @@ class MetricsServer:
         self._server.server_close()
 
 
-def serve_agent_metrics(agent: Agent, host: str, port: int) -> MetricsServer:
+def agent_metrics_server(agent: Agent, host: str, port: int, health: LoopHealth | None = None) -> MetricsServer:
+    """The agent's metrics server, bound but not serving yet (`start()`)."""
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(GpuCollector(agent))
-    return MetricsServer(registry, host, port).start()
+    registry.register(GpuCollector(agent, health))
+    return MetricsServer(registry, host, port, health)
+
+
+def serve_agent_metrics(agent: Agent, host: str, port: int, health: LoopHealth | None = None) -> MetricsServer:
+    return agent_metrics_server(agent, host, port, health).start()
+
+
+def sd_notify(message: str) -> bool:
+    """Send `message` (READY=1, WATCHDOG=1, STATUS=...) to systemd over $NOTIFY_SOCKET; False when not
+    run by systemd with Type=notify. A few lines instead of a dependency (sd_notify(3))."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):  # an abstract socket
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.connect(address)
+            # Never block the control loop on a listener that does not read: a lost ping is the
+            # watchdog's business, a stuck loop is not.
+            sock.send(message.encode(), socket.MSG_DONTWAIT)
+    except OSError as error:
+        log.debug("systemd notification %r not sent: %s", message, error)
+        return False
+    return True
+
+
+def watchdog_interval_s() -> float | None:
+    """Half of systemd's WatchdogSec (WATCHDOG_USEC, for this process), or None without a watchdog."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or not usec.isdigit() or (pid and pid != str(os.getpid())):
+        return None
+    return int(usec) / 2e6

@@ -8,8 +8,10 @@ work is waiting for capacity (`capacity_short`, for the policy's `relax_when_que
   (`GRES=gpu:a100:2(IDX:0-1)`); the class comes from the job's comment (`greengpu.class=inference`),
   else from a partition -> class map, else the default class. The same listing holds the pending
   jobs: one that asks for GPUs and waits with `Reason=Resources` means capacity is short.
-- `KubernetesPods`: each GPU process's cgroup (`/proc/PID/cgroup`) names its pod's UID; the pod's
-  `greengpu.io/class` annotation gives the class (pods listed once per tick, for this node only).
+- `KubernetesPods`: the kubelet's PodResources API says which pod was allocated each GPU (by UUID,
+  as NVML reports it): no access to other processes needed. Where its socket is not mounted, each
+  GPU process's cgroup (`/proc/PID/cgroup`, which needs `hostPID` in a pod) names its pod's UID. The
+  pod's `greengpu.io/class` annotation gives the class (pods listed once per tick, this node only).
   Capacity is short while a pod that requests `nvidia.com/gpu` is pending unscheduled (listed once
   per tick when a pending-pod lister is given).
 A GPU with running processes that no job claims gets the default class: something is using it.
@@ -18,7 +20,6 @@ A GPU with running processes that no job claims gets the default class: somethin
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,8 @@ CLASS_COMMENT = re.compile(r"greengpu\.class=(\w+)")
 class GpuJob:
     job_id: str
     job_class: str
+    tenant: str = ""
+    """Who runs it: the Slurm account, the pod's namespace ("" when the source does not say)."""
 
 
 class ClassSource(Protocol):
@@ -123,6 +126,7 @@ def parse_scontrol_jobs(text: str, node: str, partition_classes: Mapping[str, st
             continue
         comment = CLASS_COMMENT.search(line)
         partition = re.search(r"\bPartition=(\S+)", line)
+        account = re.search(r"\bAccount=(\S+)", line)
         job_class = (comment.group(1) if comment and comment.group(1) in JOB_CLASSES
                      else partition_classes.get(partition.group(1) if partition else "", default_class))
         for nodes, gres in _DETAIL.findall(line):
@@ -130,7 +134,8 @@ def parse_scontrol_jobs(text: str, node: str, partition_classes: Mapping[str, st
                 continue
             for indices in _IDX.findall(gres):
                 for index in hostlist.expand_hostlist(f"[{indices}]"):
-                    jobs[int(index)] = GpuJob(job_id.group(1), job_class)
+                    jobs[int(index)] = GpuJob(job_id.group(1), job_class,
+                                              account.group(1) if account and account.group(1) != "(null)" else "")
     return jobs
 
 
@@ -193,8 +198,12 @@ class KubernetesPods:
 
     def __init__(self, node: str, list_pods: Callable[[str], Sequence[PodInfo]], default_class: str = "training",
                  proc_root: Path = Path("/proc"),
-                 list_pending: Callable[[], Sequence[PodInfo]] | None = None) -> None:
-        """`list_pending`: the pods that request GPUs and are not scheduled yet (KubeApi.pending_gpu_pods)."""
+                 list_pending: Callable[[], Sequence[PodInfo]] | None = None,
+                 pods_by_gpu_uuid: Callable[[], Mapping[str, tuple[str, str]]] | None = None) -> None:
+        """`list_pending`: the pods that request GPUs and are not scheduled yet (KubeApi.pending_gpu_pods).
+        `pods_by_gpu_uuid`: GPU UUID -> (namespace, pod) from the kubelet (PodResources.pods_by_device);
+        without it, the GPU processes' cgroups."""
+        self._pods_by_gpu_uuid = pods_by_gpu_uuid
         self.node = node
         self._list_pods = list_pods
         self.default_class = default_class
@@ -212,19 +221,33 @@ class KubernetesPods:
             return {}
         if self._list_pending is not None:
             self._short = bool(self._list_pending())
-        pods = {p.uid: p for p in self._list_pods(self.node)}
+        listed = self._list_pods(self.node)
         claimed: dict[int, GpuJob] = {}
-        for reading in busy:
-            for pid in reading.pids:
-                pod = pods.get(pod_uid_of(pid, self.proc_root) or "")
-                if pod is None:
-                    continue
-                wanted = pod.annotations.get(CLASS_ANNOTATION, self.default_class)
-                job_class = wanted if wanted in JOB_CLASSES else self.default_class
-                claimed[reading.index] = GpuJob(f"{pod.namespace}/{pod.name}", job_class)
-                break
+        if self._pods_by_gpu_uuid is not None:
+            by_name = {(p.namespace, p.name): p for p in listed}
+            allocated = self._pods_by_gpu_uuid()
+            for reading in busy:
+                pod = by_name.get(allocated.get(reading.uuid, ("", "")))
+                if pod is not None:
+                    claimed[reading.index] = self._job(pod)
+        else:
+            by_uid = {p.uid: p for p in listed}
+            for reading in busy:
+                for pid in reading.pids:
+                    pod = by_uid.get(pod_uid_of(pid, self.proc_root) or "")
+                    if pod is not None:
+                        claimed[reading.index] = self._job(pod)
+                        break
         return {**claimed, **_unclaimed_busy(readings, claimed, self.default_class)}
+
+    def _job(self, pod: PodInfo) -> GpuJob:
+        wanted = pod.annotations.get(CLASS_ANNOTATION, self.default_class)
+        job_class = wanted if wanted in JOB_CLASSES else self.default_class
+        return GpuJob(f"{pod.namespace}/{pod.name}", job_class, pod.namespace)
 
 
 def _scontrol(argv: list[str]) -> str:
-    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=10).stdout
+    """`scontrol ...` by absolute path (as the hooks find it); Slurm's own last line when it fails."""
+    from greengpu.backends.slurm import run
+
+    return run(argv[0], *argv[1:], timeout_s=10.0)

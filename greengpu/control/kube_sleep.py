@@ -2,8 +2,13 @@
 pending GPU pods (the scheduling core picks the fewest nodes), uncordon after the wake is verified.
 
 - A node with a pod that holds GPUs is never put to sleep.
-- Draining uses the Eviction API. One eviction refused by a PodDisruptionBudget (HTTP 429) stops the
-  sleep: the node is uncordoned and nothing is forced.
+- Draining is `kubectl drain`'s: DaemonSet and mirror pods stay; a bare pod (no controller would
+  recreate it) or a pod with emptyDir data (lost on eviction) stops the sleep before anything is
+  touched, unless forced; the others are evicted through the Eviction API, and the node is suspended
+  only once every evicted pod has terminated (within `drain_timeout_s`).
+- One eviction refused by a PodDisruptionBudget (HTTP 429, after bounded retries) stops the sleep,
+  as does a pod still terminating at the timeout or an API failure: the node is uncordoned (it stays
+  awake and usable) and nothing is forced.
 - Pending pods that request `nvidia.com/gpu` and have no node are the demand. They are handed to the
   same scheduling core as every other body, on a snapshot where only sleeping and waking nodes have
   room (the kube-scheduler already found no room on the awake ones); the core's `WakeNode` actions
@@ -14,16 +19,24 @@ pending GPU pods (the scheduling core picks the fewest nodes), uncordon after th
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from greengpu.backends.kubernetes import CLASS_ANNOTATION, SLEEP_ANNOTATION, KubeApi, PodInfo
+from greengpu.backends.kubernetes import CLASS_ANNOTATION, SLEEP_ANNOTATION, KubeApi, KubeError, PodInfo
 from greengpu.control.sleep_control import SleepControl
 from greengpu.model import JOB_CLASSES, Cluster, ClusterSnapshot, Job, NodeState, PendingJob, PowerState, WakeNode
 from greengpu.policy import Policy
 from greengpu.sched.core import schedule_cycle
 
 log = logging.getLogger("greengpu.kube")
+
+KUBE_SUSPEND_COMMAND = "ssh -o BatchMode=yes -o ConnectTimeout=10 {node} /usr/local/bin/greengpu node-suspend"
+"""Suspend to RAM (node-suspend's default): the kubelet reports Ready again after a resume by itself,
+unlike Slurm's slurmd, which must register with a new boot time (docs/SLEEP.md)."""
+DRAIN_TIMEOUT_S = 300.0
+"""How long evicted pods may take to terminate (their grace period) before the sleep is called off."""
+TERMINATION_POLL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -35,30 +48,63 @@ class SleepOutcome:
 
 class KubeSleep:
     def __init__(self, api: KubeApi, control: SleepControl, cluster: Cluster, policy: Policy,
-                 suspend: Callable[[str], object]) -> None:
+                 suspend: Callable[[str], object], drain_timeout_s: float = DRAIN_TIMEOUT_S,
+                 wait: Callable[[float], None] = time.sleep, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.api = api
         self.control = control
         self.cluster = cluster
         self.policy = policy
         self._suspend = suspend
+        self.drain_timeout_s = drain_timeout_s
+        self._wait = wait
+        self._monotonic = monotonic
 
-    def sleep(self, node: str, reason: str) -> SleepOutcome:
+    def sleep(self, node: str, reason: str, force: bool = False) -> SleepOutcome:
+        """Cordon, drain (`force`: bare and emptyDir pods too) and suspend `node`, or say why not."""
         pods = [p for p in self.api.pods_on_node(node) if p.phase not in ("Succeeded", "Failed")]
         holding = [p for p in pods if p.gpus > 0]
         if holding:
             return SleepOutcome(node, False, f"{node}: not put to sleep: GPU pods run there "
                                              f"({', '.join(_names(holding))})")
-        self.api.set_unschedulable(node, True, sleep_reason=reason)
         movable = [p for p in pods if not p.daemonset and not p.mirror]
-        result = self.api.evict(movable)
-        if result.blocked:
+        refusal = _unforced_refusal(movable) if not force else None
+        if refusal:
+            return SleepOutcome(node, False, f"{node}: not put to sleep: {refusal} (--force evicts them)")
+        self.api.set_unschedulable(node, True, sleep_reason=reason)
+        try:
+            problem, evicted = self._drain(movable)
+        except KubeError:
+            self._uncordon_after_failure(node)
+            raise
+        if problem:
             self.api.set_unschedulable(node, False, sleep_reason=None)
-            return SleepOutcome(node, False, f"{node}: not put to sleep: a PodDisruptionBudget blocks evicting "
-                                             f"{', '.join(result.blocked)}; uncordoned")
+            return SleepOutcome(node, False, f"{node}: not put to sleep: {problem}; uncordoned")
         self.control.suspended([node], reason)
         self._suspend(node)
-        evicted = f" after evicting {', '.join(result.evicted)}" if result.evicted else ""
-        return SleepOutcome(node, True, f"{node}: cordoned, drained and suspended{evicted}")
+        done = f" after evicting {', '.join(evicted)}" if evicted else ""
+        return SleepOutcome(node, True, f"{node}: cordoned, drained and suspended{done}")
+
+    def _drain(self, movable: list[PodInfo]) -> tuple[str | None, tuple[str, ...]]:
+        """Evict, then wait until the evicted pods are gone. Returns (why the drain failed, evicted)."""
+        result = self.api.evict(movable)
+        if result.blocked:
+            return f"a PodDisruptionBudget blocks evicting {', '.join(result.blocked)}", result.evicted
+        waiting = [p for p in movable if f"{p.namespace}/{p.name}" in result.evicted]
+        deadline = self._monotonic() + self.drain_timeout_s
+        while True:
+            waiting = [p for p in waiting if not self.api.pod_gone(p)]
+            if not waiting:
+                return None, result.evicted
+            if self._monotonic() >= deadline:
+                return (f"{', '.join(_names(waiting))} still terminating {self.drain_timeout_s:g} s after "
+                        "eviction", result.evicted)
+            self._wait(TERMINATION_POLL_S)
+
+    def _uncordon_after_failure(self, node: str) -> None:
+        try:
+            self.api.set_unschedulable(node, False, sleep_reason=None)
+        except KubeError as error:
+            log.error("%s: left cordoned: uncordon failed too: %s", node, error)
 
     def wake_for_pending(self, now_s: float) -> list[str]:
         """Wake the nodes the core needs for pending GPU pods; returns the nodes sent a wake-up."""
@@ -97,6 +143,18 @@ class KubeSleep:
 
 def _names(pods: list[PodInfo]) -> list[str]:
     return [f"{p.namespace}/{p.name}" for p in pods]
+
+
+def _unforced_refusal(movable: list[PodInfo]) -> str | None:
+    """What `kubectl drain` refuses without --force / --delete-emptydir-data, or None."""
+    reasons = []
+    bare = [p for p in movable if not p.controller]
+    if bare:
+        reasons.append(f"bare pods that nothing would recreate ({', '.join(_names(bare))})")
+    local = [p for p in movable if p.empty_dir]
+    if local:
+        reasons.append(f"pods whose emptyDir data eviction would delete ({', '.join(_names(local))})")
+    return "; ".join(reasons) or None
 
 
 def _job(pod: PodInfo, now_s: float) -> Job:

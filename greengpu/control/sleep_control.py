@@ -9,10 +9,11 @@ import logging
 import shlex
 import subprocess
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from greengpu.backends.wol import WakeError, Waker
 from greengpu.control.state_store import StateStore, wall_clock
-from greengpu.energy.wake_verify import WakeEvent, WakeStage, advance, start_wake
+from greengpu.energy.wake_verify import WakeEvent, WakeStage, WakeTrack, advance, start_wake
 from greengpu.policy import SleepPolicy
 
 log = logging.getLogger("greengpu.sleep")
@@ -44,6 +45,24 @@ class SleepControl:
         for node in nodes:
             self.store.record_suspend(node, now, reason)
             log.info("%s: suspended (%s)", node, reason)
+
+    def refused(self, nodes: Iterable[str], why: str) -> None:
+        """Remember that a suspend of `nodes` was refused (they stay awake), and why."""
+        now = self.clock()
+        for node in nodes:
+            self.store.add_event(now, node, "refused", f"{node}: suspend refused: {why}")
+
+    def failed(self, nodes: Iterable[str], why: str) -> list[str]:
+        """The workload manager gave up on waking `nodes`: close their wake-ups as failed and alert."""
+        now = self.clock()
+        messages: list[str] = []
+        for node in nodes:
+            track = self.store.track(node) or WakeTrack(node, WakeStage.WAKING, 0, now, now, now)
+            self.store.save_track(replace(track, stage=WakeStage.FAILED, next_try_s=None), now)
+            event = WakeEvent(node, "failed", f"{node}: did not wake ({why}) after {track.attempts} wake-up(s); "
+                                              "check its power, BMC and wake-on-LAN setting")
+            messages.extend(e.message for e in self._carry_out([event], now))
+        return messages
 
     def wake(self, nodes: Iterable[str], reason: str) -> list[WakeEvent]:
         """Send a first wake-up to each node not already being woken; verification follows in `verify`."""

@@ -1,8 +1,16 @@
 """`greengpu slurm ...`: Slurm's SuspendProgram and ResumeProgram, and greengpu driving Slurm's power saving.
 
 Hooks run as SlurmUser with one argument (a hostlist), no PATH, stdin from /dev/null and stdout and
-stderr closed; Slurm only logs their exit code, and they must return fast. So: log to a file, send
-the wake-up or start the suspend command detached, persist what was done, exit.
+stderr closed; Slurm only logs their exit code, and they must return fast. So: log to a file (every
+decision and every refusal: nobody reads their stderr), send the wake-up or start the suspend command
+detached, persist what was done, exit.
+
+Slurm's resume contract: after a power-up request slurmctld accepts a node only when its slurmd
+registers with a boot time later than the request, within `ResumeTimeout`; otherwise the node is set
+DOWN and its jobs are requeued. A powered-off node boots, so that holds. A node suspended to RAM keeps
+its boot time: deploy/slurm/greengpu-slurmd-sleep-hook restarts slurmd after the resume telling it to
+report a fresh boot (`slurmd -b`). The default suspend command therefore powers the node off
+(docs/SLEEP.md says why).
 """
 
 from __future__ import annotations
@@ -10,9 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import hostlist
@@ -27,7 +39,9 @@ from greengpu.policy import SleepPolicy
 
 log = logging.getLogger("greengpu.slurm")
 
-DEFAULT_SUSPEND_COMMAND = "ssh -o BatchMode=yes -o ConnectTimeout=10 {node} /usr/local/bin/greengpu node-suspend"
+# Power-off by default: it needs nothing on the node for Slurm's resume contract (a boot is a boot).
+DEFAULT_SUSPEND_COMMAND = ("ssh -o BatchMode=yes -o ConnectTimeout=10 {node} /usr/local/bin/greengpu node-suspend "
+                           "--command 'systemctl poweroff'")
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,27 @@ class HookContext:
     policy: SleepPolicy
     suspend_command: str
     ipmi_command: str | None
+
+
+class HookFailure(Exception):
+    """A runtime failure of a `greengpu slurm` command (Slurm or the state file unreachable): exit 1."""
+
+
+@contextmanager
+def logged_outcome(what: str) -> Iterator[None]:
+    """Every refusal and failure also goes to the log (Slurm discards the hooks' stderr).
+
+    Bad input stays `BadInput` (exit 2); Slurm, state-file and OS failures become `HookFailure`
+    (one line, exit 1).
+    """
+    try:
+        yield
+    except BadInput as error:
+        log.error("%s refused: %s", what, error)
+        raise
+    except (slurm.SlurmError, sqlite3.Error, OSError, subprocess.SubprocessError) as error:
+        log.error("%s failed: %s", what, error)
+        raise HookFailure(f"{what.removeprefix('greengpu ')}: {error}") from None
 
 
 def setup_logging(log_file: str | None) -> None:
@@ -69,16 +104,31 @@ def control(context: HookContext) -> SleepControl:
 
 
 def suspend(context: HookContext, expression: str) -> int:
-    """SuspendProgram: record why each node sleeps, start its suspend command detached, return."""
+    """SuspendProgram: record why each node sleeps, start its suspend command detached, return.
+
+    Nothing is suspended unless Slurm itself confirms the nodes are idle: when `scontrol` fails the
+    hook refuses (a node greengpu cannot see stays awake). Slurm counts a refused node as powered
+    down all the same; its next resume then ends in Slurm's own ResumeTimeout path (DOWN, jobs
+    requeued, ResumeFailProgram alerts), which is safe, where suspending a busy node is not.
+    """
     names = expand(expression, context.cluster)
+    log.info("SuspendProgram called for %s", hostlist.collect_hostlist(names))
     try:
-        busy = [n.name for n in slurm.nodes(names).values() if n.busy]
+        states = slurm.nodes(names)
     except slurm.SlurmError as error:
-        log.warning("cannot read node states before suspending (%s); trusting Slurm's choice", error)
-        busy = []
+        log.error("refusing to suspend %s: cannot read their states from Slurm (%s)",
+                  hostlist.collect_hostlist(names), error)
+        control(context).refused(names, f"cannot read node states: {error}")
+        return 1
+    busy = [n for n in names if n in states and states[n].busy]
+    unknown = [n for n in names if n not in states]
     if busy:
         log.error("refusing to suspend %s: jobs are running there", hostlist.collect_hostlist(busy))
-    chosen = [n for n in names if n not in busy]
+        control(context).refused(busy, "jobs are running there")
+    if unknown:
+        log.error("refusing to suspend %s: Slurm does not know them", hostlist.collect_hostlist(unknown))
+        control(context).refused(unknown, "unknown to Slurm")
+    chosen = [n for n in names if n not in busy and n not in unknown]
     control(context).suspended(chosen, "Slurm SuspendProgram (power saving)")
     for node in chosen:
         try:
@@ -87,7 +137,7 @@ def suspend(context: HookContext, expression: str) -> int:
             log.error("%s: suspend command %r failed to start: %s", node, context.suspend_command, error)
             return 1
         log.info("%s: suspend command started: %s", node, " ".join(argv))
-    return 1 if busy else 0
+    return 1 if busy or unknown else 0
 
 
 def resume(context: HookContext, expression: str, resume_file: str | None) -> int:
@@ -97,8 +147,16 @@ def resume(context: HookContext, expression: str, resume_file: str | None) -> in
     jobs = _resume_jobs(resume_file)
     if jobs:
         reason += f" for job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}"
+    log.info("%s: %s", reason, hostlist.collect_hostlist(names))
     events = control(context).wake(names, reason)
     return 1 if any(e.kind == "send_failed" for e in events) else 0
+
+
+def resume_failed(context: HookContext, expression: str) -> list[str]:
+    """ResumeFailProgram: Slurm gave up on these nodes (not up by ResumeTimeout; it set them DOWN and
+    requeued their jobs). Close greengpu's wake-ups as failed and raise the alert."""
+    names = expand(expression, context.cluster)
+    return control(context).failed(names, "Slurm ResumeFailProgram: not registered by ResumeTimeout")
 
 
 def _resume_jobs(resume_file: str | None) -> list[str]:
@@ -150,3 +208,25 @@ def resume_file_from_env() -> str | None:
 
 def status_rows(store_path: str) -> Sequence[tuple[str, str, float, str]]:
     return [(r.node, r.state, r.since_s, r.reason) for r in StateStore(store_path).records()]
+
+
+def status_text(rows: Sequence[tuple[str, str, float, str]], now_s: float) -> list[str]:
+    """`greengpu slurm status` for people: UTC times and ages, and a plain line when there is nothing."""
+    if not rows:
+        return ["no node put to sleep or being woken by greengpu"]
+    lines = []
+    for node, state, since_s, reason in rows:
+        when = datetime.fromtimestamp(since_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        lines.append(f"{node:16s} {state:8s} since {when} ({_age(now_s - since_s)} ago)  {reason}")
+    return lines
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

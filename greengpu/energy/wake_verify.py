@@ -110,3 +110,21 @@ def next_due_s(track: WakeTrack) -> float | None:
     if track.stage is WakeStage.BACKOFF:
         return track.next_try_s
     return None
+
+
+def last_attempt_s(policy: SleepPolicy, poll_interval_s: float = 0.0) -> float:
+    """Worst case, seconds from the first wake-up to the last one: every attempt times out, every backoff
+    draws its full jitter, and each timeout and each retry is noticed up to `poll_interval_s` late (the
+    period of the verification pass). A node woken by that last attempt is up `boot_s` later.
+    """
+    total_s = 0.0
+    for attempt in range(1, 1 + min(policy.wake_retries, 64)):
+        total_s += _worst_retry_step_s(policy, attempt, poll_interval_s)
+    if policy.wake_retries > 64:  # the backoff is capped long before: every further step is the same
+        total_s += (policy.wake_retries - 64) * _worst_retry_step_s(policy, 65, poll_interval_s)
+    return total_s
+
+
+def _worst_retry_step_s(policy: SleepPolicy, attempt: int, poll_interval_s: float) -> float:
+    base_s = min(MAX_BACKOFF_S, policy.wake_backoff_s * 2.0 ** (attempt - 1))
+    return policy.wake_timeout_s + poll_interval_s + base_s * (1.0 + JITTER_FRACTION) + poll_interval_s

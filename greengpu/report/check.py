@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from greengpu.energy.wake_verify import last_attempt_s
 from greengpu.model import Cluster
 from greengpu.policy import Policy
+
+VERIFY_INTERVAL_S = 60.0
+"""Period of `greengpu slurm verify` in the shipped timer (deploy/systemd): retries are noticed this late."""
 
 
 @dataclass
@@ -125,3 +130,30 @@ def policy_lines(policy: Policy) -> list[str]:
         lines.append("  sleep: off")
     lines.append(f"  spot: {', '.join(policy.spot.classes)}" if policy.spot.enabled else "  spot: off")
     return lines
+
+
+def wake_timing_problem(cluster: Cluster, policy: Policy, resume_timeout_s: float | None) -> str | None:
+    """Why the policy's wake-up schedule cannot work on this cluster (and Slurm), or None.
+
+    A wake-up that times out before the slowest node could boot is retried while the node boots,
+    and marked failed when it was fine. Under Slurm, every retry must bring the node up before
+    `ResumeTimeout`: after it, Slurm sets the node DOWN and requeues its jobs, so a later retry is
+    worthless.
+    """
+    sleep = policy.sleep
+    if not sleep.enabled or not cluster.nodes:
+        return None
+    slowest_name = max({n.type_name for n in cluster.nodes}, key=lambda name: cluster.node_types[name].boot_s)
+    slowest = cluster.node_types[slowest_name]
+    if sleep.wake_timeout_s < slowest.boot_s:
+        return (f"policy {policy.name}: sleep.wake_timeout_s {sleep.wake_timeout_s:g} s is shorter than node type "
+                f"{slowest_name}'s boot_s {slowest.boot_s:g} s: its wake-ups would time out while it boots")
+    if resume_timeout_s is None:
+        return None
+    needed_s = math.ceil(last_attempt_s(sleep, VERIFY_INTERVAL_S) + slowest.boot_s)
+    if needed_s > resume_timeout_s:
+        return (f"policy {policy.name}: wake-up {1 + sleep.wake_retries} (after {sleep.wake_retries} retries of "
+                f"{sleep.wake_timeout_s:g} s with backoff) can bring node type {slowest_name} up "
+                f"{needed_s} s after the first, later than Slurm's ResumeTimeout={resume_timeout_s:g}; "
+                f"raise ResumeTimeout to {needed_s} or lower sleep.wake_timeout_s or sleep.wake_retries")
+    return None

@@ -9,10 +9,12 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -22,7 +24,7 @@ TRAINING_LIMIT_W = 259.0  # the default policy's efficiency pick for an A100 (te
 
 
 class AgentProcess:
-    def __init__(self, tmp_path: Path, *extra: str) -> None:
+    def __init__(self, tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         classes = tmp_path / "classes.yaml"
         classes.write_text("default_class: training\ngpus: {0: training, 1: inference}\n")
         self.state = tmp_path / "gpus.json"
@@ -30,7 +32,8 @@ class AgentProcess:
         argv = [sys.executable, "-m", "greengpu", "agent", "--backend", "fake", "--fake-gpus", "3xA100",
                 "--fake-state", str(self.state), "--fake-busy", "0,1", "--classes", str(classes),
                 "--journal", str(self.journal), "--listen", "127.0.0.1:0", "--interval-s", "0.2", *extra]
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        env={**os.environ, **(env or {})})
         self.lines: queue.Queue[str] = queue.Queue()
         self.stderr: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -104,6 +107,15 @@ def test_metrics_scrape_over_http_and_sigterm_restores(tmp_path: Path) -> None:
         assert "greengpu_gpu_temperature_celsius" in families and "greengpu_gpu_memory_used_bytes" in families
         relaxed = families["greengpu_agent_caps_relaxed_for_queue"]  # the local class source knows no queue
         assert relaxed.type == "gauge" and [s.value for s in relaxed.samples] == [0.0]
+        [build] = families["greengpu_build_info"].samples
+        assert build.name == "greengpu_build_info" and build.labels["version"] and build.value == 1.0
+        [last_tick] = families["greengpu_agent_last_tick_timestamp_seconds"].samples
+        assert abs(last_tick.value - time.time()) < 5
+        [errors] = [s for s in families["greengpu_agent_tick_errors"].samples if s.name.endswith("_total")]
+        assert errors.value == 0
+        jobs = {s.labels["gpu"]: (s.labels["job"], s.labels["class"], s.labels["tenant"])
+                for s in families["greengpu_gpu_job_info"].samples}
+        assert jobs == {"0": ("local:0", "training", ""), "1": ("local:1", "inference", "")}  # GPU 2 is idle
 
         agent.process.send_signal(signal.SIGTERM)
         assert agent.process.wait(timeout=20) == 0
@@ -166,3 +178,74 @@ def test_node_suspend_refuses_while_a_gpu_works_and_runs_the_command_when_idle(t
                           capture_output=True, text=True, timeout=60)
     assert idle.returncode == 0, idle.stderr
     assert marker.read_text() == "zzz"
+
+
+def test_a_port_in_use_is_one_line_and_exit_1_with_the_gpus_untouched(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        agent = AgentProcess(tmp_path, "--listen", f"127.0.0.1:{port}")
+        assert agent.process.wait(timeout=30) == 1
+        agent.kill()
+    err = "".join(agent.stderr)
+    assert err == f"greengpu agent: cannot serve metrics on 127.0.0.1:{port}: Address already in use\n"
+    assert [g["limit_w"] for g in agent.gpus()] == [400.0, 400.0, 400.0]  # nothing was capped
+    assert not agent.journal.exists() or "set_limit" not in agent.journal.read_text()
+
+
+def test_failing_ticks_fail_healthz_and_put_the_gpus_back_and_systemd_hears_from_the_loop(tmp_path: Path) -> None:
+    """The Slurm class source works, then slurmctld goes away: ticks fail, /healthz turns 503 once the last
+    good tick is stale, the GPUs go back to default limits, and they are capped again when Slurm returns.
+    READY=1 and WATCHDOG=1 reach a real notify socket, as under systemd with Type=notify."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    listing = tmp_path / "scontrol.out"
+    listing.write_text("JobId=7 JobName=train Account=physics Partition=gpu JobState=RUNNING NodeList=gpu01 "
+                       "Nodes=gpu01 CPU_IDs=0-3 Mem=0 GRES=gpu:a100:1(IDX:0)\n")
+    scontrol = bin_dir / "scontrol"  # answers from a recorded listing while "slurmctld" is up
+    scontrol.write_text(f"#!/bin/sh\n[ -e {listing} ] && exec cat {listing}\n"
+                        "echo 'slurm_load_jobs error: Unable to contact slurm controller (connect failure)' >&2\n"
+                        "exit 1\n")
+    scontrol.chmod(0o755)
+    notify_path = tmp_path / "notify.sock"
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(notify_path))
+    notify.settimeout(10)
+    env = {"GREENGPU_SLURM_BIN": str(bin_dir), "NOTIFY_SOCKET": str(notify_path),
+           "WATCHDOG_USEC": "400000"}
+    agent = AgentProcess(tmp_path, "--class-source", "slurm", "--node", "gpu01", "--stale-after-s", "1",
+                         env=env)
+    try:
+        url = agent.wait_for(r"serving metrics on (http://127\.0\.0\.1:\d+)/metrics").group(1)
+        agent.wait_for(r"GPU 0 \[job 7 \(training\)\].*-> 259 W")
+        messages = [notify.recv(4096).decode() for _ in range(3)]
+        assert messages[0].startswith("READY=1\nSTATUS=capping 3 GPUs") and "WATCHDOG=1" in messages[1:]
+        jobs = {s.labels["gpu"]: s.labels["tenant"] for s in scrape(url + "/metrics")["greengpu_gpu_job_info"].samples}
+        assert jobs["0"] == "physics"
+
+        listing.rename(tmp_path / "away")  # slurmctld goes away
+        agent.wait_for(r"tick failed: scontrol -d -o show job: slurm_load_jobs error: Unable to contact")
+        agent.wait_for(r"no good tick for 1 s: GPUs back to their default limits")
+        agent.wait_for(r"GPU 0: limit back to 400 W")
+        assert agent.gpus()[0]["limit_w"] == 400.0
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=5)
+            raise AssertionError("/healthz answered 200 while ticks fail")
+        except urllib.error.HTTPError as error:
+            assert error.code == 503
+            assert error.read().decode().startswith("unhealthy: last good control tick ")
+        [errors] = [s for s in scrape(url + "/metrics")["greengpu_agent_tick_errors"].samples
+                    if s.name.endswith("_total")]
+        assert errors.value >= 1
+
+        (tmp_path / "away").rename(listing)  # and comes back: capped again, healthy again
+        agent.wait_for(r"GPU 0 \[job 7 \(training\)\].*-> 259 W")
+        time.sleep(0.3)
+        with urllib.request.urlopen(url + "/healthz", timeout=5) as health:
+            assert health.read() == b"ok\n"
+        agent.process.send_signal(signal.SIGTERM)
+        assert agent.process.wait(timeout=20) == 0
+    finally:
+        agent.kill()
+        notify.close()

@@ -1,10 +1,15 @@
 """Kubernetes sleep and wake against an in-process API server on loopback (real HTTP, the real API's
-status codes): cordon and drain with PodDisruptionBudgets, wake for pending GPU pods through the core,
-uncordon after a verified wake, 409 conflicts retried."""
+status codes): cordon and drain as `kubectl drain` does (PodDisruptionBudgets, bare and emptyDir pods,
+waiting for termination), wake for pending GPU pods through the core, uncordon after a verified wake,
+409/429/500 retried with a bounded exponential backoff, and the API server's refusals kept strict."""
 
 from __future__ import annotations
 
+import json
 import socket
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -28,7 +33,11 @@ def kube() -> FakeKube:
         yield server
 
 
-def setup(tmp_path: Path, kube: FakeKube, port: int) -> tuple[KubeSleep, list[str], ManualClock]:
+BACKOFFS: list[float] = []
+
+
+def setup(tmp_path: Path, kube: FakeKube, port: int, drain_timeout_s: float = 5.0
+          ) -> tuple[KubeSleep, list[str], ManualClock]:
     inventory = write_inventory(tmp_path / "cluster.yaml",
                                 {"big": a100_type(), "small": a100_type(gpus=4, host_idle_w=300)},
                                 [wol_node("gpu[1-2]", "big", "02:00:5e:20:00:01", port),
@@ -38,8 +47,18 @@ def setup(tmp_path: Path, kube: FakeKube, port: int) -> tuple[KubeSleep, list[st
     policy = load_policy("default")
     control = SleepControl(StateStore(tmp_path / "state.db"), Waker(cluster), policy.sleep, clock=clock)
     suspended: list[str] = []
-    api = KubeApi(make_api_client(host=kube.url))
-    return KubeSleep(api, control, cluster, policy, suspend=suspended.append), suspended, clock
+    BACKOFFS.clear()
+    api = KubeApi(make_api_client(host=kube.url), sleep=BACKOFFS.append)  # backoffs recorded, not slept
+
+    def suspend(node_name: str) -> None:
+        # kubectl drain's order: the node sleeps only once its evicted pods are gone.
+        assert not [p for p in kube.pods if p["spec"].get("nodeName") == node_name
+                    and "deletionTimestamp" in p["metadata"]], "suspended while pods were terminating"
+        suspended.append(node_name)
+
+    sleeper = KubeSleep(api, control, cluster, policy, suspend=suspend, drain_timeout_s=drain_timeout_s,
+                        wait=lambda s: time.sleep(0.05))
+    return sleeper, suspended, clock
 
 
 def test_a_node_with_gpu_pods_is_never_put_to_sleep(tmp_path: Path, kube: FakeKube, udp: socket.socket) -> None:
@@ -58,6 +77,7 @@ def test_drain_respects_pod_disruption_budgets(tmp_path: Path, kube: FakeKube, u
     outcome = sleeper.sleep("gpu2", "idle 900 s")
     assert not outcome.slept
     assert "a PodDisruptionBudget blocks evicting default/web-0; uncordoned" in outcome.message
+    assert BACKOFFS == [0.5, 1.0, 2.0, 4.0]  # the 429 was retried with a doubling backoff, then reported
     assert kube.nodes["gpu2"]["spec"]["unschedulable"] is False and suspended == []
     assert ("POST", "/api/v1/namespaces/default/pods/web-0/eviction") in kube.requests
     assert len(kube.pods) == 2  # nothing forced
@@ -111,3 +131,78 @@ def test_pending_gpu_pods_wake_the_fewest_nodes_then_uncordon(tmp_path: Path, ku
     assert kube.nodes["gpu1"]["spec"]["unschedulable"] is False
     assert SLEEP_ANNOTATION not in kube.nodes["gpu1"]["metadata"]["annotations"]
     assert kube.nodes["gpu2"]["spec"]["unschedulable"] is True  # still asleep, still cordoned
+
+
+def test_bare_and_emptydir_pods_stop_the_sleep_unless_forced(tmp_path: Path, kube: FakeKube,
+                                                            udp: socket.socket) -> None:
+    kube.pods = [pod("debug", "b1", "gpu1", gpus=0, controller=None),
+                 pod("cache-0", "b2", "gpu1", gpus=0, empty_dir=True),
+                 pod("web-1", "b3", "gpu1", gpus=0)]
+    sleeper, suspended, _ = setup(tmp_path, kube, udp.getsockname()[1])
+    outcome = sleeper.sleep("gpu1", "idle")
+    assert not outcome.slept and suspended == []
+    assert outcome.message == ("gpu1: not put to sleep: bare pods that nothing would recreate (default/debug); "
+                               "pods whose emptyDir data eviction would delete (default/cache-0) "
+                               "(--force evicts them)")
+    assert "unschedulable" not in kube.nodes["gpu1"]["spec"] and len(kube.pods) == 3  # nothing touched
+    outcome = sleeper.sleep("gpu1", "idle", force=True)
+    assert outcome.slept and suspended == ["gpu1"] and kube.pods == []
+
+
+def test_the_node_sleeps_only_after_evicted_pods_terminate(tmp_path: Path, kube: FakeKube,
+                                                          udp: socket.socket) -> None:
+    kube.pods = [pod("web-0", "t1", "gpu2", gpus=0), pod("web-1", "t2", "gpu3", gpus=0)]
+    kube.termination_s = 0.4  # the pods' grace period
+    sleeper, suspended, _ = setup(tmp_path, kube, udp.getsockname()[1])
+    started = time.monotonic()
+    assert sleeper.sleep("gpu2", "idle").slept  # the suspend callback asserts nothing was still terminating
+    assert time.monotonic() - started >= 0.4
+    assert any(method == "GET" and path == "/api/v1/namespaces/default/pods/web-0" for method, path in kube.requests)
+
+    kube.termination_s = 30.0  # a pod that will not stop in time: the sleep is called off, node usable again
+    sleeper, suspended, _ = setup(tmp_path, kube, udp.getsockname()[1], drain_timeout_s=0.3)
+    outcome = sleeper.sleep("gpu3", "idle")
+    assert not outcome.slept and suspended == []
+    assert outcome.message == "gpu3: not put to sleep: default/web-1 still terminating 0.3 s after eviction; uncordoned"
+    assert kube.nodes["gpu3"]["spec"]["unschedulable"] is False
+
+
+def test_server_errors_are_retried_with_bounded_backoff_then_reported(tmp_path: Path, kube: FakeKube,
+                                                                     udp: socket.socket) -> None:
+    sleeper, suspended, _ = setup(tmp_path, kube, udp.getsockname()[1])
+    kube.server_errors = 2
+    assert sleeper.sleep("gpu4", "idle").slept
+    assert BACKOFFS == [0.5, 1.0] and sleeper.api.retries_done == 2
+    kube.server_errors = 100
+    BACKOFFS.clear()
+    with pytest.raises(KubeError, match="HTTP 500: list pods: Internal error occurred"):
+        sleeper.api.pods_on_node("gpu1")
+    assert BACKOFFS == [0.5, 1.0, 2.0, 4.0]  # bounded: four retries, then the error
+
+
+def test_the_fake_api_server_refuses_what_the_real_one_refuses(kube: FakeKube) -> None:
+    api = KubeApi(make_api_client(host=kube.url), sleep=lambda s: None)
+    kube.pods = [pod("a", "f1", "gpu1", gpus=0)]
+    with pytest.raises(KubeError, match="HTTP 400: list pods: field label not supported: spec.nodename"):
+        api._pods("spec.nodename=gpu1")  # a typo is refused, never matched to every pod
+    assert [p.name for p in api._pods("spec.nodeName!=gpu2,status.phase=Running")] == ["a"]
+
+    def post(body: object) -> tuple[int, dict[str, object]]:
+        request = urllib.request.Request(f"{kube.url}/api/v1/namespaces/default/pods/a/eviction",
+                                         data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    code, answer = post({"apiVersion": "v1", "kind": "DeleteOptions"})
+    assert code == 400 and answer["reason"] == "BadRequest"
+    code, answer = post({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "b"}})
+    assert code == 400 and answer["message"] == "name in URL does not match name in Eviction object"
+    kube.pdbs = [{"name": "a-pdb", "selector": {}, "disruptions_allowed": 0}]
+    code, answer = post({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}})
+    assert code == 429 and answer["details"]["causes"][0]["reason"] == "DisruptionBudget"
+    kube.pdbs = []
+    assert post({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}})[0] == 201

@@ -1,6 +1,9 @@
 """Real Slurm power saving driven by greengpu: suspend idle nodes through the hooks, then a GPU job
 makes Slurm call greengpu's ResumeProgram, whose magic packets (received on loopback) power the nodes
-back on, and the job completes. Needs root and `slurm-wlm munge` (installed by .ci/run)."""
+back on, and the job completes, once after a cold boot (power-off) and once after a resume from
+suspend to RAM (a frozen slurmd and the shipped systemd-sleep hook). In both, Slurm's resume contract
+holds: the node is back in service and its job ran once, never requeued. Needs root and
+`slurm-wlm munge` (installed by .ci/run)."""
 
 from __future__ import annotations
 
@@ -34,17 +37,38 @@ def require_slurm() -> None:
         pytest.skip(message)
 
 
+def write_hook_wrappers(root: Path, common: str) -> None:
+    """Slurm's hooks: one hostlist argument, no PATH, stdout and stderr closed; the wrappers add our options."""
+    for hook in ("suspend", "resume", "resume-failed"):
+        wrapper = root / f"{hook}.sh"
+        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m greengpu slurm {common} {hook} \"$1\"\n")
+        wrapper.chmod(0o755)
+
+
+def assert_back_in_service_and_not_requeued(cluster: SlurmCluster, job: str, nodes: list[str]) -> None:
+    """Slurm's resume contract held: the nodes registered in time, the job ran once, nothing was set DOWN."""
+    record = cluster.run("scontrol", "-o", "show", "job", job).stdout
+    assert "Restarts=0" in record.split(), record
+    for node in nodes:
+        flags = cluster.states()[node]
+        assert flags <= {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}, (node, flags)
+    controller_log = (cluster.root / "log" / "slurmctld.log").read_text()
+    for node in nodes:
+        assert f"node {node} not resumed by ResumeTimeout" not in controller_log
+    assert f"requeue job JobId={job}" not in controller_log
+
+
 def greengpu(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "greengpu", *args], capture_output=True, text=True, timeout=60,
                           env=env, check=False)
 
 
 @pytest.fixture
-def slurm_cluster(tmp_path: Path) -> SlurmCluster:
+def slurm_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> SlurmCluster:
     require_slurm()
     root = Path(os.environ.get("GREENGPU_SLURM_TEST_DIR", "/tmp")) / f"greengpu-slurm-{os.getpid()}-{tmp_path.name}"
     root.mkdir(parents=True, exist_ok=True)
-    cluster = SlurmCluster(root)
+    cluster = SlurmCluster(root, node_count=getattr(request, "param", 4))
     try:
         yield cluster
     finally:
@@ -62,12 +86,8 @@ def test_greengpu_suspends_idle_nodes_and_wakes_them_for_a_gpu_job(slurm_cluster
     power_off = slurm_cluster.power_off_script()
     common = (f"--cluster {inventory} --state {state} --log {hook_log} "
               f"--suspend-command '{sys.executable} {power_off} {root} {{node}}'")
-    # Slurm's hooks: one hostlist argument, no PATH, stdout and stderr closed; the wrappers add our options.
-    for hook in ("suspend", "resume"):
-        wrapper = root / f"{hook}.sh"
-        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m greengpu slurm {common} {hook} \"$1\"\n")
-        wrapper.chmod(0o755)
-    slurm_cluster.write_config(root / "suspend.sh", root / "resume.sh")
+    write_hook_wrappers(root, common)
+    slurm_cluster.write_config(root / "suspend.sh", root / "resume.sh", root / "resume-failed.sh")
     slurm_cluster.start()
     env = slurm_cluster.env
     options = ["--cluster", str(inventory), "--state", str(state)]
@@ -117,9 +137,11 @@ def test_greengpu_suspends_idle_nodes_and_wakes_them_for_a_gpu_job(slurm_cluster
     for node, packet in slurm_cluster.packets:
         mac = bytes.fromhex(MACS[node].replace(":", ""))
         assert len(packet) == 102 and packet == b"\xff" * 6 + mac * 16
+    assert_back_in_service_and_not_requeued(slurm_cluster, job, ["node3", "node4"])
     log_text = hook_log.read_text()
     assert "wake-on-LAN sent to node3" in log_text and "wake-on-LAN sent to node4" in log_text
     assert f"Slurm ResumeProgram for job {job}" in log_text
+    assert "ResumeFailProgram" not in log_text
 
     # Verification: Slurm reports the nodes up, so greengpu's open wake-ups are closed.
     verified = greengpu("slurm", *options, "verify", env=env)
@@ -127,3 +149,60 @@ def test_greengpu_suspends_idle_nodes_and_wakes_them_for_a_gpu_job(slurm_cluster
     assert sorted(line.split(":")[0] for line in verified.stdout.splitlines()) == ["node3", "node4"]
     status = json.loads(greengpu("slurm", *options, "status", "--json", env=env).stdout)
     assert {(r["node"], r["state"]) for r in status} == {("node3", "up"), ("node4", "up")}
+
+
+@pytest.mark.parametrize("slurm_cluster", [2], indirect=True)
+def test_a_node_resumed_from_ram_registers_again_and_keeps_its_job(slurm_cluster: SlurmCluster) -> None:
+    """Suspend to RAM: slurmd frozen, thawed by the wake-up; the shipped sleep hook restarts it with -b, so
+    slurmctld sees the new boot it waits for (without the hook it marks the node DOWN and requeues).
+    Meanwhile node1's wake-up never arrives: Slurm gives up at ResumeTimeout and runs greengpu's
+    ResumeFailProgram, which fails the wake-up and raises the alert."""
+    root = slurm_cluster.root
+    port = slurm_cluster.listen_for_magic_packets({"node2": MACS["node2"]})  # node1's packets are lost
+    inventory = write_inventory(root / "cluster.yaml", {"gpu4": a100_type(gpus=4, host_idle_w=300, boot_s=10)},
+                                [wol_node("node[1-2]", "gpu4", MACS["node1"], port)])
+    state = root / "state.db"
+    hook_log = root / "log" / "greengpu-hooks.log"
+    suspend_to_ram = slurm_cluster.suspend_to_ram_script()
+    write_hook_wrappers(root, f"--cluster {inventory} --state {state} --log {hook_log} "
+                              f"--suspend-command '{sys.executable} {suspend_to_ram} {root} {{node}}'")
+    slurm_cluster.ram_sleepers = {"node1", "node2"}
+    slurm_cluster.write_config(root / "suspend.sh", root / "resume.sh", root / "resume-failed.sh",
+                               resume_timeout_s=25)
+    slurm_cluster.start()
+    env = slurm_cluster.env
+    options = ["--cluster", str(inventory), "--state", str(state)]
+
+    assert greengpu("slurm", *options, "power-down", "node[1-2]", env=env).returncode == 0
+    slurm_cluster.wait(lambda: all("POWERED_DOWN" in slurm_cluster.states()[n] for n in ("node1", "node2")), 60,
+                       "node1 and node2 powered down")
+    slurm_cluster.wait(lambda: slurm_cluster._is_frozen("node1") and slurm_cluster._is_frozen("node2"), 10,
+                       "their slurmd frozen (suspended to RAM)")
+    boot_before = _boot_time(slurm_cluster, "node2")
+
+    job = slurm_cluster.run("sbatch", "--parsable", "-w", "node2", "--gres=gpu:1", "--wrap", "echo resumed").stdout
+    job = job.strip()
+    lost = slurm_cluster.run("sbatch", "--parsable", "-w", "node1", "--gres=gpu:1", "--wrap", "true").stdout.strip()
+    slurm_cluster.wait(lambda: slurm_cluster.job_state(job) == "COMPLETED", 60, f"job {job} to complete on node2")
+
+    assert sorted(node for node, _ in slurm_cluster.packets) == ["?", "node2"]
+    assert [r.returncode for r in slurm_cluster.hook_results] == [0], slurm_cluster.hook_results
+    assert_back_in_service_and_not_requeued(slurm_cluster, job, ["node2"])
+    assert _boot_time(slurm_cluster, "node2") > boot_before  # reported by slurmd -b: a new boot, as Slurm wants
+    assert not (root / "flags" / "node2.resumed").exists()  # -b once: a later slurmd restart is a plain one
+    verified = greengpu("slurm", *options, "verify", env=env)
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.startswith("node2: up")
+
+    # node1 never came back: Slurm's ResumeTimeout (25 s) ends in greengpu's ResumeFailProgram.
+    slurm_cluster.wait(lambda: "ALERT node1" in hook_log.read_text(), 40, "the ResumeFailProgram's alert for node1")
+    assert "ALERT node1: did not wake (Slurm ResumeFailProgram: not registered by ResumeTimeout) after 1 " \
+        "wake-up(s)" in hook_log.read_text()
+    status = json.loads(greengpu("slurm", *options, "status", "--json", env=env).stdout)
+    assert {(r["node"], r["state"]) for r in status} == {("node1", "failed"), ("node2", "up")}
+    assert slurm_cluster.job_state(lost) == "PENDING"  # requeued by Slurm, never run on a sleeping node
+
+
+def _boot_time(cluster: SlurmCluster, node: str) -> str:
+    record = cluster.run("scontrol", "-o", "show", "node", node).stdout
+    return next(part.split("=", 1)[1] for part in record.split() if part.startswith("BootTime="))

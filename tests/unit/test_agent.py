@@ -305,3 +305,11 @@ def test_kubernetes_pod_annotation_gives_the_class(tmp_path: Path) -> None:
         1: ("research/trainer-0", "batch"),  # no annotation: the default class
         2: ("pid:503", "batch"),  # a process outside Kubernetes still makes the GPU busy
     }
+
+
+def test_slurm_accounts_are_the_gpus_tenants() -> None:
+    listing = SCONTROL.replace("JobId=101 JobName=train UserId=ann(1000)", "JobId=101 JobName=train UserId=ann(1000) "
+                               "Account=physics").replace("JobId=102 JobName=batch", "JobId=102 JobName=batch "
+                                                          "Account=(null)")
+    on_gpu01 = parse_scontrol_jobs(listing, "gpu01", {}, "training")
+    assert {i: j.tenant for i, j in on_gpu01.items()} == {0: "physics", 1: "physics", 3: ""}

@@ -126,3 +126,22 @@ def test_a_node_already_waking_is_not_sent_twice(tmp_path: Path, udp: socket.soc
     udp.settimeout(0.2)
     with pytest.raises(TimeoutError):
         udp.recvfrom(4096)
+
+
+def test_the_worst_case_last_attempt_bounds_every_simulated_retry_schedule() -> None:
+    """`last_attempt_s` (what `greengpu check` compares with Slurm's ResumeTimeout) is never earlier than
+    the last wake-up the pure decision sends, for any node name (jitter), polled every 60 s."""
+    from greengpu.energy.wake_verify import last_attempt_s
+
+    bound_s = last_attempt_s(POLICY, poll_interval_s=60.0)
+    for node in (f"gpu{i:03d}" for i in range(50)):
+        track, _ = start_wake(node, 0.0, POLICY, "r")
+        last_send_s, now = 0.0, 0.0
+        while track.stage is not WakeStage.FAILED:
+            now += 60.0  # the verification pass runs every minute
+            track, events = advance(track, now, is_up=False, policy=POLICY)
+            if any(e.kind == "send" for e in events):
+                last_send_s = now
+        assert last_send_s <= bound_s
+    # And it is tight: without polling delay it is the timeouts plus the full-jitter backoffs.
+    assert last_attempt_s(POLICY) == 2 * 600.0 + (30.0 + 60.0) * (1 + JITTER_FRACTION)
