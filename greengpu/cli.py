@@ -480,6 +480,9 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
               "(forecasts/plan.yaml is one; flags override it).")
 @click.option("--buffer-factor", type=click.FloatRange(1.0, 10.0), default=None,
               help="Multiply the upper peak by this (default 1.0).")
+@click.option("--origins", type=click.IntRange(5, 365), default=None, metavar="N",
+              help="Backtest origins (default: one a day with two weeks of history before it, at most 30); "
+              "twice the default checks that the gate's verdict does not turn on the count.")
 @click.option("--growth", "growth_gpus_per_month", type=float, default=None, metavar="GPUS_PER_MONTH",
               help="Expected growth of daily peaks, replacing the measured one.")
 @click.option("--html", "html_file", default=None, metavar="FILE", help="Also write a self-contained HTML report "
@@ -488,7 +491,7 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
 def plan(history_file: str | None, trace_file: str | None, trace_format: str, cluster_file: str | None,
          horizon: str | None, lead_time: str | None, target_utilisation: float | None,
          redundancy_gpus: int | None, models: str, settings_file: str | None, buffer_factor: float | None,
-         growth_gpus_per_month: float | None, html_file: str | None, as_json: bool) -> None:
+         origins: int | None, growth_gpus_per_month: float | None, html_file: str | None, as_json: bool) -> None:
     """How many GPUs will we need, when must we order them, and what would greengpu save?
 
     With no arguments, plans the bundled example in forecasts/ (Philly's public demand, 1,000 GPUs).
@@ -504,7 +507,7 @@ def plan(history_file: str | None, trace_file: str | None, trace_format: str, cl
     options = PlanOptions(history_file, trace_file, trace_format, cluster_file, horizon, lead_time,
                           target_utilisation, redundancy_gpus, baselines_only=models == "baselines",
                           settings_file=settings_file, buffer_factor=buffer_factor,
-                          growth_gpus_per_month=growth_gpus_per_month)
+                          growth_gpus_per_month=growth_gpus_per_month, origins=origins)
     with _phases("greengpu plan") as phase:
         payload, _ = run_plan(options, progress=phase)
     if html_file is not None:

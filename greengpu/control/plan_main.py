@@ -40,6 +40,8 @@ class PlanOptions:
     settings_file: str | None = None
     buffer_factor: float | None = None
     growth_gpus_per_month: float | None = None
+    origins: int | None = None
+    """Backtest origins; None: the backtest's default (one a day, at most 30)."""
 
 
 def parse_days(text: str, what: str) -> int:
@@ -207,6 +209,7 @@ def load_inputs(options: PlanOptions) -> LoadedInputs:
                          else given.get("redundancy_gpus") or 0),
         max_wait_probability=given.get("max_wait_probability") or 0.10,
         growth_window_days=parse_days(given.get("growth_window") or "4w", "growth_window"),
+        origins=options.origins,
     )
     if options.baselines_only:
         settings = replace(settings, models=BASELINES, daily_candidates=False)

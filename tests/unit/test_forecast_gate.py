@@ -4,10 +4,14 @@ places on noise, and the backtest's origins, kept parameters and ensemble do wha
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from greengpu.cli import main
 from greengpu.forecast.backtest import (
     MAX_ORIGINS,
     REFIT_EVERY,
@@ -209,3 +213,19 @@ def test_the_plan_reports_the_verdict_with_its_evidence() -> None:
     mase = forecast["per_origin"]["mase"]
     ratios = np.array(mase["hour_of_day_mean"]) / np.array(mase[gate["baseline"]])
     assert float(np.median(ratios)) == pytest.approx(gate["median_ratio"], abs=1e-3)
+
+
+def test_plan_origins_flag_sets_the_count_and_refuses_too_few(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    series = daily_shape(days=40)
+    history = tmp_path / "history.csv"
+    pd.DataFrame({"time": series.index.strftime("%Y-%m-%dT%H:%M:%SZ"), "gpus_busy": series.round(1)}).to_csv(
+        history, index=False)
+    base = ["plan", "--history", str(history), "--models", "baselines", "--horizon", "30d", "--json"]
+    assert main([*base, "--origins", "52"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["forecast"]["origins"] == 52  # 26 days of origins, so half a day apart
+    assert len(payload["forecast"]["per_origin"]["times"]) == 52
+    assert main([*base, "--origins", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--origins" in err[0]
