@@ -603,24 +603,43 @@ def slurm_resume(context: Any, hostlist: str) -> None:
 
 @slurm.command("resume-failed")
 @click.argument("hostlist")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of the alerts raised (strings).")
 @click.pass_obj
-def slurm_resume_failed(context: Any, hostlist: str) -> None:
+def slurm_resume_failed(context: Any, hostlist: str, as_json: bool) -> None:
     """ResumeFailProgram: Slurm gave up on these nodes; close their wake-ups as failed and log an ALERT."""
     from greengpu.control.slurm_hooks import resume_failed
 
     with _slurm_step("resume-failed"):
-        for line in resume_failed(context, hostlist):
-            click.echo(line)
+        lines = resume_failed(context, hostlist)
+    _echo_lines(lines, as_json)
 
 
 @slurm.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array: node, event (send, up, timeout, failed), "
+              "message.")
 @click.pass_obj
-def slurm_verify(context: Any) -> None:
+def slurm_verify(context: Any, as_json: bool) -> None:
     """One verification pass: nodes up are done; late ones get another wake-up; failed ones go DOWN."""
-    from greengpu.control.slurm_hooks import verify
+    from greengpu.control.slurm_hooks import verify_events
 
     with _slurm_step("verify"):
-        lines = verify(context)
+        events = verify_events(context)
+    _echo_events(events, as_json)
+
+
+def _echo_events(events: list[Any], as_json: bool) -> None:
+    """Wake-verification events: one JSON array, or one line each for people."""
+    if as_json:
+        click.echo(json.dumps([{"node": e.node, "event": e.kind, "message": e.message} for e in events]))
+        return
+    for event in events:
+        click.echo(event.message)
+
+
+def _echo_lines(lines: list[str], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(lines))
+        return
     for line in lines:
         click.echo(line)
 
@@ -720,38 +739,47 @@ def _kube_step() -> Iterator[None]:
               "--force --delete-emptydir-data.")
 @click.option("--drain-timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="How long evicted pods may take to terminate before the sleep is called off (uncordoned).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: node, slept, message.")
 @click.pass_obj
-def kube_sleep(sleeper: Any, node: str, reason: str, force: bool, drain_timeout_s: float) -> None:
+def kube_sleep(sleeper: Any, node: str, reason: str, force: bool, drain_timeout_s: float, as_json: bool) -> None:
     """Cordon, drain and suspend NODE; refuses (exit 1) when GPU pods run there, a PDB blocks the drain,
     bare or emptyDir pods are there (without --force) or pods do not terminate in time."""
     sleeper.drain_timeout_s = drain_timeout_s
     with _kube_step():
         outcome = sleeper.sleep(node, reason, force=force)
-    click.echo(outcome.message)
+    if as_json:
+        click.echo(json.dumps({"node": outcome.node, "slept": outcome.slept, "message": outcome.message}))
+    else:
+        click.echo(outcome.message)
     if not outcome.slept:
         raise click.exceptions.Exit(EXIT_FAILURE)
 
 
 @kube.command("wake-pending")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: woken (the nodes a wake-up went to).")
 @click.pass_obj
-def kube_wake_pending(sleeper: Any) -> None:
+def kube_wake_pending(sleeper: Any, as_json: bool) -> None:
     """Wake the fewest sleeping nodes that let pending GPU pods run."""
     import time
 
     with _kube_step():
         woken = sleeper.wake_for_pending(time.time())
+    if as_json:
+        click.echo(json.dumps({"woken": list(woken)}))
+        return
     for node in woken:
         click.echo(f"{node}: wake-up sent")
 
 
 @kube.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array: node, event (send, up, timeout, failed, "
+              "uncordoned), message.")
 @click.pass_obj
-def kube_verify(sleeper: Any) -> None:
+def kube_verify(sleeper: Any, as_json: bool) -> None:
     """Close wake-ups of Ready nodes (and uncordon them), retry late ones, fail the lost ones."""
     with _kube_step():
-        lines = sleeper.verify()
-    for line in lines:
-        click.echo(line)
+        events = sleeper.verify_events()
+    _echo_events(events, as_json)
 
 
 @cli.command("node-suspend")
@@ -763,8 +791,10 @@ def kube_verify(sleeper: Any) -> None:
 @click.option("--util-threshold", type=click.FloatRange(0, 1), default=0.2, show_default=True,
               help="A GPU at or above this utilisation counts as busy (the policy's idle_util_threshold).")
 @click.option("--dry-run", is_flag=True, help="Check and say what would run; suspend nothing.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout: suspended, dry_run, command, "
+              "busy (the GPUs that kept the node awake).")
 def node_suspend(suspend_command: str, backend: str, fake_gpus: str, fake_busy: str, util_threshold: float,
-                 dry_run: bool) -> None:
+                 dry_run: bool, as_json: bool) -> None:
     """Run on a node: suspend it, but never while a GPU process runs or a GPU is busy (checked through NVML)."""
     import shlex
     import subprocess
@@ -783,16 +813,22 @@ def node_suspend(suspend_command: str, backend: str, fake_gpus: str, fake_busy: 
     working = [f"GPU {r.index} (pid {', '.join(map(str, r.pids))})" for r in readings if r.pids]
     working += [f"GPU {r.index} ({r.utilization:.0%} busy)" for r in readings
                 if not r.pids and r.utilization >= util_threshold]
+    decision = {"suspended": False, "dry_run": dry_run, "command": suspend_command, "busy": working}
     if working:
+        if as_json:
+            click.echo(json.dumps(decision))
         click.echo(f"greengpu node-suspend: not suspending: work on {', '.join(working)}", err=True)
         raise click.exceptions.Exit(EXIT_FAILURE)
     if dry_run:
-        click.echo(f"would run: {suspend_command}")
+        click.echo(json.dumps(decision) if as_json else f"would run: {suspend_command}")
         return
-    result = subprocess.run(shlex.split(suspend_command), check=False)
+    # With --json, stdout holds the one JSON object: the command's own output goes to file descriptor 2.
+    result = subprocess.run(shlex.split(suspend_command), check=False, stdout=2 if as_json else None)
     if result.returncode:
         click.echo(f"greengpu node-suspend: {suspend_command!r} exited {result.returncode}", err=True)
         raise click.exceptions.Exit(EXIT_FAILURE)
+    if as_json:
+        click.echo(json.dumps({**decision, "suspended": True}))
 
 
 def _option_variable(path: str, option: click.Option) -> str:

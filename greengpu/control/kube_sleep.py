@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from greengpu.backends.kubernetes import CLASS_ANNOTATION, SLEEP_ANNOTATION, KubeApi, KubeError, PodInfo
 from greengpu.control.sleep_control import SleepControl
+from greengpu.energy.wake_verify import WakeEvent
 from greengpu.model import JOB_CLASSES, Cluster, ClusterSnapshot, Job, NodeState, PendingJob, PowerState, WakeNode
 from greengpu.policy import Policy
 from greengpu.sched.core import schedule_cycle
@@ -130,15 +131,19 @@ class KubeSleep:
         return [a.node for a in wakes]
 
     def verify(self) -> list[str]:
-        """Close wake-ups of nodes that report Ready, retry late ones, then uncordon what greengpu cordoned."""
+        """One verification pass, as lines for people (`verify_events`)."""
+        return [e.message for e in self.verify_events()]
+
+    def verify_events(self) -> list[WakeEvent]:
+        """Close wake-ups of nodes that report Ready, retry late ones, then uncordon what greengpu cordoned
+        (an `uncordoned` event each)."""
         ready = self.api.ready_nodes()
-        events = self.control.verify(ready)
-        lines = [e.message for e in events]
-        for event in events:
+        events = list(self.control.verify(ready))
+        for event in list(events):
             if event.kind == "up" and self.api.node_annotations(event.node).get(SLEEP_ANNOTATION):
                 self.api.set_unschedulable(event.node, False, sleep_reason=None)
-                lines.append(f"{event.node}: uncordoned")
-        return lines
+                events.append(WakeEvent(event.node, "uncordoned", f"{event.node}: uncordoned"))
+        return events
 
 
 def _names(pods: list[PodInfo]) -> list[str]:

@@ -33,6 +33,7 @@ from greengpu.backends import slurm
 from greengpu.backends.wol import Waker
 from greengpu.control.sleep_control import SleepControl, start_suspend
 from greengpu.control.state_store import StateStore
+from greengpu.energy.wake_verify import WakeEvent
 from greengpu.errors import BadInput
 from greengpu.model import Cluster
 from greengpu.policy import SleepPolicy
@@ -172,6 +173,11 @@ def _resume_jobs(resume_file: str | None) -> list[str]:
 
 
 def verify(context: HookContext) -> list[str]:
+    """One verification pass, as lines for people (`verify_events`)."""
+    return [e.message for e in verify_events(context)]
+
+
+def verify_events(context: HookContext) -> list[WakeEvent]:
     """One verification pass: Slurm says which nodes are up; retries go out; failed nodes are set DOWN."""
     sleep_control = control(context)
     tracked = [t.node for t in sleep_control.store.open_tracks()]
@@ -181,7 +187,7 @@ def verify(context: HookContext) -> list[str]:
     if failed:
         # Slurm then requeues their jobs elsewhere and stops scheduling there.
         slurm.update_nodes(failed, "down", reason="greengpu: did not wake")
-    return [e.message for e in events]
+    return list(events)
 
 
 def power_down(cluster: Cluster, expression: str) -> list[str]:
