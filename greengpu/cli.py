@@ -504,6 +504,9 @@ def plan(history_file: str | None, trace_file: str | None, trace_format: str, cl
         from greengpu.report.plan_html import check_writable
 
         check_writable(html_file)  # before minutes of backtesting, not after
+        inputs = [f for f in (history_file, trace_file, cluster_file, settings_file) if f is not None]
+        if any(Path(html_file).resolve() == Path(f).resolve() for f in inputs):
+            raise BadInput(f"--html {html_file}: is one of the plan's inputs; the report never overwrites its input")
     options = PlanOptions(history_file, trace_file, trace_format, cluster_file, horizon, lead_time,
                           target_utilisation, redundancy_gpus, baselines_only=models == "baselines",
                           settings_file=settings_file, buffer_factor=buffer_factor,

@@ -229,3 +229,15 @@ def test_plan_origins_flag_sets_the_count_and_refuses_too_few(tmp_path: Path,
     assert main([*base, "--origins", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--origins" in err[0]
+
+
+def test_plan_html_never_overwrites_an_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    series = daily_shape(days=20)
+    history = tmp_path / "history.csv"
+    pd.DataFrame({"time": series.index.strftime("%Y-%m-%dT%H:%M:%SZ"), "gpus_busy": series.round(1)}).to_csv(
+        history, index=False)
+    before = history.read_bytes()
+    assert main(["plan", "--history", str(history), "--models", "baselines", "--html", str(history)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--html" in err[0] and "input" in err[0]
+    assert history.read_bytes() == before
