@@ -1,6 +1,6 @@
 """The `greengpu` command line.
 
-Every command turns bad input into one line on stderr and exit code 2 (CONTRACTS.md section 8):
+Every command turns bad input into one line on stderr and exit code 2 (docs/INPUTS.md):
 `BadInput` from our own validation and click's usage errors alike.
 """
 
@@ -90,7 +90,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
 
 @cli.command()
 @click.option("--cluster", "cluster_file", required=True, metavar="FILE",
-              help="Cluster inventory YAML (CONTRACTS.md section 2).")
+              help="Cluster inventory YAML (docs/INVENTORY.md).")
 @click.option("--policy", "policy_name", default=None, metavar="P",
               help="Built-in policy name (always-on, idle-timeout, default) or a policy YAML file.")
 @click.option("--slurm-conf", "slurm_conf", default=None, metavar="FILE",
@@ -222,13 +222,13 @@ def _ledger_path(name: str) -> Path:
 
 
 @cli.command()
-@click.option("--trace", "trace_file", required=True, metavar="FILE", help="Job trace (CONTRACTS.md section 1).")
+@click.option("--trace", "trace_file", required=True, metavar="FILE", help="Job trace (docs/TRACES.md).")
 @click.option("--trace-format", type=click.Choice(["csv", "philly", "sacct"]), default="csv", show_default=True,
               help="csv: canonical columns; philly: the public Philly CSV; sacct: sacct --parsable2 output.")
 @click.option("--cluster", "cluster_file", required=True, metavar="FILE", help="Cluster inventory YAML.")
 @click.option("--policy", "policies", multiple=True, required=True, metavar="P",
               help="Built-in policy name or policy file; repeat to compare policies side by side.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout (CONTRACTS.md section 4).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout (keys in docs/SIMULATOR.md).")
 @click.option("--until", "until_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Stop the virtual clock this many seconds after the first submit.")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip malformed trace rows and jobs that can never start on the "
@@ -487,7 +487,7 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
               help="Expected growth of daily peaks, replacing the measured one.")
 @click.option("--html", "html_file", default=None, metavar="FILE", help="Also write a self-contained HTML report "
               "with charts.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (CONTRACTS.md section 5).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (keys in docs/FORECAST.md).")
 def plan(history_file: str | None, trace_file: str | None, trace_format: str, cluster_file: str | None,
          horizon: str | None, lead_time: str | None, target_utilisation: float | None,
          redundancy_gpus: int | None, models: str, settings_file: str | None, buffer_factor: float | None,

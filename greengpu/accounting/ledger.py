@@ -1,4 +1,4 @@
-"""The SQLite ledger: energy, cost and CO2 per job, tenant and node (CONTRACTS.md section 6).
+"""The SQLite ledger: energy, cost and CO2 per job, tenant and node (docs/LEDGER.md).
 
 One file holds any number of runs (a simulated policy, or a daemon's metering). Each run keeps
 hourly rows per tenant and per node, and one row per job run segment, so a month (or any period
@@ -234,7 +234,7 @@ def _rounded(values: Iterable[float]) -> dict[str, float]:
 
 
 def month_report(path: Path, month: str, run_id: int | None = None) -> dict[str, object]:
-    """Totals, idle and per-tenant usage for a UTC month (CONTRACTS.md section 6, JSON shape)."""
+    """Totals, idle and per-tenant usage for a UTC month (docs/LEDGER.md, JSON shape)."""
     stored = runs(path)
     if not stored:
         raise BadInput(f"{path}: the ledger holds no runs yet")

@@ -1,4 +1,4 @@
-"""Load and validate the cluster inventory (CONTRACTS.md section 2)."""
+"""Load and validate the cluster inventory (docs/INVENTORY.md)."""
 
 from __future__ import annotations
 

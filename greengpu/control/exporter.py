@@ -6,7 +6,7 @@ good tick is older than the staleness bound (the loop is failing or stuck). Per-
 tenant come as an info metric (`greengpu_gpu_job_info`, value 1) to join on `gpu`, so the power
 series do not change identity with every job.
 
-NVML is read at scrape time by a custom collector (FIELD-NOTES.md), so a scrape always sees the
+NVML is read at scrape time by a custom collector (the exporter pattern for live state), so a scrape sees the
 GPU as it is now, not as it was at the last control tick. Names follow Prometheus conventions:
 base units (watts, joules, bytes, celsius, ratios), `_total` on counters; clocks stay in MHz because
 that is the unit NVML and `nvidia-smi` speak and the issue names (`greengpu_gpu_clock_locked_mhz`).
@@ -33,7 +33,7 @@ from greengpu.control.agent import Agent
 log = logging.getLogger("greengpu.exporter")
 
 DEFAULT_AGENT_LISTEN = "127.0.0.1:9474"
-"""The daemon has 9473 (CONTRACTS.md section 7); the agent on the same host takes the next port."""
+"""The daemon has 9473 (docs/AGENT.md); the agent on the same host takes the next port."""
 LABELS = ["gpu", "uuid", "model"]
 
 

@@ -43,7 +43,7 @@ class PowerCurve:
         return time_factor * power_factor
 
 
-# Fitted by fit_curve() from ../shared/data/zeus-power-limit-traces (1,609 measurements, 4 GPUs,
+# Fitted by fit_curve() from the public Zeus power-limit traces (1,609 measurements, 4 GPUs,
 # 6 workloads; Zeus, NSDI'23, Apache-2.0). tests/unit/test_power_model.py refits and compares.
 TRAINING_CURVE = PowerCurve(
     fractions=(0.35, 0.40, 0.50, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95, 1.00),

@@ -37,7 +37,7 @@ def servers_for_wait(offered_load: float, max_wait_probability: float) -> int:
 
 
 def gpus_needed(peak_demand_gpus: float, target_utilisation: float, redundancy_gpus: int = 0) -> int:
-    """ceil(peak / target utilisation) + redundancy (FIELD-NOTES.md: 0.80 dev, 0.65 production, 0.50 HA)."""
+    """ceil(peak / target utilisation) + redundancy (common targets: 0.80 dev, 0.65 production, 0.50 HA)."""
     if not 0 < target_utilisation <= 1:
         raise ValueError(f"target utilisation must be in (0, 1], got {target_utilisation}")
     return math.ceil(max(0.0, peak_demand_gpus) / target_utilisation - 1e-9) + redundancy_gpus

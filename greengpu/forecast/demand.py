@@ -61,7 +61,7 @@ def demand_from_intervals(starts: np.ndarray, ends: np.ndarray, gpus: np.ndarray
 
 
 def demand_from_history(frame: pd.DataFrame) -> pd.Series:
-    """`time`, `gpus_busy` [, `gpus_pending`] [, `tenant`] [, `gpu_model`] rows (CONTRACTS.md section 5)
+    """`time`, `gpus_busy` [, `gpus_pending`] [, `tenant`] [, `gpu_model`] rows (docs/FORECAST.md)
     -> hourly demand of the cluster."""
     values = frame["gpus_busy"].astype(float)
     if "gpus_pending" in frame:

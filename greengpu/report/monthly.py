@@ -16,7 +16,7 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
 
 
 def render(figures: dict[str, Any], output_format: str) -> str:
-    """The report as `text` (a table), `json` (CONTRACTS.md section 6) or `csv` (one row per tenant)."""
+    """The report as `text` (a table), `json` (docs/LEDGER.md) or `csv` (one row per tenant)."""
     if output_format == "json":
         return json.dumps(figures) + "\n"
     if output_format == "csv":

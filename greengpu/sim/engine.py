@@ -98,7 +98,7 @@ class _Node:
 
 @dataclass
 class SimResult:
-    """The figures of one simulated policy (CONTRACTS.md section 4)."""
+    """The figures of one simulated policy (docs/SIMULATOR.md)."""
 
     values: dict[str, Any]
 
@@ -806,5 +806,5 @@ def wait_stats(waits: Sequence[float]) -> dict[str, float | None]:
 
 def simulate(cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Replay `jobs` under `policy`; the result keys of CONTRACTS.md section 4."""
+    """Replay `jobs` under `policy`; the result keys of docs/SIMULATOR.md."""
     return Simulation(cluster, policy, jobs, until_s=until_s, progress=progress).run().values

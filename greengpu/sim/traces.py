@@ -2,7 +2,7 @@
 
 Each reader yields `Job`s sorted by submit time. A malformed row stops the read with
 `file:line: column: what is wrong` (a `BadInput`, exit code 2), unless `skip_bad_rows` is set, in
-which case it is counted in `TraceResult.skipped`. Formats: CONTRACTS.md section 1.
+which case it is counted in `TraceResult.skipped`. Formats: docs/TRACES.md.
 """
 
 from __future__ import annotations
