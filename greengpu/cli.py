@@ -463,8 +463,8 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
 
 @cli.command()
 @click.option("--history", "history_file", default=None, metavar="FILE",
-              help="Usage history CSV: time, gpus_busy [, gpus_pending] [, tenant] [, gpu_model] (CONTRACTS.md "
-              "section 5).")
+              help="Usage history CSV: time, gpus_busy [, gpus_pending] [, tenant] [, gpu_model] "
+              "(docs/FORECAST.md).")
 @click.option("--trace", "trace_file", default=None, metavar="FILE", help="Derive the history from a job trace.")
 @click.option("--trace-format", type=click.Choice(["csv", "philly", "sacct"]), default="csv", show_default=True)
 @click.option("--cluster", "cluster_file", default=None, metavar="FILE", help="Inventory: the installed GPUs.")
