@@ -1,8 +1,7 @@
-"""Shared fixtures: paths to the repository, its examples and the public data beside the checkout."""
+"""Shared fixtures: paths to the repository, its examples and the public data it ships (data/)."""
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,16 +9,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("GREENGPU_SHARED_DATA", REPO.parent / "shared" / "data"))
+PUBLIC_DATA = REPO / "data"
+"""Public data shipped with the repository (data/README.md gives sources, licences and citations)."""
 
 
-def shared_data_or_skip(relative: str) -> Path:
-    """A file under ../shared/data; skips (never in CI) when the public data is not beside the checkout."""
-    path = SHARED_DATA / relative
+def public_data(relative: str) -> Path:
+    """A file under data/; a missing one is a broken checkout, never a reason to skip."""
+    path = PUBLIC_DATA / relative
     if not path.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{path} is missing in CI: the public data must be beside the checkout")
-        pytest.skip(f"public data {path} not present (it lives in ../shared/data beside a developer checkout)")
+        pytest.fail(f"{path} is missing: the public data ships in the repository's data/ folder")
     return path
 
 

@@ -5,7 +5,7 @@ Run on demand: python3 -m pytest tests/benchmarks/test_bench_forecast.py -s
 Series: the bundled Philly demand (`forecasts/philly-demand.csv`: busy + pending GPUs of the Philly
 trace's offered load, Oct 1 - Nov 14 2017), the offered load of the whole public Philly trace (about
 three months), and running + pending GPUs of the Helios Earth virtual clusters vc6YE and vcvlY (May
-2020, per minute -> hourly).
+2020, hourly means of the per-minute series). All ship in data/ (data/README.md).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import REPO, shared_data_or_skip
+from conftest import REPO, public_data
 
 from greengpu.forecast.backtest import Backtest, calibrate, prepare, run_backtest
 from greengpu.forecast.demand import demand_from_jobs
@@ -24,11 +24,9 @@ from greengpu.sim.traces import read_trace
 
 
 def helios(vc: str) -> pd.Series:
-    path = shared_data_or_skip(f"helios-2020-aggregates/earth_{vc}_cluster_sequence_vc.csv")
-    frame = pd.read_csv(path, usecols=["time", "running_gpu_num", "pending_gpu_num"])
-    series = pd.Series((frame["running_gpu_num"] + frame["pending_gpu_num"]).to_numpy(dtype=float),
-                       index=pd.DatetimeIndex(pd.to_datetime(frame["time"])))
-    return series.resample("h").mean()
+    frame = pd.read_csv(public_data(f"helios-2020/earth_{vc}_hourly.csv"))
+    return pd.Series((frame["running_gpu_num"] + frame["pending_gpu_num"]).to_numpy(dtype=float),
+                     index=pd.DatetimeIndex(pd.to_datetime(frame["time"])))
 
 
 def bundled_philly(path: Path = REPO / "forecasts" / "philly-demand.csv") -> pd.Series:
@@ -38,7 +36,7 @@ def bundled_philly(path: Path = REPO / "forecasts" / "philly-demand.csv") -> pd.
 
 
 def whole_philly() -> pd.Series:
-    jobs = read_trace(shared_data_or_skip("philly-2017/philly.csv"), "philly").jobs
+    jobs = read_trace(public_data("philly-2017/philly.csv"), "philly").jobs
     return demand_from_jobs(jobs)
 
 

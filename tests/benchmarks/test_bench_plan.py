@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared_data_or_skip
+from conftest import public_data
 
 SIX_MONTHS_H = 182 * 24
 
@@ -105,7 +105,7 @@ def test_plan_timings(tmp_path: Path, repo: Path) -> None:
     elapsed, payload = timed_plan("--trace", str(trace), "--cluster", str(repo / "examples" / "lab-a100.cluster.yaml"))
     report("six-month trace of a ten-GPU lab, with savings", elapsed, payload)
 
-    philly = shared_data_or_skip("philly-2017/philly.csv")
+    philly = public_data("philly-2017/philly.csv")
     elapsed, payload = timed_plan("--trace", str(philly), "--trace-format", "philly", "--cluster",
                                   str(repo / "examples" / "philly.cluster.yaml"))
     report("the Philly trace (about 3 months, 1,000 GPUs), with savings", elapsed, payload)

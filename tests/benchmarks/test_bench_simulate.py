@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, shared_data_or_skip
+from conftest import REPO, public_data
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
@@ -28,7 +28,7 @@ _REPLAYS: dict[str, dict[str, Any]] = {}
 
 
 def _replay(policy_name: str) -> tuple[dict[str, Any], int, float]:
-    trace = shared_data_or_skip("philly-2017/philly.csv")
+    trace = public_data("philly-2017/philly.csv")
     cluster = load_cluster(REPO / "examples" / "philly.cluster.yaml")
     start = time.perf_counter()
     jobs = read_trace(trace, "philly").jobs
@@ -77,8 +77,8 @@ def test_default_saves_against_always_on_and_beats_idle_timeout() -> None:
 
 def test_fidelity_busy_nodes_against_philly_node_sequence() -> None:
     """Simulated busy nodes under always-on vs the real per-minute 'active' series (same minutes)."""
-    trace = shared_data_or_skip("philly-2017/philly.csv")
-    sequence = shared_data_or_skip("philly-2017/philly_node_sequence.csv")
+    trace = public_data("philly-2017/philly.csv")
+    sequence = public_data("philly-2017/philly_node_sequence.csv")
     cluster = load_cluster(REPO / "examples" / "philly.cluster.yaml")
     jobs = read_trace(trace, "philly").jobs
     real: dict[int, int] = {}

@@ -6,7 +6,7 @@ import csv
 import statistics
 
 import pytest
-from conftest import shared_data_or_skip
+from conftest import public_data
 
 from greengpu.energy.capping import LimitConstraints, ProfilePoint, model_profile, pick_limit
 
@@ -15,7 +15,7 @@ TARGET_PCT = {"a40": 11.7, "v100": 6.3, "rtx6000": 8.9, "p100": 7.2}
 
 
 def workloads(gpu: str) -> dict[tuple[str, ...], list[ProfilePoint]]:
-    path = shared_data_or_skip(f"zeus-power-limit-traces/summary_power_{gpu}.csv")
+    path = public_data(f"zeus-power-limit-traces/summary_power_{gpu}.csv")
     found: dict[tuple[str, ...], list[ProfilePoint]] = {}
     with path.open() as handle:
         for row in csv.DictReader(handle):

@@ -5,16 +5,16 @@ from __future__ import annotations
 import csv
 
 import pytest
-from conftest import SHARED_DATA, shared_data_or_skip
+from conftest import PUBLIC_DATA, public_data
 from schedkit import node_type
 
 from greengpu.energy.power_model import TRAINING_CURVE, Measurement, busy_gpu, fit_curve, fit_error
 
 
 def zeus_rows() -> list[Measurement]:
-    shared_data_or_skip("zeus-power-limit-traces/summary_power_a40.csv")
+    public_data("zeus-power-limit-traces/summary_power_a40.csv")
     rows = []
-    for path in sorted((SHARED_DATA / "zeus-power-limit-traces").glob("summary_power_*.csv")):
+    for path in sorted((PUBLIC_DATA / "zeus-power-limit-traces").glob("summary_power_*.csv")):
         gpu = path.stem.rsplit("_", 1)[-1]
         with path.open() as handle:
             for r in csv.DictReader(handle):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import shared_data_or_skip
+from conftest import public_data
 
 from greengpu.errors import BadInput
 from greengpu.sim.traces import parse_elapsed_s, read_trace
@@ -133,14 +133,14 @@ def test_elapsed_forms() -> None:
 
 
 def test_public_philly_trace_reads_whole() -> None:
-    path = shared_data_or_skip("philly-2017/philly.csv")
+    path = public_data("philly-2017/philly.csv")
     result = read_trace(path, "philly")
     assert len(result.jobs) == 64_483 and result.skipped == 0
     assert len({j.tenant for j in result.jobs}) >= 11
 
 
 def test_vectorised_and_exact_readers_agree_on_public_philly() -> None:
-    path = shared_data_or_skip("philly-2017/philly.csv")
+    path = public_data("philly-2017/philly.csv")
     fast = read_trace(path, "philly")
     exact = read_trace(path, "philly", vectorised=False)
     assert fast.jobs == exact.jobs
