@@ -15,6 +15,7 @@ import pandas as pd
 
 from greengpu.config.limits import MAX_DURATION_S, MAX_GPUS, MAX_PRIORITY, MAX_TIME_S, MIN_TIME_S
 from greengpu.model import JOB_CLASSES, Job
+from greengpu.sim.trace_formats import QOS_PRIORITY
 
 _EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
 _MAX_ELAPSED_DIGITS = 9
@@ -137,8 +138,6 @@ _QOS_DEFAULT = 0
 
 def fast_sacct(path: Path) -> list[Job] | None:
     """Jobs of a clean `sacct --parsable2` file, or None (ignored rows are counted by the exact reader)."""
-    from greengpu.sim.traces import QOS_PRIORITY
-
     frame = _frame(path, "|")
     if frame is None or not _has_columns(frame, ("JobID", "Submit", "Elapsed", "AllocTRES", "Account", "QOS")) \
             or frame.isna().any().any() or not _clean_lines(path, len(frame)):

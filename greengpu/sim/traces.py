@@ -29,13 +29,7 @@ from greengpu.config.series import parse_time_s
 from greengpu.config.yamlsource import shown
 from greengpu.errors import BadInput
 from greengpu.model import JOB_CLASSES, Job
-
-TRACE_FORMATS = ("csv", "philly", "sacct")
-CANONICAL_REQUIRED = ("job_id", "submit_time", "duration_s", "gpus", "tenant")
-PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
-SACCT_COLUMNS = ("JobID", "Submit", "Start", "End", "Elapsed", "AllocTRES", "Account", "QOS", "Partition", "State")
-QOS_PRIORITY = {"low": -10, "scavenger": -20, "normal": 0, "standard": 0, "high": 10, "urgent": 20, "debug": 5}
-"""Slurm QOS name to greengpu priority; other names get 0 (documented in docs/TRACES.md)."""
+from greengpu.sim.trace_formats import CANONICAL_REQUIRED, QOS_PRIORITY, TRACE_FORMATS
 
 _WIDTH_KEY = "\x00width"
 _TRUE = {"true", "1", "yes", "y", "t"}
