@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from schedkit import node_type
 
-from greengpu.energy.capping import LimitConstraints, busy_effect, cap_binds, decide
+from greengpu.energy.capping import CapDecision, LimitConstraints, busy_effect, cap_binds, decide
 from greengpu.policy import CappingPolicy, ClassCapping
 
 A100 = LimitConstraints(min_w=100, max_w=400, default_w=400)
@@ -87,3 +87,27 @@ def test_counting_the_host_share_never_picks_a_lower_limit() -> None:
              for share in (0.0, 50.0, 200.0, 2000.0)]
     assert picks == sorted(picks)  # more host power riding on run time: a higher (or equal) limit
     assert picks[-1] == 400.0  # a huge host share makes any slowdown cost more than it saves
+
+
+def test_a_pick_at_the_default_limit_is_no_cap_at_all() -> None:
+    from greengpu.energy.capping import ProfilePoint
+
+    # A measured profile where every lower limit costs more energy per unit of work: the least-energy
+    # point is the default limit itself, so the GPU is left alone (no limit written, nothing to restore).
+    profile = [ProfilePoint(400.0, 1.0, 300.0), ProfilePoint(350.0, 0.80, 290.0), ProfilePoint(300.0, 0.60, 280.0)]
+    rule = ClassCapping("efficiency", max_slowdown=0.5)
+    decision = decide("training", policy(training=rule), A100, 1410, profile=profile)
+    assert decision == CapDecision(None, None, "class training: no limit saves energy within 50% (measured profile)")
+    # Within a 0% budget only the default limit is allowed: the model's pick is the default, so no cap either.
+    strict = decide("training", policy(training=ClassCapping("efficiency", max_slowdown=0.0)), A100, 1410)
+    assert strict.limit_w is None and strict.locked_clock_mhz is None and strict.expected_slowdown == 0.0
+
+
+def test_a_pick_one_watt_under_the_default_is_a_cap() -> None:
+    from greengpu.energy.capping import ProfilePoint
+
+    profile = [ProfilePoint(400.0, 1.0, 300.0), ProfilePoint(399.0, 1.0, 299.0)]
+    decision = decide("training", policy(training=ClassCapping("efficiency", max_slowdown=0.0)), A100, 1410,
+                      profile=profile)
+    assert decision.limit_w == 399.0 and decision.expected_slowdown == 0.0
+    assert decision.reason == "class training: 399 W, least energy within 0% slowdown (measured profile)"
