@@ -111,3 +111,27 @@ def test_a_pick_one_watt_under_the_default_is_a_cap() -> None:
                       profile=profile)
     assert decision.limit_w == 399.0 and decision.expected_slowdown == 0.0
     assert decision.reason == "class training: 399 W, least energy within 0% slowdown (measured profile)"
+
+
+def test_a_cap_binds_from_exactly_95_percent_of_the_limit() -> None:
+    assert cap_binds([475.0], 500.0, sw_power_cap_seen=False)  # NVML averages power: 95% is binding
+    assert not cap_binds([474.9], 500.0, sw_power_cap_seen=False)
+    assert not cap_binds([], 500.0, sw_power_cap_seen=False)
+
+
+def test_a_locked_clock_is_never_zero() -> None:
+    # An unknown maximum clock reads as 0; NVML refuses a 0 MHz lock, so the pick is at least 1 MHz.
+    rule = ClassCapping("clocks", clock_fraction=0.8, max_slowdown=0.5)
+    assert decide("inference", policy(inference=rule), A100, 0).locked_clock_mhz == 1
+
+
+def test_locked_clocks_run_at_the_compute_bound_speed_with_power_scaling_as_its_square() -> None:
+    from greengpu.energy.capping import CapDecision
+
+    gpu = node_type(8)  # 50 W idle, 400 W at full load
+    locked = CapDecision(None, 1128, "test", expected_slowdown=0.25)  # speed 1 / 1.25 = 0.8
+    power_w, speed = busy_effect(locked, gpu)
+    assert speed == pytest.approx(0.8)
+    assert power_w == pytest.approx(50 + 350 * 0.64)  # 274 W
+    assert busy_effect(CapDecision(200.0, 1128, "test", expected_slowdown=0.25), gpu)[0] == 200.0
+    assert busy_effect(CapDecision(None, None, "none"), gpu) == (400.0, 1.0)

@@ -135,3 +135,13 @@ def test_violations_name_the_tenant_the_key_and_the_limit() -> None:
     books.charge(held("c", "models", "n0000", [6], units=1))
     assert books.violations() == ["tenant flat holds 3.1 GPUs on *, above quota plus borrowing 3",
                                   "tenant models holds 1.001 GPUs on A100, above quota plus borrowing 1"]
+
+
+def test_a_gang_over_two_nodes_of_one_model_counts_all_its_gpus_on_that_model() -> None:
+    cluster = make_cluster([(2, node_type(4, "V100"), "r")], [Tenant("m", quota_gpus_by_model={"V100": 8})])
+    books = QuotaLedger(cluster, {"n0000": "V100", "n0001": "V100"}, {}, False)
+    gang = RunningJob(job=job("g", tenant="m", gpus=6),
+                      slots=tuple(GpuSlot(n, g) for n, count in (("n0000", 4), ("n0001", 2)) for g in range(count)),
+                      start_time_s=0, expected_end_s=1)
+    books.charge(gang)
+    assert books.used("m", "V100") == 6000
