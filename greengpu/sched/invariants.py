@@ -57,14 +57,15 @@ def held_units_by_quota_key(snapshot: ClusterSnapshot) -> dict[tuple[str, str], 
     otherwise `ALL_MODELS`. Counted from the slots the jobs really hold, not from what they asked for."""
     cluster = snapshot.cluster
     model_of_node = {n.name: cluster.node_types[n.type_name].gpu_model for n in cluster.nodes}
+    sizes = {n.name: cluster.node_types[n.type_name].gpus for n in cluster.nodes}
     held: dict[tuple[str, str], int] = {}
     for running in snapshot.running:
         name = running.job.tenant
         tenant = cluster.tenants.get(name)
         per_model = tenant is not None and bool(tenant.quota_gpus_by_model)
         for slot in running.slots:
-            if slot.node not in model_of_node:
-                continue  # reported above as a GPU that does not exist
+            if slot.node not in sizes or not 0 <= slot.gpu_index < sizes[slot.node]:
+                continue  # reported by check_invariants as a GPU that does not exist
             key = (name, model_of_node[slot.node] if per_model else ALL_MODELS)
             held[key] = held.get(key, 0) + slot.units
     return held

@@ -156,3 +156,29 @@ def test_the_oracle_catches_a_doubled_borrowing_limit_in_the_ledger(monkeypatch:
     after = apply_scheduler_actions(snapshot, result.actions)
     # ... and the oracle, which never asks the ledger, says so.
     assert check_invariants(after) == ["tenant a holds 8 GPUs on *, above quota plus borrowing 4"]
+
+
+def test_edges_of_the_structural_checks() -> None:
+    cluster = make_cluster([(1, node_type(2), "r")], [Tenant("q", quota_gpus=0, borrow_limit_gpus=1)])
+    # GPU index 2 on a 2-GPU node does not exist; a slot on an unknown node neither. After a bad slot
+    # the job's other slots are still checked and counted: b's GPU 0 is over-committed with c's.
+    b = RunningJob(job=job("b", gpus=3, tenant="q"),
+                   slots=(GpuSlot("n0000", 2), GpuSlot("ghost", 0), GpuSlot("n0000", 0), GpuSlot("n0000", 1)),
+                   start_time_s=0, expected_end_s=1)
+    c = RunningJob(job=job("c", gpus=0.001, tenant="open"), slots=(GpuSlot("n0000", 0, 1),),  # 1 milli-GPU is fine
+                   start_time_s=0, expected_end_s=1)
+    problems = check_invariants(ClusterSnapshot(time_s=0, cluster=cluster, running=(b, c)))
+    assert problems == [
+        "partial gang: b holds 4 of 3 GPUs",
+        "b holds a GPU that does not exist: n0000:2",
+        "b holds a GPU that does not exist: ghost:0",
+        "over-committed GPU n0000:0: 1.001 GPUs allocated",
+        # q may hold 0 + 1 GPUs: the two real GPUs count, the ones that do not exist do not.
+        "tenant q holds 2 GPUs on *, above quota plus borrowing 1",
+    ]
+
+
+def test_a_tenant_without_a_limit_does_not_hide_the_next_tenants_violation() -> None:
+    tenants = [Tenant("a", quota_gpus=0), Tenant("b", quota_gpus=0, borrow_limit_gpus=1)]
+    snapshot = snapshot_of(tenants, holding("a1", "a", "n0000", [0, 1, 2]), holding("b1", "b", "n0001", [0, 1]))
+    assert check_invariants(snapshot) == ["tenant b holds 2 GPUs on *, above quota plus borrowing 1"]
