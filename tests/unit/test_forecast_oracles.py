@@ -51,8 +51,7 @@ def test_each_origin_is_scaled_by_its_own_training_part_only() -> None:
     values = [float(i) for i in range(12)] + [11.0 + (i - 11) ** 2 for i in range(12, 24)]
     series = pd.Series(values, index=pd.date_range("2026-01-05", periods=24, freq="h"))
     zero = ModelSpec("zero", "baseline", _zero_forecast)
-    result = run_backtest(series, horizon_h=4, origins=3, min_train_h=8, models=[zero], season=2,
-                          candidate_window=None)
+    result = run_backtest(series, horizon_h=4, origins=3, min_train_h=8, models=[zero], season=2)
     cuts = result.origins
     assert len(cuts) == 3 and cuts[0] == 8 and cuts[-1] == 20
     expected = []
