@@ -1,0 +1,128 @@
+"""Preemption's building blocks by hand: checkpoints, lost work, victim ranking, who may yield."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from schedkit import job, make_cluster, node_type
+
+from greengpu.model import (
+    ClusterSnapshot,
+    GpuSlot,
+    KillJob,
+    PendingJob,
+    PreemptionRecord,
+    PreemptJob,
+    RunningJob,
+    Tenant,
+)
+from greengpu.policy import PreemptionPolicy, SchedulerPolicy
+from greengpu.sched.core import schedule
+from greengpu.sched.preemption import last_checkpoint_s, lost_gpu_s, running_by_tenant, victim_rank
+
+
+def victim(job_id: str = "v", start_s: float = 1000.0, gpus: int = 2, interval_s: float | None = None,
+           last_s: float | None = None, priority: int = 0, node: str = "n0000", first_gpu: int = 0,
+           tenant: str = "t", **kwargs: object) -> RunningJob:
+    return RunningJob(job(job_id, gpus=gpus, priority=priority, tenant=tenant, checkpoint_interval_s=interval_s),
+                      tuple(GpuSlot(node, first_gpu + g) for g in range(gpus)), start_s, start_s + 100_000,
+                      last_checkpoint_s=last_s, **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_last_checkpoint() -> None:
+    assert last_checkpoint_s(victim(), 5000.0) == 1000.0  # never checkpoints: all since the start is lost
+    assert last_checkpoint_s(victim(interval_s=900.0), 5000.0) == 1000.0 + 4 * 900.0  # 4 whole intervals
+    assert last_checkpoint_s(victim(interval_s=900.0), 1899.0) == 1000.0
+    assert last_checkpoint_s(victim(interval_s=900.0), 1900.0) == 1900.0
+    assert last_checkpoint_s(victim(interval_s=900.0), 500.0) == 1000.0  # a clock behind the start
+    # A checkpoint the body saw wins over the interval, but never before the start or after now.
+    assert last_checkpoint_s(victim(interval_s=900.0, last_s=4200.0), 5000.0) == 4200.0
+    assert last_checkpoint_s(victim(last_s=200.0), 5000.0) == 1000.0
+    assert last_checkpoint_s(victim(last_s=9000.0), 5000.0) == 5000.0
+
+
+def test_lost_work_is_gpu_seconds_since_the_last_checkpoint() -> None:
+    assert lost_gpu_s(victim(gpus=2), 5000.0) == 8000.0
+    assert lost_gpu_s(victim(gpus=2, interval_s=900.0), 5000.0) == 2 * 400.0
+    assert lost_gpu_s(victim(gpus=2), 900.0) == 0.0
+
+
+def test_victims_rank_by_priority_then_lost_work_or_age() -> None:
+    cheap = victim("cheap", start_s=4000.0)  # 1000 s x 2 GPUs lost at t=5000
+    dear = victim("dear", start_s=1000.0)
+    important = victim("important", start_s=4900.0, priority=3)
+    now = 5000.0
+    assert sorted([dear, important, cheap], key=lambda v: victim_rank(v, now, "least-lost-work")) == \
+        [cheap, dear, important]
+    assert victim_rank(cheap, now, "least-lost-work") == (0, 2000.0, "cheap")
+    assert victim_rank(cheap, now, "newest-first") == (0, -4000.0, "cheap")
+    older = victim("older", start_s=3000.0, interval_s=100.0)  # little lost, but older
+    assert sorted([older, cheap], key=lambda v: victim_rank(v, now, "newest-first")) == [cheap, older]
+    assert sorted([older, cheap], key=lambda v: victim_rank(v, now, "least-lost-work")) == [older, cheap]
+
+
+def test_running_jobs_grouped_by_tenant_in_order() -> None:
+    a1, b1, a2 = victim("a1", tenant="a"), victim("b1", tenant="b"), victim("a2", tenant="a")
+    grouped = running_by_tenant((a1, b1, a2))
+    assert grouped == {"a": [a1, a2], "b": [b1]}
+    assert running_by_tenant([a2]) == {"a": [a2]}  # a list is never taken for the cached tuple
+
+
+CLUSTER = make_cluster([(1, node_type(4), "r")])
+
+
+def snapshot(*running: RunningJob, now_s: float = 10_000.0) -> ClusterSnapshot:
+    return ClusterSnapshot(time_s=now_s, cluster=CLUSTER, running=running,
+                           pending=(PendingJob(job("hi", gpus=2, priority=5)),))
+
+
+def preempted(snap: ClusterSnapshot, policy: PreemptionPolicy) -> list[str]:
+    actions = schedule(snap, SchedulerPolicy(preemption=policy))
+    return sorted(a.job_id for a in actions if isinstance(a, PreemptJob | KillJob))
+
+
+def test_who_may_yield() -> None:
+    base = PreemptionPolicy(min_runtime_s=600.0, grace_s=60.0, max_per_job_per_hour=1)
+    low = victim("low", start_s=0.0, first_gpu=0)
+    other = victim("other", start_s=0.0, first_gpu=2)
+    assert preempted(snapshot(low, other), base) == ["low"]  # lower id of two equal victims
+    # Too young (ran 599 s of the 600 required): not a victim; the other one is.
+    assert preempted(snapshot(replace(low, start_time_s=9401.0), other), base) == ["other"]
+    assert preempted(snapshot(replace(low, start_time_s=9400.0), other), base) == ["low"]
+    # Already asked to stop: not asked again, and the job does not count as a second victim.
+    assert preempted(snapshot(replace(low, preempt_signalled_s=9990.0), other), base) == ["other"]
+    # Cannot be interrupted.
+    firm = RunningJob(replace(low.job, interruptible=False), low.slots, 0.0, 100_000.0)
+    assert preempted(snapshot(firm, other), base) == ["other"]
+    # Preempted once in the last hour (the cap is 1): spared; an older preemption does not count.
+    recent = replace(low, preemptions=(PreemptionRecord(9000.0, "x"),))
+    old = replace(low, preemptions=(PreemptionRecord(6400.0, "x"),))
+    assert preempted(snapshot(recent, other), base) == ["other"]
+    assert preempted(snapshot(old, other), base) == ["low"]
+    # A cap of 0 preemptions per hour: nothing ever yields.
+    assert preempted(snapshot(low, other), replace(base, max_per_job_per_hour=0)) == []
+
+
+def test_a_tenants_jobs_of_equal_priority_never_preempt_each_other() -> None:
+    base = PreemptionPolicy(min_runtime_s=0.0)
+    same = victim("same", start_s=0.0, priority=5, gpus=4)
+    snap = replace(snapshot(same), pending=(PendingJob(job("hi", gpus=2, priority=5)),))
+    assert preempted(snap, base) == []
+    lower = replace(snap, running=(victim("lower", start_s=0.0, priority=4, gpus=4),))
+    assert preempted(lower, base) == ["lower"]
+    assert preempted(lower, replace(base, priority_preemption=False)) == []
+
+
+def test_a_borrower_yields_to_higher_priority_or_to_a_tenant_reclaiming_its_quota() -> None:
+    cluster = make_cluster([(1, node_type(8), "r")], [Tenant("owner", quota_gpus=4), Tenant("borrower")])
+    borrowed = victim("borrowed", start_s=0.0, gpus=8, tenant="borrower", priority=9)
+    pending = PendingJob(job("mine", gpus=2, tenant="owner", priority=0))
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=(borrowed,), pending=(pending,))
+    base = PreemptionPolicy(min_runtime_s=0.0)
+    assert preempted(snap, base) == ["borrowed"]  # reclaim: priority does not matter
+    assert preempted(snap, replace(base, reclaim=False)) == []  # nor priority: 0 < 9
+    # 6 GPUs would fit once the borrower leaves, but go beyond owner's quota of 4: not a reclaim.
+    over_quota = replace(snap, pending=(PendingJob(job("more", gpus=6, tenant="owner", priority=0)),))
+    assert preempted(over_quota, base) == []
+    urgent = replace(snap, pending=(PendingJob(job("more", gpus=6, tenant="owner", priority=10)),))
+    assert preempted(urgent, base) == ["borrowed"]  # higher priority than a borrower's job: it yields
