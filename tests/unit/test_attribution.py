@@ -99,3 +99,23 @@ def test_pieces_are_cut_at_hours_and_at_price_changes_inside_an_hour() -> None:
     assert charge.cost == pytest.approx((900 * 1.0 + 2700 * 2.0 + 400 * 2.0 + 200 * 3.0) / 3600)
     assert books.tenant_hours[(0.0, "a")].cost == pytest.approx((900 * 1.0 + 2700 * 2.0) / 3600)
     assert books.tenant_hours[(3600.0, "a")].cost == pytest.approx((400 * 2.0 + 200 * 3.0) / 3600)
+
+
+def test_a_bucket_adds_up_every_piece_in_its_hour() -> None:
+    books = attribution()
+    books.node_draw("n0", 2, 600.0, 1200.0, gpu_w=100.0, host_w=200.0, asleep=True)
+    books.node_draw("n0", 2, 1800.0, 2400.0, gpu_w=100.0, host_w=200.0, asleep=True)
+    bucket = books.node_hours[(0.0, "n0")]
+    assert bucket.asleep_s == 1200.0 and bucket.gpu_hours == pytest.approx(2 * 1200 / 3600)
+    assert bucket.gpu_energy_j == 100.0 * 1200
+
+
+def test_tenant_co2_is_in_kilograms() -> None:
+    books = attribution()
+    big = Job(job_id="big", tenant="a", gpus=2, duration_s=36_000)
+    books.job_ran(big, {"n0": 2000}, 0.0, 36_000.0, {"n0": 300.0}, {"n0": 200.0}, {"n0": 2})
+    books.meter.add(0.0, 36_000.0, gpu_power_w=600.0, host_power_w=200.0)
+    # The job: (600 + 200) W x 1.5 for 10 h = 12 kWh, 2400 g; the meter saw the same: nothing idle.
+    totals = books.tenant_totals()
+    assert totals["a"]["co2_kg"] == 2.4 and totals["a"]["energy_kwh"] == 12.0
+    assert totals["(idle)"] == {"energy_kwh": 0.0, "cost": 0.0, "co2_kg": 0.0, "gpu_hours": 0.0}

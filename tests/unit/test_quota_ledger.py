@@ -145,3 +145,12 @@ def test_a_gang_over_two_nodes_of_one_model_counts_all_its_gpus_on_that_model() 
                       start_time_s=0, expected_end_s=1)
     books.charge(gang)
     assert books.used("m", "V100") == 6000
+
+
+def test_a_tenant_without_a_limit_does_not_stop_the_search_for_violations() -> None:
+    cluster = make_cluster([(1, node_type(8, "A100"), "r")],
+                           [Tenant("aaa", quota_gpus=0), Tenant("zzz", quota_gpus=0, borrow_limit_gpus=1)])
+    books = QuotaLedger(cluster, {"n0000": "A100"}, {}, False)
+    books.charge(held("a", "aaa", "n0000", [0, 1, 2]))
+    books.charge(held("z", "zzz", "n0000", [3, 4]))
+    assert books.violations() == ["tenant zzz holds 2 GPUs on *, above quota plus borrowing 1"]

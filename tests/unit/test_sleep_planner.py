@@ -230,3 +230,11 @@ def test_the_forecast_headroom_counts_only_with_use_forecast() -> None:
     assert warm_reserve_target_gpus(replace(forecasting, warm_reserve_gpus=0), 0) == 0
     assert warm_reserve_target_gpus(forecasting, 0, forecast_headroom_gpus=12) == 12
     assert warm_reserve_target_gpus(replace(forecasting, use_forecast=False), 0, forecast_headroom_gpus=12) == 4
+
+
+def test_each_suspension_counts_against_the_reserve_for_the_next() -> None:
+    # Three idle 8-GPU nodes and 8 GPUs to keep: the first two may sleep (24 -> 16 -> 8), the third not.
+    views_now = [idle("a", 8, 0.0), idle("b", 8, 1.0), idle("c", 8, 2.0)]
+    chosen = plan_suspends(10_000.0, views_now, replace(PLANNER, max_suspends_per_min=10), blocked_pending=False,
+                           suspends_last_minute=0, reserve_gpus=8)
+    assert [s.node for s in chosen] == ["a", "b"]

@@ -66,3 +66,10 @@ def test_the_next_window_is_strictly_after_now() -> None:
     assert next_window_start_s(at("2024-01-01T08:00:00"), [OFFICE]) == at("2024-01-01T09:00:00")
     # Monday 09:00 passed: next Monday, a week on (the search reaches 7 days ahead).
     assert next_window_start_s(at("2024-01-01T09:00:00"), [OFFICE]) == at("2024-01-08T09:00:00")
+
+
+def test_the_next_window_in_local_time_across_a_date_line() -> None:
+    # At UTC+10, Monday 20:00 UTC is Tuesday 06:00 at the site: Monday night's window is still open, so
+    # the next to open is Tuesday 19:00 local = Tuesday 09:00 UTC.
+    assert next_window_start_s(at("2024-01-01T20:00:00"), [NIGHTS], utc_offset_s=10 * 3600) == \
+        at("2024-01-02T09:00:00")
