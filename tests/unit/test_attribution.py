@@ -91,7 +91,8 @@ def test_node_draw_is_metered_per_hour_with_sleep_time() -> None:
 
 
 def test_pieces_are_cut_at_hours_and_at_price_changes_inside_an_hour() -> None:
-    site = Site(pue=1.0, tariff=TimeSeries((0.0, 900.0, 4000.0), (1.0, 2.0, 3.0)))
+    site = Site(pue=1.0, tariff=TimeSeries((0.0, 900.0, 4000.0), (1.0, 2.0, 3.0)),
+                carbon=TimeSeries((0.0, 3600.0), (100.0, 400.0)))
     books = Attribution(EnergyMeter(site))
     job = Job(job_id="j", tenant="a", gpus=1, duration_s=4000)
     # 1000 W for [0, 4200): 900 s at 1.0, 2700 s at 2.0, 400 s at 2.0, 200 s at 3.0 (kWh = s / 3600).
@@ -99,6 +100,7 @@ def test_pieces_are_cut_at_hours_and_at_price_changes_inside_an_hour() -> None:
     assert charge.cost == pytest.approx((900 * 1.0 + 2700 * 2.0 + 400 * 2.0 + 200 * 3.0) / 3600)
     assert books.tenant_hours[(0.0, "a")].cost == pytest.approx((900 * 1.0 + 2700 * 2.0) / 3600)
     assert books.tenant_hours[(3600.0, "a")].cost == pytest.approx((400 * 2.0 + 200 * 3.0) / 3600)
+    assert charge.co2_g == pytest.approx(3600 / 3600 * 100 + 600 / 3600 * 400)  # 1 kWh at 100, 1/6 at 400
 
 
 def test_a_bucket_adds_up_every_piece_in_its_hour() -> None:

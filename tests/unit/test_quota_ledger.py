@@ -154,3 +154,16 @@ def test_a_tenant_without_a_limit_does_not_stop_the_search_for_violations() -> N
     books.charge(held("a", "aaa", "n0000", [0, 1, 2]))
     books.charge(held("z", "zzz", "n0000", [3, 4]))
     assert books.violations() == ["tenant zzz holds 2 GPUs on *, above quota plus borrowing 1"]
+
+
+def test_per_model_reclaim_counts_the_models_own_quota() -> None:
+    books = ledger()
+    mine = job("x", tenant="models", gpus=1)
+    assert books.within_nominal_after(mine, "V100", 1000)  # 1 of 2 V100s
+    assert books.within_nominal_after(mine, "V100", 2000)
+    assert not books.within_nominal_after(mine, "A100", 1000)  # no A100 quota
+
+
+def test_a_node_without_known_memory_holds_none() -> None:
+    share = job("s", tenant="models", gpus=0.5)
+    assert ledger().job_memory_gb(share, ["elsewhere"], {"elsewhere": 500}) == 0.0
