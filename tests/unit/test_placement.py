@@ -131,3 +131,76 @@ def test_the_whole_node_reserve_keeps_the_last_whole_nodes_for_big_jobs() -> Non
     assert {n for n, _ in nodes_of(place(state, job("s", gpus=1), whole_node_reserve=0))} == {"n0000"}
     two_free = state_of([(3, A100x8, "r")], busy={"n0001": [0, 1, 2, 3, 4, 5, 6, 7]})
     assert {n for n, _ in nodes_of(place(two_free, job("s", gpus=1), whole_node_reserve=1))} == {"n0000"}
+
+
+def test_a_fresh_gpu_for_a_fraction_goes_to_the_fullest_node_with_one_free_and_respects_only() -> None:
+    # No shared GPU yet. n0000 has exactly 1 whole GPU free, n0001 all 8: best fit is n0000's last GPU.
+    state = state_of([(2, A100x8, "r")], busy={"n0000": list(range(7))})
+    assert place(state, job("f", gpus=0.5)) == (GpuSlot("n0000", 7, 500),)
+    assert place(state, job("f", gpus=0.5), only={1}) == (GpuSlot("n0001", 0, 500),)
+
+
+def test_the_biggest_chunk_gets_a_node_first() -> None:
+    # 12 GPUs on two whole nodes: chunks 8 + 4. Largest first: 8 on n0000, 4 on n0001.
+    state = state_of([(2, A100x8, "r")])
+    per_node: dict[str, int] = {}
+    for node, _ in nodes_of(place(state, job("g", gpus=12))):
+        per_node[node] = per_node.get(node, 0) + 1
+    assert per_node == {"n0000": 8, "n0001": 4}
+
+
+def test_whole_nodes_across_domains_take_only_what_is_missing_from_the_next_domain() -> None:
+    # Two racks of 2 whole nodes, a 3-node gang: rackA's two, then one of rackB's.
+    state = state_of([(2, A100x8, "rackA"), (2, A100x8, "rackB")])
+    assert {n for n, _ in nodes_of(place(state, job("g", gpus=24)))} == {"n0000", "n0001", "n0002"}
+
+
+def test_a_whole_node_gang_kept_to_only_nodes() -> None:
+    state = state_of([(4, A100x8, "r")])
+    assert {n for n, _ in nodes_of(place(state, job("g", gpus=16), only={2, 3}))} == {"n0002", "n0003"}
+    assert place(state, job("g", gpus=16), only={3}) is None
+
+
+def test_a_partial_node_gang_kept_to_awake_only_nodes_and_away_from_excluded_ones() -> None:
+    state = state_of([(3, A100x8, "r")], asleep=("n0002",))
+    assert {n for n, _ in nodes_of(place(state, job("g", gpus=4, gpus_per_node=2), only={0, 1}))} == \
+        {"n0000", "n0001"}
+    assert place(state, job("g", gpus=4, gpus_per_node=2), only={1, 2}) is None  # n0002 sleeps
+    mixed = state_of([(2, A100x8, "r"), (1, node_type(8, "H100"), "r")])
+    assert place(mixed, job("g", gpus=4, gpus_per_node=2), only={1, 2}) is None  # one A100, one H100
+    three = state_of([(3, A100x8, "r")])
+    assert {n for n, _ in nodes_of(place(three, job("g", gpus=4, gpus_per_node=2), excluded={0}))} == \
+        {"n0001", "n0002"}
+
+
+def test_a_partial_gang_prefers_a_tight_domain_to_the_tightest_nodes_across_domains() -> None:
+    # Chunks 4 + 4. rackA: 6 + 6 free (12); rackB: 4 + 8 + 8 free (20). rackA holds it and is the
+    # tighter domain, although rackB's 4-free node is the tightest single node.
+    state = state_of([(2, A100x8, "rackA"), (3, A100x8, "rackB")],
+                     busy={"n0000": [0, 1], "n0001": [0, 1], "n0002": [0, 1, 2, 3]})
+    assert {n for n, _ in nodes_of(place(state, job("g", gpus=8, gpus_per_node=4)))} == {"n0000", "n0001"}
+
+
+def test_a_domain_with_exactly_the_gangs_free_gpus_holds_it() -> None:
+    # Chunks 4 + 4 and rackA has exactly 4 + 4 free: it fits, and it is the tightest.
+    state = state_of([(2, A100x8, "rackA"), (3, A100x8, "rackB")], busy={"n0000": [0, 1, 2, 3], "n0001": [0, 1, 2, 3]})
+    assert {n for n, _ in nodes_of(place(state, job("g", gpus=8, gpus_per_node=4)))} == {"n0000", "n0001"}
+
+
+def test_across_domains_the_roomiest_domain_comes_first_whatever_its_name() -> None:
+    # 2 GPUs per node on 3 nodes; no rack has 3 nodes. rackB (2 nodes, 16 free) first, then rackA
+    # before rackC (8 free each, by name).
+    state = state_of([(1, A100x8, "rackA"), (2, A100x8, "rackB"), (1, A100x8, "rackC")])
+    assert {n for n, _ in nodes_of(place(state, job("g", gpus=6, gpus_per_node=2)))} == {"n0000", "n0001", "n0002"}
+    small_a = state_of([(1, A100x8, "rackA"), (2, A100x8, "rackB"), (1, A100x8, "rackC")],
+                       busy={"n0000": [0, 1, 2, 3, 4]})
+    # rackA has only 3 free now, rackC 8: rackB then rackC.
+    assert {n for n, _ in nodes_of(place(small_a, job("g", gpus=6, gpus_per_node=2)))} == \
+        {"n0001", "n0002", "n0003"}
+
+
+def test_a_gang_on_a_model_with_two_node_sizes_uses_nodes_that_hold_its_chunks() -> None:
+    # A100 nodes of 4 and of 8 GPUs: a 16-GPU gang is two chunks of 8, which only the 8-GPU nodes hold.
+    state = state_of([(2, node_type(4, "A100", name="small"), "r"), (2, node_type(8, "A100", name="big"), "r")])
+    slots = place(state, job("g", gpus=16))
+    assert {n for n, _ in nodes_of(slots)} == {"n0002", "n0003"} and len(nodes_of(slots)) == 16

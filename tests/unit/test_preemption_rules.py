@@ -126,3 +126,51 @@ def test_a_borrower_yields_to_higher_priority_or_to_a_tenant_reclaiming_its_quot
     assert preempted(over_quota, base) == []
     urgent = replace(snap, pending=(PendingJob(job("more", gpus=6, tenant="owner", priority=10)),))
     assert preempted(urgent, base) == ["borrowed"]  # higher priority than a borrower's job: it yields
+
+
+def test_a_per_model_lender_yields_only_what_it_borrows_on_that_model() -> None:
+    # b's quota is 4 A100s and it holds 8 one-GPU jobs on the A100 node: it borrows 4 there. a (quota 4,
+    # holding nothing) reclaims 4: b gives back exactly its 4 borrowed GPUs.
+    tenants = [Tenant("a", quota_gpus=4), Tenant("b", quota_gpus_by_model={"A100": 4})]
+    cluster = make_cluster([(1, node_type(8, "A100"), "r")], tenants)
+    running = tuple(victim(f"b{g}", start_s=float(g), gpus=1, first_gpu=g, tenant="b") for g in range(8))
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
+                           pending=(PendingJob(job("mine", gpus=4, tenant="a")),))
+    victims = preempted(snap, PreemptionPolicy(min_runtime_s=0.0))
+    assert len(victims) == 4 and all(v.startswith("b") for v in victims)
+    # The same with 5: b would drop below its A100 quota: nobody yields.
+    five = replace(snap, pending=(PendingJob(job("mine", gpus=5, tenant="a")),))
+    assert preempted(five, PreemptionPolicy(min_runtime_s=0.0)) == []
+
+
+def test_a_lender_over_its_quota_by_one_milli_gpu_still_lends_it() -> None:
+    tenants = [Tenant("a", quota_gpus=1), Tenant("b", quota_gpus=0.999), Tenant("c", quota_gpus=1)]
+    cluster = make_cluster([(1, node_type(2), "r")], tenants)
+    running = (victim("b1", start_s=0.0, gpus=1, first_gpu=0, tenant="b"),
+               victim("c1", start_s=0.0, gpus=1, first_gpu=1, tenant="c"))
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
+                           pending=(PendingJob(job("mine", gpus=1, tenant="a")),))
+    assert preempted(snap, PreemptionPolicy(min_runtime_s=0.0)) == ["b1"]
+
+
+def test_a_shared_gpu_freed_by_a_victim_counts_with_what_was_already_free() -> None:
+    # GPU 0 holds the victim's half and another job's quarter: a 0.75 request fits exactly once the
+    # victim leaves (0.25 free + 0.5 freed). The other GPUs are full.
+    cluster = make_cluster([(1, node_type(2), "r")])
+    half = RunningJob(job("half", gpus=0.5, priority=0), (GpuSlot("n0000", 0, 500),), 0.0, 100_000.0)
+    quarter = RunningJob(job("quarter", gpus=0.25, priority=9), (GpuSlot("n0000", 0, 250),), 0.0, 100_000.0)
+    full = RunningJob(job("full", gpus=1, priority=9), (GpuSlot("n0000", 1),), 0.0, 100_000.0)
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=(half, quarter, full),
+                           pending=(PendingJob(job("hi", gpus=0.75, priority=5)),))
+    assert preempted(snap, PreemptionPolicy(min_runtime_s=0.0)) == ["half"]
+
+
+def test_victims_the_job_turns_out_not_to_need_are_dropped() -> None:
+    # One 5-GPU node, full: v1 (1 GPU, least work lost), v2 and v3 (2 GPUs each). A 4-GPU job: taken in
+    # rank order v1, v2, v3 fit it, and then v1 is not needed: v2 and v3 alone free 4.
+    cluster = make_cluster([(1, node_type(5), "r")])
+    running = (victim("v1", start_s=9000.0, gpus=1, first_gpu=0), victim("v2", start_s=8000.0, gpus=2, first_gpu=1),
+               victim("v3", start_s=7000.0, gpus=2, first_gpu=3))
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
+                           pending=(PendingJob(job("hi", gpus=4, priority=5)),))
+    assert preempted(snap, PreemptionPolicy(min_runtime_s=0.0)) == ["v2", "v3"]

@@ -22,7 +22,10 @@ def test_the_age_boost_counts_whole_steps_and_stops_at_its_cap() -> None:
     assert effective_priority(pending("a", priority=3), 1799.0, policy) == 3  # 0.999 steps: none yet
     assert effective_priority(pending("a", priority=3), 1800.0, policy) == 4  # half an hour at 2 per hour
     assert effective_priority(pending("a", priority=3), 10 * HOUR_S, policy) == 8  # 20 steps, capped at 5
-    assert effective_priority(pending("a", priority=3, submit_time_s=500.0), 0.0, policy) == 3  # not yet waiting
+    assert effective_priority(pending("a", priority=3, submit_time_s=90_000.0), 0.0, policy) == 3  # not yet waiting
+    every_second = SchedulerPolicy(age_boost_per_hour=3600.0, age_boost_max=100.0)
+    assert effective_priority(pending("a", priority=3, submit_time_s=50.0), 50.0, every_second) == 3
+    assert effective_priority(pending("a", priority=3, submit_time_s=50.0), 51.0, every_second) == 4
 
 
 def test_fair_share_is_allocated_plus_weighted_usage_over_weight() -> None:
