@@ -10,6 +10,7 @@ from greengpu.model import (
     ClusterSnapshot,
     GpuSlot,
     KillJob,
+    NodeState,
     PendingJob,
     PreemptionRecord,
     PreemptJob,
@@ -174,3 +175,49 @@ def test_victims_the_job_turns_out_not_to_need_are_dropped() -> None:
     snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
                            pending=(PendingJob(job("hi", gpus=4, priority=5)),))
     assert preempted(snap, PreemptionPolicy(min_runtime_s=0.0)) == ["v2", "v3"]
+
+
+def test_a_gang_preempts_on_as_few_nodes_as_it_needs_and_counts_free_nodes() -> None:
+    # Three 8-GPU nodes: n0000 free, n0001 full of low-priority jobs, n0002 drained with low-priority
+    # jobs (no new work goes there, so evicting them would not help). A 16-GPU gang of higher priority
+    # needs two whole nodes: the free one and n0001's.
+    cluster = make_cluster([(3, node_type(8), "r")])
+    low = tuple(victim(f"n1-{g}", start_s=0.0, gpus=1, first_gpu=g, node="n0001") for g in range(8))
+    drained = tuple(victim(f"n2-{g}", start_s=0.0, gpus=1, first_gpu=g, node="n0002") for g in range(8))
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=low + drained,
+                           pending=(PendingJob(job("gang", gpus=16, priority=5)),),
+                           node_states={"n0002": NodeState(drained=True)})
+    assert preempted(snap, PreemptionPolicy(min_runtime_s=0.0)) == sorted(f"n1-{g}" for g in range(8))
+    # Without the free node the gang needs two nodes of victims, and only one is usable: nobody is evicted.
+    busy_free = replace(snap, running=snap.running + tuple(
+        victim(f"n0-{g}", start_s=0.0, gpus=1, first_gpu=g, node="n0000", priority=9) for g in range(8)))
+    assert preempted(busy_free, PreemptionPolicy(min_runtime_s=0.0)) == []
+
+
+def test_a_tenant_within_its_quota_preempts_its_own_lower_priority_jobs() -> None:
+    cluster = make_cluster([(1, node_type(4), "r")], [Tenant("t", quota_gpus=8)])
+    mine = victim("mine-low", start_s=0.0, gpus=4, priority=1)
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=(mine,),
+                           pending=(PendingJob(job("mine-high", gpus=2, priority=4)),))
+    assert preempted(snap, PreemptionPolicy(min_runtime_s=0.0)) == ["mine-low"]
+
+
+def test_a_per_model_tenant_reclaims_its_model_quota() -> None:
+    tenants = [Tenant("a", quota_gpus_by_model={"A100": 4}), Tenant("b")]
+    cluster = make_cluster([(1, node_type(4, "A100"), "r")], tenants)
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster,
+                           running=(victim("b1", start_s=0.0, gpus=4, tenant="b", priority=9),),
+                           pending=(PendingJob(job("mine", gpus=2, tenant="a", priority=0)),))
+    assert preempted(snap, PreemptionPolicy(min_runtime_s=0.0)) == ["b1"]  # a reclaims: priority aside
+
+
+def test_the_hourly_cap_counts_each_recent_preemption_once() -> None:
+    cap_two = PreemptionPolicy(min_runtime_s=0.0, max_per_job_per_hour=2)
+    once = replace(victim("low", start_s=0.0, first_gpu=0, gpus=4), preemptions=(PreemptionRecord(9000.0, "x"),))
+    assert preempted(snapshot(once), cap_two) == ["low"]
+    twice = replace(once, preemptions=(PreemptionRecord(9000.0, "x"), PreemptionRecord(9500.0, "y")))
+    assert preempted(snapshot(twice), cap_two) == []
+
+
+def test_the_first_checkpoint_is_not_before_one_interval() -> None:
+    assert last_checkpoint_s(victim(start_s=1000.0, interval_s=1.0), 1000.5) == 1000.0
