@@ -38,3 +38,9 @@ def test_gpus_needed_rounds_up_and_adds_redundancy() -> None:
     for bad in (0.0, 1.5, -0.1):
         with pytest.raises(ValueError, match=f"^target utilisation must be in \\(0, 1\\], got {bad}$"):
             gpus_needed(10.0, bad)
+
+
+def test_the_wait_bound_is_inclusive_and_a_bound_of_one_needs_only_more_gpus_than_load() -> None:
+    assert servers_for_wait(0.5, 0.5) == 1  # M/M/1 at 0.5: P(wait) = 0.5 meets a bound of 0.5
+    assert servers_for_wait(5.0, 1.0) == 6  # any stable queue: one GPU more than the load
+    assert servers_for_wait(5.5, 1.0) == 6

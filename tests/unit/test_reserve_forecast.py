@@ -130,3 +130,32 @@ def test_headroom_counts_from_the_hours_start_and_never_goes_negative() -> None:
     assert forecaster.headroom_gpus(T0 + DAY_S + 60, 20.0) == 0
     # In an hour the forecaster has not seen yet, the reserve counts from the demand given.
     assert forecaster.headroom_gpus(T0 + 2 * DAY_S + 60, 12.0) == 4
+
+
+def test_the_window_forgets_older_days() -> None:
+    forecaster = DemandRiseForecaster(min_samples=1, window_days=2, level=0.95)
+    for day, rise in enumerate((20.0, 7.0, 7.0)):
+        forecaster.observe(T0 + day * DAY_S, 10.0)
+        forecaster.observe(T0 + day * DAY_S + 600, 10.0 + rise)
+        forecaster.observe(T0 + day * DAY_S + 3000, 10.0)
+    forecaster.observe(T0 + 3 * DAY_S + 1, 10.0)
+    assert forecaster.upper_rise_gpus(T0 + 3 * DAY_S) == 7.0  # the 20 of day 0 is out of the 2-day window
+
+
+def test_the_hour_after_a_change_counts_as_quiet() -> None:
+    forecaster = DemandRiseForecaster(min_samples=2, level=0.5)
+    forecaster.observe(T0, 10.0)
+    forecaster.observe(T0 + HOUR_S, 10.0)
+    forecaster.observe(T0 + HOUR_S + 600, 15.0)  # 01:00 rose 5 on day 0
+    forecaster.observe(T0 + DAY_S, 15.0)  # day 1, 00:00: the 01:00 hour to come is quiet
+    forecaster.observe(T0 + DAY_S + 3 * HOUR_S, 15.0)
+    # 01:00 has seen rises of 5 and 0: at 50%, the ceil(3 x 0.5) = 2nd smallest, 5.
+    assert forecaster.upper_rise_gpus(T0 + 2 * DAY_S + HOUR_S) == 5.0
+
+
+def test_a_gap_longer_than_the_window_leaves_only_zeros() -> None:
+    forecaster = DemandRiseForecaster(min_samples=2, window_days=2, level=0.95)
+    forecaster.observe(T0, 10.0)
+    forecaster.observe(T0 + 600, 19.0)  # 00:00 rose 9
+    forecaster.observe(T0 + 10 * DAY_S + 1, 10.0)  # ten quiet days later
+    assert forecaster.upper_rise_gpus(T0 + 11 * DAY_S) == 0.0  # 00:00 holds two quiet days now
