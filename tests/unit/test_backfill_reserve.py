@@ -95,3 +95,35 @@ def test_the_ends_follow_jobs_added_and_removed() -> None:
     assert reserve(state, wanted, ends, set(), NOW, INTERVAL) == Reservation("w", frozenset({0}), 3000.0)
     ends.remove(sooner)
     assert reserve(state, wanted, ends, set(), NOW, INTERVAL) is None  # nothing left to end: the GPUs stay taken
+
+
+def test_removing_a_job_the_ends_never_had_changes_nothing() -> None:
+    snapshot = ClusterSnapshot(time_s=NOW, cluster=make_cluster([(1, node_type(8), "r")]))
+    state = PlacementState(snapshot)
+    ends = ends_by_node(state, [holding("a", "n0000", [0], 2000.0)])
+    ends.remove(holding("never", "n0000", [1], 9000.0))  # sorts after every entry
+    ends.remove(holding("elsewhere", "nX", [0], 1.0))
+    empty = ends_by_node(state, [])
+    empty.remove(holding("none", "n0000", [0], 5.0))  # a node without entries
+    assert [e[1] for e in ends.by_node[0]] == ["a"] and empty.by_node.get(0, []) == []
+
+
+def test_the_next_model_is_tried_when_one_cannot_hold_the_job() -> None:
+    groups = [(1, node_type(4, "A100"), "r"), (2, node_type(8, "H100"), "r")]
+    running = [holding("h1", "n0001", list(range(8)), 3000.0), holding("h2", "n0002", list(range(8)), 4000.0)]
+    # 8 per node: no A100 node holds it; H100 n0001 frees first.
+    assert reservation_for(groups, running, job("w", gpus=8, gpus_per_node=8)) == \
+        Reservation("w", frozenset({1}), 3000.0)
+    # A 2-node gang: one A100 node is not enough, the two H100 nodes are.
+    assert reservation_for(groups, running, job("g", gpus=16)) == Reservation("g", frozenset({1, 2}), 4000.0)
+
+
+def test_a_gang_counts_a_free_node_with_the_others() -> None:
+    running = [holding("b", "n0001", list(range(8)), 2000.0)]
+    assert reservation_for([(2, node_type(8), "r")], running, job("g", gpus=16)) == \
+        Reservation("g", frozenset({0, 1}), 2000.0)
+
+
+def test_on_equal_start_times_the_first_model_is_kept() -> None:
+    groups = [(1, node_type(8, "A100"), "r"), (1, node_type(8, "H100"), "r")]
+    assert reservation_for(groups, [], job("w", gpus=8)) == Reservation("w", frozenset({0}), NOW)
