@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from schedkit import job, make_cluster, node_type
 
 from greengpu.model import (
@@ -221,3 +222,81 @@ def test_the_hourly_cap_counts_each_recent_preemption_once() -> None:
 
 def test_the_first_checkpoint_is_not_before_one_interval() -> None:
     assert last_checkpoint_s(victim(start_s=1000.0, interval_s=1.0), 1000.5) == 1000.0
+
+
+def full_node(node: str, prefix: str, start_s: float = 0.0, priority: int = 0, tenant: str = "t",
+              interval_s: float | None = None) -> tuple[RunningJob, ...]:
+    return tuple(victim(f"{prefix}{g}", start_s=start_s, gpus=1, first_gpu=g, node=node, priority=priority,
+                        tenant=tenant, interval_s=interval_s) for g in range(8))
+
+
+def test_a_gang_takes_free_nodes_first_then_the_cheapest_victims_by_node_order_on_ties() -> None:
+    # 4 nodes: n0000 free; n0001 priority-3 victims; n0002 and n0003 priority-0 victims, identical.
+    # A 2-node gang of priority 5: the free node and n0002 (cheapest, lower index than its twin).
+    cluster = make_cluster([(4, node_type(8), "r")])
+    running = full_node("n0001", "dear", priority=3) + full_node("n0002", "x") + full_node("n0003", "y")
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
+                           pending=(PendingJob(job("gang", gpus=16, priority=5)),))
+    assert preempted(snap, PreemptionPolicy(min_runtime_s=0.0)) == sorted(f"x{g}" for g in range(8))
+    # A 3-node gang: both free-or-cheap nodes and then n0003, never the dearer n0001.
+    three = replace(snap, pending=(PendingJob(job("gang", gpus=24, priority=5)),))
+    assert preempted(three, PreemptionPolicy(min_runtime_s=0.0)) == \
+        sorted([f"x{g}" for g in range(8)] + [f"y{g}" for g in range(8)])
+
+
+@pytest.mark.parametrize(("order", "expected_prefix"), [("least-lost-work", "old"), ("newest-first", "new")])
+def test_the_node_whose_victims_cost_least_is_chosen_by_the_policys_order(order: str, expected_prefix: str) -> None:
+    # n0000: started at 9000, never checkpoints (1000 s x 8 GPUs lost); n0001: started at 1000, checkpoints
+    # every 100 s (little lost). Least lost work: n0001's; newest first: n0000's.
+    cluster = make_cluster([(2, node_type(8), "r")])
+    running = full_node("n0000", "new", start_s=9000.0) + full_node("n0001", "old", start_s=1000.0, interval_s=100.0)
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
+                           pending=(PendingJob(job("hi", gpus=8, priority=5)),))
+    victims = preempted(snap, PreemptionPolicy(min_runtime_s=0.0, victim_order=order))
+    assert victims == sorted(f"{expected_prefix}{g}" for g in range(8))
+
+
+def test_only_strictly_lower_priority_jobs_of_the_same_tenant_yield() -> None:
+    cluster = make_cluster([(1, node_type(2), "r")], [Tenant("t", quota_gpus=2)])
+    running = (victim("p1", start_s=0.0, gpus=1, first_gpu=0, priority=1),
+               victim("p5", start_s=0.0, gpus=1, first_gpu=1, priority=5))
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
+                           pending=(PendingJob(job("hi", gpus=2, priority=5)),))
+    assert preempted(snap, PreemptionPolicy(min_runtime_s=0.0)) == []  # p5 is an equal: p1 alone is not enough
+
+
+def test_a_reclaiming_tenants_own_jobs_listed_first_do_not_stop_the_search_among_borrowers() -> None:
+    tenants = [Tenant("owner", quota_gpus=4), Tenant("borrower")]
+    cluster = make_cluster([(1, node_type(4), "r")], tenants)
+    running = (victim("own", start_s=0.0, gpus=1, first_gpu=0, tenant="owner", priority=1),
+               victim("b1", start_s=0.0, gpus=3, first_gpu=1, tenant="borrower"))
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
+                           pending=(PendingJob(job("mine", gpus=3, tenant="owner", priority=1)),))
+    assert preempted(snap, PreemptionPolicy(min_runtime_s=0.0)) == ["b1"]
+    higher = replace(snap, pending=(PendingJob(job("mine", gpus=4, tenant="owner", priority=3)),))
+    assert preempted(higher, PreemptionPolicy(min_runtime_s=0.0)) == ["b1", "own"]
+
+
+def test_two_reclaims_in_one_cycle_take_different_victims() -> None:
+    cluster = make_cluster([(2, node_type(8), "r")], [Tenant("owner", quota_gpus=8), Tenant("borrower")])
+    running = full_node("n0000", "b", tenant="borrower") + full_node("n0001", "c", tenant="borrower")
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
+                           pending=(PendingJob(job("m1", gpus=1, tenant="owner")),
+                                    PendingJob(job("m2", gpus=1, tenant="owner"))))
+    actions = schedule(snap, SchedulerPolicy(preemption=PreemptionPolicy(min_runtime_s=0.0, grace_s=60.0)))
+    signals = [a for a in actions if isinstance(a, PreemptJob)]
+    assert len(signals) == 2 and len({a.job_id for a in signals}) == 2
+    assert {a.for_job_id for a in signals} == {"m1", "m2"}
+
+
+def test_a_per_model_lender_yields_on_the_model_it_borrows_even_after_one_it_does_not() -> None:
+    # b: quota 1 A100 and 1 V100. It holds 1 A100 (at quota) and 2 V100 (1 borrowed). a reclaims a V100.
+    tenants = [Tenant("a", quota_gpus=1), Tenant("b", quota_gpus_by_model={"A100": 1, "V100": 1})]
+    cluster = make_cluster([(1, node_type(2, "A100"), "r"), (1, node_type(2, "V100"), "r")], tenants)
+    running = (victim("bA", start_s=0.0, gpus=1, first_gpu=0, node="n0000", tenant="b"),
+               victim("bV1", start_s=0.0, gpus=1, first_gpu=0, node="n0001", tenant="b"),
+               victim("bV2", start_s=100.0, gpus=1, first_gpu=1, node="n0001", tenant="b"))
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
+                           pending=(PendingJob(job("mine", gpus=1, tenant="a", gpu_types=frozenset({"V100"}))),))
+    victims = preempted(snap, PreemptionPolicy(min_runtime_s=0.0))
+    assert len(victims) == 1 and victims[0] in {"bV1", "bV2"}
