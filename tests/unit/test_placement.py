@@ -204,3 +204,22 @@ def test_a_gang_on_a_model_with_two_node_sizes_uses_nodes_that_hold_its_chunks()
     state = state_of([(2, node_type(4, "A100", name="small"), "r"), (2, node_type(8, "A100", name="big"), "r")])
     slots = place(state, job("g", gpus=16))
     assert {n for n, _ in nodes_of(slots)} == {"n0002", "n0003"} and len(nodes_of(slots)) == 16
+
+
+def test_chunks_of_exactly_a_node() -> None:
+    assert chunks_for(job("a", gpus=16, gpus_per_node=8), 8) == [8, 8]
+
+
+def test_best_fit_looks_at_every_model_at_each_level_before_a_looser_one() -> None:
+    # A100: one node with 4 free; H100: one node with 2 free. A 2-GPU job takes the H100 node's 2.
+    groups = [(1, node_type(8, "A100"), "r"), (1, node_type(8, "H100"), "r")]
+    state = state_of(groups, busy={"n0000": [0, 1, 2, 3], "n0001": [0, 1, 2, 3, 4, 5]})
+    assert {n for n, _ in nodes_of(place(state, job("j", gpus=2)))} == {"n0001"}
+
+
+def test_the_walk_over_free_counts_stops_at_each_models_own_node_size() -> None:
+    # A100 nodes of 4 GPUs (all busy), H100 nodes of 8 (free): a 4-GPU job walks past 4 free GPUs,
+    # where the A100 index ends, to the H100 node's 8.
+    groups = [(1, node_type(4, "A100"), "r"), (1, node_type(8, "H100"), "r")]
+    state = state_of(groups, busy={"n0000": [0, 1, 2, 3]})
+    assert {n for n, _ in nodes_of(place(state, job("j", gpus=4)))} == {"n0001"}

@@ -85,3 +85,22 @@ def test_an_old_job_overtakes_a_fresh_one_once_its_boost_catches_up(now_s: float
     old = pending("old", "a", priority=0, submit_time_s=0.0)
     fresh = pending("fresh", "b", priority=2, submit_time_s=now_s)
     assert next(iter(queue_order([fresh, old], now_s, policy, lambda t: 0.0))).job.job_id == first
+
+
+def test_a_job_submitted_later_than_now_earns_no_negative_boost() -> None:
+    policy = SchedulerPolicy(age_boost_per_hour=2.0, age_boost_max=5.0)
+    early = pending("early", "a", priority=1, submit_time_s=10 * HOUR_S)  # clocks disagree: not yet submitted
+    now = pending("now", "b", priority=0, submit_time_s=0.0)
+    order = [p.job.job_id for p in queue_order([now, early], 0.0, policy, lambda t: 0.0)]
+    assert order == ["early", "now"]
+
+
+def test_the_boost_counts_a_step_the_moment_it_is_earned_and_stops_at_the_cap() -> None:
+    policy = SchedulerPolicy(age_boost_per_hour=2.0, age_boost_max=5.0)
+    # After exactly half an hour the old job has earned 1 step: equal to the fresh job's priority 1, and older.
+    old, fresh = pending("old", "a", priority=0, submit_time_s=0.0), pending("fresh", "b", priority=1,
+                                                                             submit_time_s=1800.0)
+    assert [p.job.job_id for p in queue_order([fresh, old], 1800.0, policy, lambda t: 0.0)] == ["old", "fresh"]
+    # After 100 hours it has 5 (the cap), not 200: a job of priority 6 still goes first.
+    top = pending("top", "b", priority=6, submit_time_s=100 * HOUR_S)
+    assert [p.job.job_id for p in queue_order([old, top], 100 * HOUR_S, policy, lambda t: 0.0)] == ["top", "old"]
