@@ -223,3 +223,21 @@ def test_the_walk_over_free_counts_stops_at_each_models_own_node_size() -> None:
     groups = [(1, node_type(4, "A100"), "r"), (1, node_type(8, "H100"), "r")]
     state = state_of(groups, busy={"n0000": [0, 1, 2, 3]})
     assert {n for n, _ in nodes_of(place(state, job("j", gpus=4)))} == {"n0001"}
+
+
+def test_only_nodes_that_are_excluded_do_not_end_the_search() -> None:
+    state = state_of([(3, A100x8, "r")])
+    assert {n for n, _ in nodes_of(place(state, job("a", gpus=2), only={0, 2}, excluded={0}))} == {"n0002"}
+
+
+def test_the_reserve_is_per_model_and_another_model_may_still_serve_a_small_job() -> None:
+    # One whole A100 node (the last: reserved) and two whole H100 nodes (one may go).
+    groups = [(1, node_type(8, "A100"), "r"), (2, node_type(8, "H100"), "r")]
+    state = state_of(groups)
+    assert {n for n, _ in nodes_of(place(state, job("s", gpus=1), whole_node_reserve=1))} == {"n0001"}
+
+
+def test_a_gang_is_tried_on_the_next_model_when_one_cannot_split_it() -> None:
+    groups = [(2, node_type(4, "A100"), "r"), (2, node_type(8, "H100"), "r")]
+    state = state_of(groups)
+    assert {n for n, _ in nodes_of(place(state, job("g", gpus=12, gpus_per_node=6)))} == {"n0002", "n0003"}
