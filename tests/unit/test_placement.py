@@ -241,3 +241,10 @@ def test_a_gang_is_tried_on_the_next_model_when_one_cannot_split_it() -> None:
     groups = [(2, node_type(4, "A100"), "r"), (2, node_type(8, "H100"), "r")]
     state = state_of(groups)
     assert {n for n, _ in nodes_of(place(state, job("g", gpus=12, gpus_per_node=6)))} == {"n0002", "n0003"}
+
+
+def test_a_job_that_fits_one_node_of_some_model_is_never_split_over_smaller_ones() -> None:
+    # 6 GPUs fit one H100 node (busy now), not one A100 node: the job waits rather than span two A100s.
+    groups = [(2, node_type(4, "A100"), "r"), (1, node_type(8, "H100"), "r")]
+    state = state_of(groups, busy={"n0002": [0, 1, 2, 3]})
+    assert place(state, job("j", gpus=6)) is None
