@@ -9,6 +9,7 @@ from greengpu.forecast.capacity import erlang_b, erlang_c, gpus_needed, servers_
 
 def test_erlang_b_by_hand() -> None:
     assert erlang_b(0, 3.0) == 1.0  # no server: everything is blocked
+    assert erlang_b(3, 0.0) == 0.0  # no load: nothing is blocked
     assert erlang_b(1, 1.0) == pytest.approx(0.5)  # A / (1 + A)
     assert erlang_b(2, 1.0) == pytest.approx(0.2)  # (A^2 / 2) / (1 + A + A^2 / 2)
     assert erlang_b(3, 2.0) == pytest.approx((8 / 6) / (1 + 2 + 2 + 8 / 6))
