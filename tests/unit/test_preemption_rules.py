@@ -300,3 +300,16 @@ def test_a_per_model_lender_yields_on_the_model_it_borrows_even_after_one_it_doe
                            pending=(PendingJob(job("mine", gpus=1, tenant="a", gpu_types=frozenset({"V100"}))),))
     victims = preempted(snap, PreemptionPolicy(min_runtime_s=0.0))
     assert len(victims) == 1 and victims[0] in {"bV1", "bV2"}
+
+
+def test_a_node_where_victims_cannot_make_room_does_not_end_the_search() -> None:
+    # n0000: one low-priority 1-GPU job among priority-9 jobs (evicting it frees 1 GPU, not 4);
+    # n0001: eight low-priority 1-GPU jobs. A 4-GPU job of priority 5 takes four of n0001's.
+    cluster = make_cluster([(2, node_type(8), "r")])
+    running = (victim("lone", start_s=0.0, gpus=1, first_gpu=0, node="n0000"),
+               victim("keep", start_s=0.0, gpus=7, first_gpu=1, node="n0000", priority=9))
+    running += full_node("n0001", "v")
+    snap = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=running,
+                           pending=(PendingJob(job("hi", gpus=4, priority=5)),))
+    victims = preempted(snap, PreemptionPolicy(min_runtime_s=0.0))
+    assert len(victims) == 4 and all(v.startswith("v") for v in victims)
