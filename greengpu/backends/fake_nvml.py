@@ -8,6 +8,12 @@ simulator and `greengpu agent --backend fake` exercise what runs on a GPU node. 
 - writes without root raise `NVMLError_NoPermission` (`root=False`);
 - GPUs without an energy counter (pre-Volta), ECC, or clock locking raise `NVMLError_NotSupported`;
 - calls before `nvmlInit` raise `NVMLError_Uninitialized`;
+- arguments go through the same ctypes conversions pynvml applies before calling the library: a
+  float where pynvml builds a `c_uint` raises `TypeError`, a negative integer wraps around to a huge
+  unsigned value (which NVML then refuses as out of range), and an enum argument outside its NVML
+  range (clock type, temperature sensor, ECC error and counter type) raises `NVMLError_InvalidArgument`;
+- errors are `pynvml.NVMLError(code)`, which pynvml turns into its subclass for the code
+  (`NVMLError_NoPermission`, ...), exactly as `_nvmlCheckReturn` does for the real library;
 - power follows the load: idle + (draw - idle) x utilisation, scaled by the square of the locked
   clock fraction, held at the enforced limit (then the SwPowerCap clock event reason is set);
   the energy counter (mJ) advances with that power on the fake's clock.
@@ -19,6 +25,7 @@ needs exactly that).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import threading
@@ -50,6 +57,7 @@ class FakeGpu:
     has_energy_counter: bool = True
     has_ecc: bool = True
     can_lock_clocks: bool = True
+    memory_clock_mhz: int = 1593
     uuid: str = ""
     # state
     limit_w: float = 0.0
@@ -58,6 +66,7 @@ class FakeGpu:
     pids: list[int] = field(default_factory=list)
     energy_mj: float = 0.0
     ecc_uncorrected: int = 0
+    ecc_corrected: int = 0
     updated_s: float | None = None
 
     def power_w(self) -> float:
@@ -111,6 +120,20 @@ def _error(code: int) -> pynvml.NVMLError:
     return pynvml.NVMLError(code)
 
 
+def _c_uint(value: Any) -> int:
+    """`value` as pynvml hands it to NVML: `c_uint(value)` (TypeError for a float, wraps a negative)."""
+    return int(ctypes.c_uint(value).value)
+
+
+def _enum(value: Any, count: int) -> int:
+    """An NVML enum argument: converted as pynvml does (its enum types are c_uint), then range-checked
+    as NVML does (`count` is the enum's *_COUNT)."""
+    converted = _c_uint(value)
+    if converted >= count:
+        raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    return converted
+
+
 class FakeNvml:
     """The subset of the `pynvml` module greengpu calls, over simulated GPUs."""
 
@@ -160,9 +183,14 @@ class FakeNvml:
 
     # --- plumbing ----------------------------------------------------------------------------
 
-    def _gpu(self, handle: Any) -> FakeGpu:
+    def _require_init(self) -> None:
+        # pynvml looks the function up first (NVMLError_Uninitialized before nvmlInit), then converts
+        # the arguments (TypeError), then NVML checks them: the fake keeps that order.
         if not self._initialised:
             raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def _gpu(self, handle: Any) -> FakeGpu:
+        self._require_init()
         if not isinstance(handle, _Handle) or not 0 <= handle.index < len(self._gpus):
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return self._advance(handle.index)
@@ -204,9 +232,10 @@ class FakeNvml:
         return len(self._gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        index = _c_uint(index)
         if not self._initialised:
             raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
-        if not 0 <= index < len(self._gpus):
+        if not index < len(self._gpus):
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return _Handle(index)
 
@@ -269,30 +298,49 @@ class FakeNvml:
         return reasons
 
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int:
+        self._require_init()
+        error_type = _enum(error_type, pynvml.NVML_MEMORY_ERROR_TYPE_COUNT)
+        _enum(counter_type, pynvml.NVML_ECC_COUNTER_TYPE_COUNT)
         gpu = self._gpu(handle)
         if not gpu.has_ecc:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED:
+            return gpu.ecc_corrected
         return gpu.ecc_uncorrected
 
     def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
+        self._require_init()
+        clock_type = _enum(clock_type, pynvml.NVML_CLOCK_COUNT)
         gpu = self._gpu(handle)
+        if clock_type == pynvml.NVML_CLOCK_MEM:
+            return gpu.memory_clock_mhz
         if gpu.utilization == 0:
             return gpu.min_sm_clock_mhz
         return gpu.locked_clock_mhz if gpu.locked_clock_mhz is not None else gpu.max_sm_clock_mhz
 
     def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int:
-        return self._gpu(handle).max_sm_clock_mhz
+        self._require_init()
+        clock_type = _enum(clock_type, pynvml.NVML_CLOCK_COUNT)
+        gpu = self._gpu(handle)
+        return gpu.memory_clock_mhz if clock_type == pynvml.NVML_CLOCK_MEM else gpu.max_sm_clock_mhz
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        self._require_init()
+        _enum(sensor, pynvml.NVML_TEMPERATURE_COUNT)
         gpu = self._gpu(handle)
         return int(30 + 45 * gpu.power_w() / gpu.max_limit_w)
 
-    def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int) -> int:
+    def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int, version: int = pynvml.nvmlTemperature_v1) -> int:
+        if version != pynvml.nvmlTemperature_v1:
+            raise _error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        _c_uint(sensor)  # pynvml fills the request struct before it looks the function up
         return self.nvmlDeviceGetTemperature(handle, sensor)
 
     # --- writes (root only) --------------------------------------------------------------------
 
     def nvmlDeviceSetPowerManagementLimit(self, handle: Any, limit_mw: int) -> None:
+        self._require_init()
+        limit_mw = _c_uint(limit_mw)
         with self._lock:
             gpu = self._write("nvmlDeviceSetPowerManagementLimit", handle)
             if not gpu.min_limit_w * 1000 <= limit_mw <= gpu.max_limit_w * 1000:
@@ -301,6 +349,8 @@ class FakeNvml:
             self.save()
 
     def nvmlDeviceSetGpuLockedClocks(self, handle: Any, min_mhz: int, max_mhz: int) -> None:
+        self._require_init()
+        min_mhz, max_mhz = _c_uint(min_mhz), _c_uint(max_mhz)
         with self._lock:
             gpu = self._write("nvmlDeviceSetGpuLockedClocks", handle)
             if not gpu.can_lock_clocks:

@@ -1,15 +1,22 @@
-"""Invariant checks the simulator and the tests run after every event.
+"""Invariant checks the simulator and the tests run after every event: an independent oracle.
 
 - no GPU over-committed (shares on one GPU add up to at most one GPU);
 - no partial gang (a running job holds exactly what it asked for, on distinct whole GPUs);
 - no tenant above its nominal quota plus borrowing limit;
 - no work on a node that is not awake.
+
+The quota check is recomputed here from the inventory and the running set alone. It deliberately
+shares no code with `greengpu.sched.quota.QuotaLedger`, which the scheduler admits jobs with: an
+oracle that called the ledger would agree with any bug in it (a doubled borrowing limit passed
+unnoticed that way). Keep it that way: nothing from `greengpu.sched` may be imported here.
 """
 
 from __future__ import annotations
 
 from greengpu.model import GPU_UNITS, ClusterSnapshot, PowerState
-from greengpu.sched.quota import QuotaLedger
+
+ALL_MODELS = "*"
+"""The quota key of a tenant without per-model quotas: usage on every GPU model counts together."""
 
 
 def check_invariants(snapshot: ClusterSnapshot) -> list[str]:
@@ -41,9 +48,47 @@ def check_invariants(snapshot: ClusterSnapshot) -> list[str]:
     for (node, gpu), units in sorted(used.items()):
         if units > GPU_UNITS:
             problems.append(f"over-committed GPU {node}:{gpu}: {units / GPU_UNITS:g} GPUs allocated")
-    model_of_node = {n.name: cluster.node_types[n.type_name].gpu_model for n in cluster.nodes}
-    ledger = QuotaLedger(cluster, model_of_node, {}, borrow_non_interruptible=True)
-    for running in snapshot.running:
-        ledger.charge(running)
-    problems.extend(ledger.violations())
+    problems.extend(quota_violations(snapshot))
     return problems
+
+
+def held_units_by_quota_key(snapshot: ClusterSnapshot) -> dict[tuple[str, str], int]:
+    """Milli-GPUs each tenant holds, per quota key: the GPU model for a tenant with per-model quotas,
+    otherwise `ALL_MODELS`. Counted from the slots the jobs really hold, not from what they asked for."""
+    cluster = snapshot.cluster
+    model_of_node = {n.name: cluster.node_types[n.type_name].gpu_model for n in cluster.nodes}
+    sizes = {n.name: cluster.node_types[n.type_name].gpus for n in cluster.nodes}
+    held: dict[tuple[str, str], int] = {}
+    for running in snapshot.running:
+        name = running.job.tenant
+        tenant = cluster.tenants.get(name)
+        per_model = tenant is not None and bool(tenant.quota_gpus_by_model)
+        for slot in running.slots:
+            if slot.node not in sizes or not 0 <= slot.gpu_index < sizes[slot.node]:
+                continue  # reported by check_invariants as a GPU that does not exist
+            key = (name, model_of_node[slot.node] if per_model else ALL_MODELS)
+            held[key] = held.get(key, 0) + slot.units
+    return held
+
+
+def quota_violations(snapshot: ClusterSnapshot) -> list[str]:
+    """Tenants holding more than their nominal quota plus borrowing limit, recomputed from the inventory.
+
+    A tenant's nominal quota on a key is `quota_gpus` (all models together), or its entry in
+    `quota_gpus_by_model` (0 for a model it has no quota on). It may hold up to that plus
+    `borrow_limit_gpus`; without a borrowing limit (and for a tenant the inventory does not list) it
+    may borrow any idle capacity, so there is no limit to break.
+    """
+    tenants = snapshot.cluster.tenants
+    found: list[str] = []
+    for (name, key), units in sorted(held_units_by_quota_key(snapshot).items()):
+        tenant = tenants.get(name)
+        if tenant is None or tenant.borrow_limit_gpus is None:
+            continue
+        nominal_gpus = tenant.quota_gpus if key == ALL_MODELS else tenant.quota_gpus_by_model.get(key, 0.0)
+        limit_units = round(nominal_gpus * GPU_UNITS) + round(tenant.borrow_limit_gpus * GPU_UNITS)
+        if units > limit_units:
+            found.append(f"tenant {name} holds {units / GPU_UNITS:g} GPUs on {key}, "
+                         f"above quota plus borrowing {limit_units / GPU_UNITS:g}")
+    return found
+

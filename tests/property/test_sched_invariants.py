@@ -9,6 +9,7 @@ sleeping node, and every job either holds all it asked for or nothing.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +19,9 @@ from schedkit import Driver, job, make_cluster, node_type
 from greengpu.model import GPU_UNITS, NodeState, PlaceJob, PowerState, Tenant
 from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
 from greengpu.sched.invariants import check_invariants
+
+EXAMPLES = int(os.environ.get("GREENGPU_PROPERTY_EXAMPLES", "1000"))
+"""1000 random event streams in the normal suite; the mutation job (docs/TESTING.md) runs fewer per mutant."""
 
 GPU_SIZES = st.sampled_from([0.25, 0.5, 1, 1, 2, 3, 4, 8, 8, 12, 16, 24, 32, 64])
 
@@ -49,7 +53,8 @@ EVENTS = st.lists(
 )
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(cluster=clusters(), events=EVENTS, grace_s=st.sampled_from([0.0, 60.0, 120.0]),
        victim_order=st.sampled_from(["least-lost-work", "newest-first"]), reserve=st.integers(0, 1))
 def test_invariants_hold_on_random_event_streams(cluster, events, grace_s, victim_order, reserve) -> None:  # noqa: ANN001

@@ -121,10 +121,6 @@ def test_bad_inventory_gives_one_line_and_exit_2(
         assert f" {key}:" in err, err
 
 
-def test_at_least_twenty_kinds_of_bad_input() -> None:
-    assert len({c[0] for c in CASES}) >= 20
-
-
 def test_bad_csv_row_names_csv_file_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "prices.csv").write_text("time,price_per_kwh\n2024-01-01T00:00:00,0.10\n2024-01-01T01:00:00,cheap\n")
     code, err = run_check(tmp_path, capsys, VALID.replace("price_per_kwh: 0.12", "tariff_csv: prices.csv"))

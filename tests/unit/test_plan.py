@@ -28,15 +28,19 @@ def test_run_out_and_order_by_follow_the_growth() -> None:
     settings = PlanSettings(horizon_days=120, lead_time_days=28, target_utilisation=1.0, redundancy_gpus=0,
                             max_wait_probability=1.0, models=BASELINES)
     result = make_plan(growing(), installed_gpus=250, settings=settings)
-    growth = result.growth
-    assert growth["peak_growth_gpus_per_day"] == pytest.approx(2.0, abs=0.01)
-    # The last day's peak is about 100 + 2 x 34.x + 10; the plan needs more than 250 GPUs once
-    # level + 2 x days ahead + the calibrated offset passes 250.
-    level, offset = growth["peak_level_gpus"], growth["upper_offset_gpus"]
-    days_to_run_out = int(np.floor((250 - level - offset) / 2.0)) + 1
-    run_out = pd.Timestamp("2026-04-06") + pd.Timedelta(days=days_to_run_out - 1)
-    assert result.capacity["run_out_date"] == run_out.date().isoformat()
-    assert result.capacity["order_by_date"] == (run_out - pd.Timedelta(days=28)).date().isoformat()
+    # Worked out from the series alone: day d (0..34, from 2026-03-02) peaks at hour 6, where the sine
+    # is 1: 100 + 2 x (24 d + 6) / 24 + 10 = 110.5 + 2 d.
+    # - level: the median of the last 7 peaks (days 28..34) = day 31's = 172.5;
+    # - growth: the peaks are exactly linear, so Theil-Sen gives 2.0 per day;
+    # - upper offset: each peak minus the median of the 7 before it (4 days back) = 8, at any level.
+    assert result.growth["peak_level_gpus"] == 172.5
+    assert result.growth["peak_growth_gpus_per_day"] == 2.0
+    assert result.growth["upper_offset_gpus"] == 8.0
+    # Day k ahead (k = 1 is 2026-04-06) needs ceil(172.5 + 2 k + 8) GPUs at 100% utilisation; that
+    # first passes 250 at k = 35 (250.5 -> 251): 2026-05-10, and the order goes out 28 days before.
+    assert result.capacity["run_out_date"] == "2026-05-10"
+    assert result.capacity["order_by_date"] == "2026-04-12"
+    assert result.days[0] == {"day": "2026-04-06", "peak_gpus": 174.5, "upper_peak_gpus": 182.5, "required_gpus": 183}
     assert [m["month"] for m in result.months] == ["2026-04", "2026-05", "2026-06", "2026-07", "2026-08"]
     assert result.months[0]["required_gpus"] <= result.months[-1]["required_gpus"]
 

@@ -52,3 +52,56 @@ def test_busy_gpu_clamps_to_the_limits_nvml_accepts() -> None:
     assert speed == pytest.approx(1 / TRAINING_CURVE.time_factor[0])
     power, speed = busy_gpu(a100, 260)
     assert 0.75 * 400 < power < 0.85 * 400 and 0.95 < speed < 1.0  # the knee: -20% power, -5% speed
+
+
+def _rows(workload: str, points: list[tuple[float, float, float]]) -> list[Measurement]:
+    return [Measurement((workload,), limit_w, time_s, power_w) for limit_w, time_s, power_w in points]
+
+
+def test_the_fit_takes_medians_per_bin_and_makes_them_monotone() -> None:
+    # One workload, reference 400 W (100 s, 300 W). Raw factors by fraction 0.25 / 0.5 / 0.75 / 1:
+    # time 2.0333 / 0.99 / 0.98 / 1 and power 0.5017 / 0.8333 / 0.8 / 1. Measurement noise makes the
+    # 200 W and 300 W runs look faster than the reference: less power never runs faster, so both
+    # become 1.0; the 300 W power dips below the 200 W one: more power never draws less, so 0.833.
+    rows = _rows("w", [(400, 100, 300), (300, 98, 240), (200, 99, 250), (100, 203.3333, 150.5)])
+    curve = fit_curve(rows, bin_width=0.25)
+    assert curve.fractions == (0.25, 0.5, 0.75, 1.0)
+    assert curve.time_factor == (2.033, 1.0, 1.0, 1.0)
+    assert curve.power_factor == (0.502, 0.833, 0.833, 1.0)
+
+
+def test_the_fit_takes_the_median_over_workloads_and_caps_power_at_the_reference() -> None:
+    rows = (_rows("a", [(400, 100, 300), (200, 110, 150)]) + _rows("b", [(300, 100, 200), (150, 130, 110)])
+            + _rows("c", [(200, 100, 100), (100, 150, 55)]))
+    # At fraction 0.5: time 1.1 / 1.3 / 1.5 -> 1.3; power 0.5 / 0.55 / 0.55 -> 0.55.
+    curve = fit_curve(rows, bin_width=0.25)
+    assert curve.fractions == (0.5, 1.0)
+    assert curve.time_factor == (1.3, 1.0) and curve.power_factor == (0.55, 1.0)
+    # A point drawing more than the reference (noise above the cap) is held at the reference's power.
+    noisy = fit_curve(_rows("w", [(400, 100, 300), (300, 101, 310)]), bin_width=0.25)
+    assert noisy.power_factor == (1.0, 1.0)
+    # Bin keys are rounded to 4 places, so a bin width of 1/3 gives readable fractions.
+    thirds = fit_curve(_rows("w", [(300, 100, 300), (200, 110, 250), (100, 200, 150)]), bin_width=1 / 3)
+    assert thirds.fractions == (0.3333, 0.6667, 1.0)
+
+
+def test_fit_error_is_the_relative_energy_error_in_percent() -> None:
+    from greengpu.energy.power_model import PowerCurve
+
+    curve = PowerCurve((0.5, 1.0), (1.2, 1.0), (0.6, 1.0))  # energy factor 0.72 at half the limit
+    rows = _rows("a", [(400, 100, 300), (200, 120, 150)])  # measured 1.2 x 0.5 = 0.6: 20% off
+    rows += _rows("b", [(400, 100, 300), (200, 100, 240)])  # measured 1.0 x 0.8 = 0.8: 10% off
+    error = fit_error(curve, rows)
+    assert error["points"] == 4.0
+    assert error["median_pct"] == pytest.approx(5.0)  # errors 0, 0, 10, 20
+    assert error["p90_pct"] == pytest.approx(10.0)  # the 90th percentile by rank: int(0.9 x 3) = 2
+
+
+def test_curve_interpolates_linearly_and_clamps_to_its_range() -> None:
+    from greengpu.energy.power_model import PowerCurve
+
+    curve = PowerCurve((0.5, 0.75, 1.0), (1.4, 1.1, 1.0), (0.6, 0.8, 1.0))
+    assert curve.at(0.75) == (1.1, 0.8)
+    assert curve.at(0.625) == pytest.approx((1.25, 0.7))
+    assert curve.at(0.2) == (1.4, 0.6) and curve.at(1.3) == (1.0, 1.0)
+    assert curve.energy_factor(0.625) == pytest.approx(1.25 * 0.7)

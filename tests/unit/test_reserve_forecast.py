@@ -94,3 +94,68 @@ def test_the_simulator_wakes_nodes_for_the_forecast_ramp_before_jobs_wait() -> N
     assert all(max(waits_on(plain, day)) >= 300 for day in range(1, 8))
     assert all(max(waits_on(forecast, day)) == 0 for day in range(4, 8))
     assert max(waits_on(forecast, 1)) >= 300  # day 1: nothing learnt yet
+
+
+def test_hours_of_day_follow_the_sites_offset() -> None:
+    assert DemandRiseForecaster().hour_of_day(24 * 100 + 9) == 9
+    assert DemandRiseForecaster(utc_offset_s=2 * HOUR_S).hour_of_day(24 * 100 + 9) == 11
+    assert DemandRiseForecaster(utc_offset_s=-10 * HOUR_S).hour_of_day(24 * 100 + 9) == 23
+
+
+def test_quiet_hours_count_as_no_rise_and_the_window_keeps_the_last_days() -> None:
+    forecaster = DemandRiseForecaster(min_samples=2, window_days=3, level=0.5)
+    forecaster.observe(T0, 10.0)
+    forecaster.observe(T0 + 1200, 30.0)  # hour 00: rose 20
+    forecaster.observe(T0 + 2 * DAY_S + 100, 10.0)  # two quiet days in between: zeros at every hour
+    # 00:00 has seen rises of 20 and 0: at 50%, rank ceil(3 x 0.5) = 2, the larger.
+    assert forecaster.upper_rise_gpus(T0 + 2 * DAY_S) == 20.0
+    # Hour 05 saw two quiet days: rises of 0.
+    assert forecaster.upper_rise_gpus(T0 + 2 * DAY_S + 5 * HOUR_S) == 0.0
+    # Ten 00:00 hours rising 7 each: the window keeps 3 of them, all 7.
+    for day in range(3, 13):
+        forecaster.observe(T0 + day * DAY_S, 10.0)
+        forecaster.observe(T0 + day * DAY_S + 600, 17.0)
+        forecaster.observe(T0 + day * DAY_S + 2 * HOUR_S, 10.0)
+    assert forecaster.upper_rise_gpus(T0 + 13 * DAY_S) == 7.0
+
+
+def test_headroom_counts_from_the_hours_start_and_never_goes_negative() -> None:
+    forecaster = DemandRiseForecaster(min_samples=1, level=0.5)
+    forecaster.observe(T0, 10.0)
+    forecaster.observe(T0 + 600, 14.0)  # hour 00 of day 0 rose 4
+    forecaster.observe(T0 + 3000, 10.0)
+    forecaster.observe(T0 + DAY_S + 1, 10.0)  # day 1's 00:00 hour begins at 10
+    assert forecaster.headroom_gpus(T0 + DAY_S + 60, 10.0) == 4
+    assert forecaster.headroom_gpus(T0 + DAY_S + 60, 13.0) == 1  # 3 of the 4 already arrived
+    assert forecaster.headroom_gpus(T0 + DAY_S + 60, 20.0) == 0
+    # In an hour the forecaster has not seen yet, the reserve counts from the demand given.
+    assert forecaster.headroom_gpus(T0 + 2 * DAY_S + 60, 12.0) == 4
+
+
+def test_the_window_forgets_older_days() -> None:
+    forecaster = DemandRiseForecaster(min_samples=1, window_days=2, level=0.95)
+    for day, rise in enumerate((20.0, 7.0, 7.0)):
+        forecaster.observe(T0 + day * DAY_S, 10.0)
+        forecaster.observe(T0 + day * DAY_S + 600, 10.0 + rise)
+        forecaster.observe(T0 + day * DAY_S + 3000, 10.0)
+    forecaster.observe(T0 + 3 * DAY_S + 1, 10.0)
+    assert forecaster.upper_rise_gpus(T0 + 3 * DAY_S) == 7.0  # the 20 of day 0 is out of the 2-day window
+
+
+def test_the_hour_after_a_change_counts_as_quiet() -> None:
+    forecaster = DemandRiseForecaster(min_samples=2, level=0.5)
+    forecaster.observe(T0, 10.0)
+    forecaster.observe(T0 + HOUR_S, 10.0)
+    forecaster.observe(T0 + HOUR_S + 600, 15.0)  # 01:00 rose 5 on day 0
+    forecaster.observe(T0 + DAY_S, 15.0)  # day 1, 00:00: the 01:00 hour to come is quiet
+    forecaster.observe(T0 + DAY_S + 3 * HOUR_S, 15.0)
+    # 01:00 has seen rises of 5 and 0: at 50%, the ceil(3 x 0.5) = 2nd smallest, 5.
+    assert forecaster.upper_rise_gpus(T0 + 2 * DAY_S + HOUR_S) == 5.0
+
+
+def test_a_gap_longer_than_the_window_leaves_only_zeros() -> None:
+    forecaster = DemandRiseForecaster(min_samples=2, window_days=2, level=0.95)
+    forecaster.observe(T0, 10.0)
+    forecaster.observe(T0 + 600, 19.0)  # 00:00 rose 9
+    forecaster.observe(T0 + 10 * DAY_S + 1, 10.0)  # ten quiet days later
+    assert forecaster.upper_rise_gpus(T0 + 11 * DAY_S) == 0.0  # 00:00 holds two quiet days now

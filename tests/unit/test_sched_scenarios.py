@@ -331,6 +331,56 @@ def test_gang_prefers_one_domain() -> None:
     assert nodes <= {"n0003", "n0004", "n0005", "n0006"} and len(nodes) == 3
 
 
+def test_a_whole_node_gang_goes_to_the_tightest_domain_that_holds_it() -> None:
+    # rackA: 3 nodes, 2 of them whole and free; rackB: 4 whole free nodes. Both can hold a 2-node gang;
+    # best fit at domain level takes rackA and keeps rackB's four whole nodes together.
+    cluster = make_cluster([(3, A100x8, "rackA"), (4, A100x8, "rackB")])
+    driver = Driver(cluster)
+    driver.start_running(running("x", "n0000", [0]))
+    driver.submit(job("g", gpus=16))
+    nodes = {s.node for s in placed(driver.cycle().actions)["g"].slots}
+    assert nodes == {"n0001", "n0002"}
+
+
+def test_a_partial_node_gang_goes_to_the_tightest_domain_that_holds_it() -> None:
+    # Two GPUs per node on 2 nodes. rackA has 4 + 4 free GPUs, rackB 8 + 8 + 8: both hold the gang,
+    # rackA is the tighter fit, so rackB keeps its whole free nodes.
+    cluster = make_cluster([(2, A100x8, "rackA"), (3, A100x8, "rackB")])
+    driver = Driver(cluster)
+    driver.start_running(running("x", "n0000", [0, 1, 2, 3]))
+    driver.start_running(running("y", "n0001", [0, 1, 2, 3]))
+    driver.submit(job("g", gpus=4, gpus_per_node=2))
+    slots = placed(driver.cycle().actions)["g"].slots
+    assert sorted((s.node, s.gpu_index) for s in slots) == [("n0000", 4), ("n0000", 5), ("n0001", 4), ("n0001", 5)]
+
+
+def test_a_gang_no_domain_can_hold_spans_the_roomiest_domains_first() -> None:
+    # rackA: 1 whole free node, rackB: 2, rackC: 1. A 3-node gang fits in no single rack: it takes
+    # rackB's two nodes first (the roomiest), then one more, so it spans two domains, not three.
+    cluster = make_cluster([(1, A100x8, "rackA"), (2, A100x8, "rackB"), (1, A100x8, "rackC")])
+    driver = Driver(cluster)
+    driver.submit(job("g", gpus=24))
+    nodes = {s.node for s in placed(driver.cycle().actions)["g"].slots}
+    assert nodes == {"n0000", "n0001", "n0002"}  # rackB's n0001, n0002, then rackA (domain name order)
+
+
+def test_reclaim_takes_a_partly_borrowing_lender_down_to_its_quota_and_no_further() -> None:
+    # One 8-GPU node. b (quota 4) holds 6, so it borrows 2; c (quota 1) holds 2 and borrows 1.
+    # a (quota 3, holding nothing) reclaims 3 GPUs: b may give back its 2 borrowed GPUs and c its 1,
+    # even though b's jobs are the cheapest victims: a third job of b would take b below its quota.
+    tenants = [Tenant("a", quota_gpus=3), Tenant("b", quota_gpus=4), Tenant("c", quota_gpus=1)]
+    cluster = make_cluster([(1, A100x8, "r")], tenants)
+    run = [running(f"b{g}", "n0000", [g], tenant="b", start_s=-60) for g in range(6)]
+    run += [running(f"c{g}", "n0000", [g], tenant="c", start_s=-7200) for g in (6, 7)]
+    snapshot = ClusterSnapshot(time_s=0, cluster=cluster, running=tuple(run),
+                               pending=(PendingJob(job("mine", tenant="a", gpus=3)),))
+    actions = schedule(snapshot, SchedulerPolicy(preemption=PreemptionPolicy(min_runtime_s=0)))
+    victims = sorted(p.job_id for p in preempts(actions))
+    assert [v[0] for v in victims] == ["b", "b", "c"]
+    left = {t: sum(r.job.units for r in run if r.job.tenant == t and r.job.job_id not in victims) for t in "bc"}
+    assert left == {"b": 4 * GPU_UNITS, "c": 1 * GPU_UNITS}
+
+
 def test_gpu_model_constraint_and_per_model_quota() -> None:
     tenants = [Tenant("t", quota_gpus_by_model={"V100": 4}, borrow_limit_gpus=0)]
     cluster = make_cluster([(1, node_type(8, "A100"), "r"), (1, node_type(8, "V100"), "r")], tenants)
@@ -395,16 +445,22 @@ def test_sleeping_nodes_get_no_work() -> None:
     assert {s.node for s in got["j"].slots} == {"n0001"}
 
 
-@pytest.mark.parametrize("grace_s", [0, 90])
-def test_requeued_victim_keeps_checkpointed_progress(grace_s: float) -> None:
+@pytest.mark.parametrize(("grace_s", "kept_s"), [
+    # Killed at once, at t=0: 3950 s run, 3 checkpoints of 1000 s kept, 7000 s of 10000 s left.
+    (0, 7_000.0),
+    # Signalled at t=0, killed at the first cycle after the 90 s grace (t=120, cycles every 60 s):
+    # 4070 s run, a 4th checkpoint was taken during the grace, 6000 s left.
+    (90, 6_000.0),
+])
+def test_requeued_victim_keeps_checkpointed_progress(grace_s: float, kept_s: float) -> None:
     cluster = make_cluster([(1, A100x8, "r")])
     driver = Driver(cluster, SchedulerPolicy(preemption=PreemptionPolicy(grace_s=grace_s, min_runtime_s=0)))
-    driver.start_running(running("v", "n0000", list(range(8)), start_s=-4000, duration_s=10_000,
+    driver.start_running(running("v", "n0000", list(range(8)), start_s=-3950, duration_s=10_000,
                                  checkpoint_interval_s=1000))
     driver.submit(job("hi", gpus=8, priority=5))
     while "hi" not in driver.started_at:
         driver.cycle()
         driver.advance()
     requeued = next(p for p in driver.snapshot.pending if p.job.job_id == "v")
-    assert requeued.job.duration_s in (6_000.0, 5_000.0)  # 4 or 5 checkpoints of 1000 s were kept
+    assert requeued.job.duration_s == kept_s
     assert requeued.preemptions and requeued.preemptions[0].by_job_id == "hi"

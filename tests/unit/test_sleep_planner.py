@@ -147,3 +147,94 @@ def test_reserve_shortfall_counts_free_awake_and_waking_nodes() -> None:
     policy = SleepPolicy(enabled=True)
     assert warm_reserve_shortfall_gpus(views_now, policy, reserve_gpus=24) == 8  # a and b count; c is busy
     assert warm_reserve_shortfall_gpus(views_now, policy, reserve_gpus=16) == 0
+
+
+def idle(name: str, gpus: int, idle_since_s: float, power_since_s: float = 0.0) -> NodeView:
+    return NodeView(name, gpus, PowerState.AWAKE, power_since_s, False, idle_since_s)
+
+
+PLANNER = SleepPolicy(enabled=True, idle_timeout_s=600, min_awake_s=1200, max_suspends_per_min=2)
+
+
+def test_the_planner_suspends_the_longest_idle_first_and_says_for_how_long() -> None:
+    now = 10_000.0
+    views_now = [idle("b", 8, 8_000.0), idle("a", 8, 7_000.0), idle("c", 8, 8_000.0)]
+    chosen = plan_suspends(now, views_now, PLANNER, blocked_pending=False, suspends_last_minute=0)
+    assert [(s.node, s.reason) for s in chosen] == [("a", "idle 3000 s"), ("b", "idle 2000 s")]
+
+
+def test_the_suspend_budget_is_per_minute_to_the_node() -> None:
+    now = 10_000.0
+    views_now = [idle("a", 8, 0.0), idle("b", 8, 1.0), idle("c", 8, 2.0)]
+    plan = PLANNER
+    assert [s.node for s in plan_suspends(now, views_now, plan, blocked_pending=False, suspends_last_minute=1)] == ["a"]
+    assert plan_suspends(now, views_now, plan, blocked_pending=False, suspends_last_minute=2) == []
+    assert [s.node for s in plan_suspends(now, views_now, plan, blocked_pending=False,
+                                          suspends_last_minute=0)] == ["a", "b"]
+
+
+def test_idle_timeout_and_minimum_awake_time_hold_to_the_second() -> None:
+    now = 10_000.0
+    views_now = [idle("young", 8, now - 599), idle("due", 8, now - 600), idle("woken", 8, 0.0, now - 1199),
+                 idle("settled", 8, 1.0, now - 1200)]
+    chosen = plan_suspends(now, views_now, replace(PLANNER, max_suspends_per_min=10), blocked_pending=False,
+                           suspends_last_minute=0)
+    assert [s.node for s in chosen] == ["settled", "due"]
+
+
+def test_a_node_too_big_for_the_reserve_is_skipped_and_a_smaller_one_still_sleeps() -> None:
+    now = 10_000.0
+    views_now = [idle("big", 8, 0.0), idle("small", 4, 100.0), NodeView("busy", 8, PowerState.AWAKE, 0, True, None)]
+    # 12 free GPUs awake, 6 to keep: big would leave 4, small leaves 8.
+    chosen = plan_suspends(now, views_now, PLANNER, blocked_pending=False, suspends_last_minute=0, reserve_gpus=6)
+    assert [s.node for s in chosen] == ["small"]
+    floor = replace(PLANNER, warm_reserve_gpus=6)
+    assert [s.node for s in plan_suspends(now, views_now, floor, blocked_pending=False,
+                                          suspends_last_minute=0)] == ["small"]
+    # reserve_gpus given replaces the policy's floor (0 here): both may sleep.
+    assert [s.node for s in plan_suspends(now, views_now, floor, blocked_pending=False, suspends_last_minute=0,
+                                          reserve_gpus=0)] == ["big", "small"]
+
+
+def test_the_planner_only_suspends_inside_a_window_in_local_time() -> None:
+    from datetime import UTC, datetime
+
+    monday_1730_utc = datetime(2024, 1, 1, 17, 30, tzinfo=UTC).timestamp()
+    nights = replace(PLANNER, windows=(SleepWindow(days=("mon",), start_minute=19 * 60, end_minute=7 * 60),))
+    views_now = [idle("a", 8, 0.0)]
+    assert plan_suspends(monday_1730_utc, views_now, nights, blocked_pending=False, suspends_last_minute=0) == []
+    chosen = plan_suspends(monday_1730_utc, views_now, nights, blocked_pending=False, suspends_last_minute=0,
+                           utc_offset_s=7200)  # 19:30 at the site
+    assert [s.node for s in chosen] == ["a"]
+    one_second_early = datetime(2024, 1, 1, 18, 59, 59, tzinfo=UTC).timestamp()
+    assert plan_suspends(one_second_early, views_now, nights, blocked_pending=False, suspends_last_minute=0) == []
+    assert plan_suspends(monday_1730_utc + 7200, views_now, replace(nights, enabled=False), blocked_pending=False,
+                         suspends_last_minute=0) == []
+
+
+def test_reserve_shortfall_uses_the_policy_floor_and_nothing_when_disabled() -> None:
+    from greengpu.energy.sleep import warm_reserve_shortfall_gpus
+
+    views_now = [idle("a", 4, 0.0)]
+    assert warm_reserve_shortfall_gpus(views_now, SleepPolicy(enabled=True, warm_reserve_gpus=6)) == 2
+    assert warm_reserve_shortfall_gpus([], SleepPolicy(enabled=True, warm_reserve_gpus=1)) == 1
+    assert warm_reserve_shortfall_gpus([], SleepPolicy(enabled=False, warm_reserve_gpus=8)) == 0
+    assert warm_reserve_shortfall_gpus([], SleepPolicy(enabled=True), reserve_gpus=0) == 0
+
+
+def test_the_forecast_headroom_counts_only_with_use_forecast() -> None:
+    from greengpu.energy.sleep import warm_reserve_target_gpus
+
+    forecasting = SleepPolicy(enabled=True, warm_reserve_gpus=4, use_forecast=True)
+    assert warm_reserve_target_gpus(forecasting, 0) == 4
+    assert warm_reserve_target_gpus(replace(forecasting, warm_reserve_gpus=0), 0) == 0
+    assert warm_reserve_target_gpus(forecasting, 0, forecast_headroom_gpus=12) == 12
+    assert warm_reserve_target_gpus(replace(forecasting, use_forecast=False), 0, forecast_headroom_gpus=12) == 4
+
+
+def test_each_suspension_counts_against_the_reserve_for_the_next() -> None:
+    # Three idle 8-GPU nodes and 8 GPUs to keep: the first two may sleep (24 -> 16 -> 8), the third not.
+    views_now = [idle("a", 8, 0.0), idle("b", 8, 1.0), idle("c", 8, 2.0)]
+    chosen = plan_suspends(10_000.0, views_now, replace(PLANNER, max_suspends_per_min=10), blocked_pending=False,
+                           suspends_last_minute=0, reserve_gpus=8)
+    assert [s.node for s in chosen] == ["a", "b"]

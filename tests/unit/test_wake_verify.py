@@ -58,6 +58,67 @@ def test_an_up_report_during_backoff_wins() -> None:
     assert track.stage is WakeStage.UP and events[0].kind == "up"
 
 
+def test_the_events_say_when_and_how_often_with_the_figures_of_the_track() -> None:
+    track, event = start_wake("gpu01", 100.0, POLICY, "job 7")
+    assert event.message == "gpu01: wake-up 1 sent (job 7)"
+    track, events = advance(track, 700.0, False, POLICY)
+    wait_s = backoff_s("gpu01", 1, POLICY)
+    assert track.next_try_s == 700.0 + wait_s and track.sent_s == 100.0
+    assert [e.message for e in events] == [f"gpu01: not up 600 s after wake-up 1; retrying at +{wait_s:.0f} s"]
+    track, events = advance(track, 700.0 + wait_s, False, POLICY)
+    assert (track.stage, track.attempts, track.sent_s, track.next_try_s) == (WakeStage.WAKING, 2, 700.0 + wait_s, None)
+    assert track.deadline_s == pytest.approx(1300.0 + wait_s)
+    assert [e.message for e in events] == ["gpu01: wake-up 2 sent (retry)"]
+    track, events = advance(track, 1400.0 + wait_s, True, POLICY)
+    assert track.stage is WakeStage.UP and track.next_try_s is None
+    assert [e.message for e in events] == [f"gpu01: up {1300.0 + wait_s:.0f} s after the first wake-up (attempt 2)"]
+    assert advance(track, 5000.0, False, POLICY) == (track, [])  # done: nothing more to do or say
+
+
+def test_an_up_report_during_backoff_clears_the_retry() -> None:
+    track, _ = start_wake("gpu01", 0.0, POLICY, "r")
+    track, _ = advance(track, 600.0, False, POLICY)
+    assert track.next_try_s is not None
+    track, _ = advance(track, 601.0, True, POLICY)
+    assert track.stage is WakeStage.UP and track.next_try_s is None and next_due_s(track) is None
+
+
+def test_before_the_retry_time_a_backoff_waits() -> None:
+    track, _ = start_wake("gpu01", 0.0, POLICY, "r")
+    track, _ = advance(track, 600.0, False, POLICY)
+    assert track.next_try_s is not None
+    assert advance(track, track.next_try_s - 1.0, False, POLICY) == (track, [])
+
+
+def test_the_failure_alert_names_the_attempts_and_the_time() -> None:
+    once = SleepPolicy(enabled=True, wake_timeout_s=300.0, wake_retries=0, wake_backoff_s=30.0)
+    track, _ = start_wake("gpu07", 50.0, once, "r")
+    track, events = advance(track, 350.0, False, once)
+    assert track.stage is WakeStage.FAILED and track.next_try_s is None and next_due_s(track) is None
+    assert [e.message for e in events] == [
+        "gpu07: did not wake after 1 wake-ups over 300 s; marked failed, no longer counted on; "
+        "check its power, BMC and wake-on-LAN setting"]
+    assert advance(track, 9999.0, True, once) == (track, [])  # a failed node stays failed until re-planned
+
+
+def test_without_backoff_a_timed_out_wake_is_resent_at_once() -> None:
+    eager = SleepPolicy(enabled=True, wake_timeout_s=300.0, wake_retries=1, wake_backoff_s=0.0)
+    track, _ = start_wake("gpu01", 0.0, eager, "r")
+    track, events = advance(track, 300.0, False, eager)
+    assert [e.kind for e in events] == ["timeout", "send"]
+    assert (track.stage, track.attempts, track.sent_s, track.deadline_s) == (WakeStage.WAKING, 2, 300.0, 600.0)
+
+
+def test_backoff_doubles_per_attempt_up_to_its_cap_and_jitters_by_at_most_a_quarter() -> None:
+    for attempt, base in ((1, 30.0), (2, 60.0), (3, 120.0), (5, 480.0), (6, 600.0), (12, 600.0)):
+        delay = backoff_s("gpu01", attempt, POLICY)
+        assert base <= delay <= base * (1 + JITTER_FRACTION), (attempt, delay)
+    assert 30.0 <= backoff_s("gpu01", 0, POLICY) <= 37.5  # attempt 0 counts as the first
+    # The jitter is spread over the whole quarter, not stuck at one end: over many nodes it covers both halves.
+    fractions = [backoff_s(f"n{i}", 1, POLICY) / 30.0 - 1.0 for i in range(200)]
+    assert min(fractions) < JITTER_FRACTION / 4 and max(fractions) > 3 * JITTER_FRACTION / 4
+
+
 def inventory(tmp_path: Path, port: int) -> Path:
     return write_inventory(tmp_path / "cluster.yaml", {"a100x8": a100_type()},
                            [wol_node("gpu[01-02]", "a100x8", "02:00:5e:10:00:01", port)])

@@ -1,0 +1,39 @@
+"""Forget mutmut's verdict on the mutants no test killed, so the next `run.sh` judges them again.
+
+    python3 tests/mutation/retest_survivors.py ['greengpu.energy.*' ...]
+
+mutmut keeps each mutant's verdict in `mutants/**.meta` and does not try a survivor again when only
+the tests changed. After adding tests for survivors, this clears the survivors' (and the untested
+mutants') verdicts, leaving the killed ones: a mutant the earlier tests killed stays killed by a
+suite that only grew, so a run after this gives the figures of a fresh run in a fraction of its time.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+from pathlib import Path
+
+SURVIVED_OR_UNTESTED = {0, 5, 33}  # mutmut's exit codes: survived, no tests (twice)
+
+
+def main(patterns: list[str]) -> int:
+    cleared = 0
+    for meta in sorted(Path("mutants").rglob("*.py.meta")):
+        data = json.loads(meta.read_text())
+        verdicts = data["exit_code_by_key"]
+        changed = False
+        for name, code in verdicts.items():
+            if code in SURVIVED_OR_UNTESTED and (not patterns or any(fnmatch.fnmatch(name, p) for p in patterns)):
+                verdicts[name] = None
+                changed = True
+                cleared += 1
+        if changed:
+            meta.write_text(json.dumps(data, indent=4))
+    print(f"{cleared} surviving mutants will be tried again by the next run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
