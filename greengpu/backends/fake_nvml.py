@@ -80,7 +80,7 @@ class FakeGpu:
         return self._demand_w() > self.limit_w
 
 
-# Figures from FIELD-NOTES.md and vendor data sheets; draw_w at full load uncapped.
+# Figures from vendor data sheets; draw_w at full load uncapped.
 PRESETS: dict[str, dict[str, Any]] = {
     "A100": dict(name="NVIDIA A100-SXM4-80GB", min_limit_w=100, max_limit_w=400, default_limit_w=400, idle_w=52,
                  draw_w=400, max_sm_clock_mhz=1410),

@@ -38,7 +38,7 @@ def six_months_history(path: Path) -> None:
 
 
 def six_months_lab_trace(path: Path) -> None:
-    """A ten-GPU lab's six months of jobs (CONTRACTS.md trace CSV)."""
+    """A ten-GPU lab's six months of jobs (canonical trace CSV, docs/TRACES.md)."""
     rng = np.random.default_rng(12)
     start = pd.Timestamp("2026-01-05T00:00:00Z")
     rows = []

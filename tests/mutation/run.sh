@@ -15,8 +15,8 @@ cd "$(dirname "$0")/../.."
 # The hypothesis property tests run 1000 examples in the normal suite; 100 per mutant keeps the job
 # to hours rather than days on a small machine.
 export GREENGPU_PROPERTY_EXAMPLES="${GREENGPU_PROPERTY_EXAMPLES:-100}"
-# Inside ./mutants the tests no longer sit beside the public data; point them where conftest would.
-export GREENGPU_SHARED_DATA="${GREENGPU_SHARED_DATA:-$(cd .. && pwd)/shared/data}"
+# Inside ./mutants the tests no longer sit beside the repository's data/ folder; point them at it.
+export GREENGPU_PUBLIC_DATA="${GREENGPU_PUBLIC_DATA:-$(pwd)/data}"
 start_s=$(date +%s)
 status=0
 nice -n 10 python3 -m mutmut run "$@" || status=$?

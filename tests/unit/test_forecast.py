@@ -85,7 +85,7 @@ def test_erlang_c_matches_published_values() -> None:
     assert erlang_c(3, 2.0) == pytest.approx(4 / 9)  # the textbook M/M/3 at 2 Erlangs
     assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
     assert erlang_c(4, 4.0) == 1.0 and erlang_c(4, 0.0) == 0.0
-    # Pooling (FIELD-NOTES.md): utilisation at P(wait) <= 10% for 8, 100 and 1,000 busy GPUs.
+    # Pooling (a known property of Erlang C): utilisation at P(wait) <= 10% for 8, 100 and 1,000 busy GPUs.
     assert [round(a / servers_for_wait(a, 0.10), 2) for a in (8, 100, 1000)] == [0.62, 0.87, 0.96]
     assert gpus_needed(130, 0.65, redundancy_gpus=8) == 208
 
