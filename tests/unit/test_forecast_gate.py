@@ -20,7 +20,7 @@ from greengpu.forecast.backtest import (
     origin_positions,
     run_backtest,
 )
-from greengpu.forecast.gate import choose, median_interval, sign_test_p, wins_needed
+from greengpu.forecast.gate import choose, gate_summary, median_interval, sign_test_p, wins_needed
 from greengpu.forecast.models import BASELINES, ModelSpec, ensemble
 from greengpu.forecast.plan import PlanSettings, make_plan
 
@@ -241,3 +241,45 @@ def test_plan_html_never_overwrites_an_input(tmp_path: Path, capsys: pytest.Capt
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--html" in err[0] and "input" in err[0]
     assert history.read_bytes() == before
+
+
+def test_baselines_only_ship_the_simplest_and_say_so() -> None:
+    choice = choose(backtest_of({"naive": [1.0, 2.0, 3.0], "seasonal_naive": [2.0] * 3, "drift": [1.5] * 3}))
+    assert (choice.model, choice.baseline, choice.shipped_candidate, choice.wins, choice.origins) == \
+        ("naive", "naive", False, 0, 3)
+    assert (choice.mase, choice.baseline_mase) == (2.0, 2.0)
+    assert choice.reason == "shipping the baseline naive: no candidates"
+    assert choice.evidence is None and choice.to_change == ""
+    assert gate_summary(choice) == {"max_ratio": 0.95, "alpha": 0.05, "test": "one-sided sign test",
+                                    "interval_level": 0.9, "shipped_candidate": False, "to_change": ""}
+    assert gate_summary(None) is None
+
+
+def test_the_verdict_reads_as_written_by_hand() -> None:
+    # 12 origins: the candidate beats naive by half on 11 of them and loses on the last.
+    per_origin = {"naive": [1.0] * 12, "seasonal_naive": [2.0] * 12, "drift": [1.0] * 12,
+                  "cand": [0.5] * 11 + [2.0]}
+    choice = choose(backtest_of(per_origin))
+    assert choice.model == "cand" and choice.baseline == "naive" and choice.origins == 12
+    assert choice.mase == pytest.approx((0.5 * 11 + 2.0) / 12) and choice.baseline_mase == 1.0
+    assert choice.reason == ("cand ships: median MASE ratio 0.500 against naive (90% interval 0.500-0.500), "
+                             "better on 11 of 12 origins (1 worse, 0 tied; sign test p = 0.00317)")
+    assert choice.to_change == ("cand would stop shipping if its median ratio rose above 0.95 or it won fewer "
+                                "than 10 of its 12 untied origins")
+    summary = gate_summary(choice)
+    assert summary == {"max_ratio": 0.95, "alpha": 0.05, "test": "one-sided sign test", "interval_level": 0.9,
+                       "shipped_candidate": True, "to_change": choice.to_change, "candidate": "cand",
+                       "baseline": "naive", "median_ratio": 0.5, "ratio_interval": [0.5, 0.5], "wins": 11,
+                       "losses": 1, "ties": 0, "win_share": round(11 / 12, 4), "p_value": round(13 / 4096, 4),
+                       "wins_needed": 10}
+    per_origin["cand"] = [1.2] * 6 + [0.9] * 6  # median ratio 1.05 against naive, 6 of 12 better
+    choice = choose(backtest_of(per_origin))
+    assert choice.reason == ("shipping the baseline naive: no candidate passed the gate against every baseline "
+                             "(best: cand, median MASE ratio 1.050 against naive (90% interval 0.900-1.200), "
+                             "better on 6 of 12 origins (6 worse, 0 tied; sign test p = 0.613); a candidate needs "
+                             "a median ratio <= 0.95 and sign test p <= 0.05)")
+    assert choice.to_change == ("to ship, cand needs a median ratio <= 0.95 (it has 1.050) and at least 10 wins of "
+                                "12 untied origins (it has 6)")
+    assert (choice.mase, choice.baseline_mase, choice.wins) == (1.0, 1.0, 6)
+    infinite = gate_summary(choose(backtest_of({**per_origin, "naive": [0.0] * 12, "drift": [0.0] * 12})))
+    assert infinite is not None and infinite["median_ratio"] is None  # a ratio against a perfect forecast
