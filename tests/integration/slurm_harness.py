@@ -191,20 +191,19 @@ PartitionName=gpu Nodes={self.nodes[0][:-1]}[1-{len(self.nodes)}] Default=YES Ma
 
     def power_off_script(self) -> Path:
         """A node's "systemctl poweroff": stops that node's slurmd (its whole process group)."""
-        script = self.root / "power_off.py"
-        script.write_text(
-            "import os, signal, sys\n"
-            "pid = int(open(os.path.join(sys.argv[1], 'pids', sys.argv[2])).read())\n"
-            "os.killpg(pid, signal.SIGTERM)\n")
-        return script
+        return self._signal_slurmd_script("power_off.py", "SIGTERM")
 
     def suspend_to_ram_script(self) -> Path:
         """A node's "systemctl suspend": freezes that node's slurmd (its whole process group)."""
-        script = self.root / "suspend_to_ram.py"
+        return self._signal_slurmd_script("suspend_to_ram.py", "SIGSTOP")
+
+    def _signal_slurmd_script(self, name: str, signal_name: str) -> Path:
+        """A script taking (root, node) that sends `signal_name` to that node's slurmd process group."""
+        script = self.root / name
         script.write_text(
             "import os, signal, sys\n"
             "pid = int(open(os.path.join(sys.argv[1], 'pids', sys.argv[2])).read())\n"
-            "os.killpg(pid, signal.SIGSTOP)\n")
+            f"os.killpg(pid, signal.{signal_name})\n")
         return script
 
     def _restart_slurmd_script(self) -> Path:

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import yaml
+from documents import key_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,18 +39,7 @@ ODD_VALUES = st.one_of(
 )
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(value, dict):
-        for key, child in value.items():
-            found += _paths(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            found += _paths(child, (*prefix, index))
-    return found
-
-
-ALL_PATHS = [p for p in _paths(BASE) if p]
+ALL_PATHS = key_paths(BASE)
 
 
 def _mutate(doc: dict[str, Any], path: tuple[Any, ...], action: str, value: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from documents import key_paths
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
@@ -162,6 +163,15 @@ def write_bytes_mutated(path: Path, text: str, junk: bytes, position: int) -> No
     data = text.encode("utf-8")
     at = position % (len(data) + 1)
     path.write_bytes(data[:at] + junk + data[at:])
+
+
+def write_mutated(path: Path, text: str, data: st.DataObject) -> None:
+    """`text` as it is, or (half the time) with a few junk bytes spliced in somewhere."""
+    if data.draw(st.booleans(), label="bytes"):
+        write_bytes_mutated(path, text, data.draw(st.binary(min_size=1, max_size=4), label="junk"),
+                            data.draw(st.integers(0, 10**6), label="position"))
+    else:
+        path.write_text(text, encoding="utf-8")
 
 
 # ------------------------------------------------------------------ valid bases
@@ -328,17 +338,6 @@ def test_plan_settings_mutations(workdir: Path, edits: list[tuple[int, int, str]
     assert_clean(code, err, allowed=(2,))  # ten days of history: never enough to plan, always a clean refusal
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, child in value.items():
-            found += _paths(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            found += _paths(child, (*prefix, index))
-    return found
-
-
 def _replace(document: Any, path: tuple[Any, ...], value: Any) -> Any:
     document = copy.deepcopy(document)
     parent = document
@@ -363,7 +362,7 @@ def test_yaml_values_replaced_keep_their_structure(workdir: Path, which: str, da
     import yaml
 
     base = yaml.safe_load(POLICY if which == "policy" else SETTINGS)
-    path = data.draw(st.sampled_from(_paths(base)), label="path")
+    path = data.draw(st.sampled_from(key_paths(base)), label="path")
     document = _replace(base, path, data.draw(YAML_SCALARS, label="value"))
     (workdir / "cluster.yaml").write_text(CLUSTER, encoding="utf-8")
     (workdir / "history.csv").write_text(HISTORY, encoding="utf-8")
@@ -385,7 +384,7 @@ def test_plan_settings_values_through_a_whole_plan(workdir: Path, data: st.DataO
     import yaml
 
     base = yaml.safe_load(SETTINGS)
-    path = data.draw(st.sampled_from([p for p in _paths(base) if p[0] not in ("history", "cluster")]), label="path")
+    path = data.draw(st.sampled_from([p for p in key_paths(base) if p[0] not in ("history", "cluster")]), label="path")
     document = _replace(base, path, data.draw(YAML_SCALARS, label="value"))
     (workdir / "cluster.yaml").write_text(CLUSTER, encoding="utf-8")
     (workdir / "history.csv").write_text(_history(16), encoding="utf-8")
@@ -422,11 +421,7 @@ def test_trace_mutations(workdir: Path, trace_format: str, data: st.DataObject) 
     mutated = mutate_csv(text, delimiter, data.draw(_csv_ops(width), label="ops"))
     (workdir / "cluster.yaml").write_text(CLUSTER, encoding="utf-8")
     path = workdir / f"trace.{trace_format}"
-    if data.draw(st.booleans(), label="bytes"):
-        write_bytes_mutated(path, mutated, data.draw(st.binary(min_size=1, max_size=4), label="junk"),
-                            data.draw(st.integers(0, 10**6), label="position"))
-    else:
-        path.write_text(mutated, encoding="utf-8")
+    write_mutated(path, mutated, data)
     # --until bounds the virtual clock: the fuzz is about the reader, not a year-long replay.
     code, out, err = run_cli("simulate", "--trace", str(path), "--trace-format", trace_format, "--cluster",
                              str(workdir / "cluster.yaml"), "--policy", "default", "--until", "86400", "--json")
@@ -453,11 +448,7 @@ def test_tariff_and_carbon_series_mutations(workdir: Path, key: str, data: st.Da
     column, text = SERIES[key]
     mutated = mutate_csv(text, ",", data.draw(_csv_ops(2), label="ops"))
     series = workdir / "series.csv"
-    if data.draw(st.booleans(), label="bytes"):
-        write_bytes_mutated(series, mutated, data.draw(st.binary(min_size=1, max_size=4), label="junk"),
-                            data.draw(st.integers(0, 10**6), label="position"))
-    else:
-        series.write_text(mutated, encoding="utf-8")
+    write_mutated(series, mutated, data)
     flat = "price_per_kwh: 0.12" if key == "tariff_csv" else "carbon_g_per_kwh: 380"
     cluster = workdir / "cluster.yaml"
     cluster.write_text(CLUSTER.replace(flat, f"{key}: series.csv"), encoding="utf-8")
@@ -472,11 +463,7 @@ def test_tariff_and_carbon_series_mutations(workdir: Path, key: str, data: st.Da
 def test_plan_history_mutations(workdir: Path, data: st.DataObject) -> None:
     mutated = mutate_csv(HISTORY, ",", data.draw(_csv_ops(3), label="ops"))
     path = workdir / "history.csv"
-    if data.draw(st.booleans(), label="bytes"):
-        write_bytes_mutated(path, mutated, data.draw(st.binary(min_size=1, max_size=4), label="junk"),
-                            data.draw(st.integers(0, 10**6), label="position"))
-    else:
-        path.write_text(mutated, encoding="utf-8")
+    write_mutated(path, mutated, data)
     code, _, err = run_cli("plan", "--history", str(path), "--models", "baselines", "--json")
     assert_clean(code, err, allowed=(2,))
 
