@@ -272,7 +272,7 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
         with _progress(f"simulating {policy.name}", len(jobs)) as report:
             simulation = Simulation(cluster, policy, jobs, until_s=until_s, progress=report,
                                     attribute=ledger_path is not None)
-            result = simulation.run().values
+            result = simulation.run().to_json()
         if result["unplaceable_jobs"]:
             note(f"{policy.name}: {len(result['unplaceable_jobs'])} job(s) never started, no placement exists "
                  f"for them on this cluster (first: {result['unplaceable_jobs'][0]})")
@@ -433,11 +433,14 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
               help="With --backend fake: keep the fake GPUs' settings in FILE, so they outlive the process.")
 @click.option("--fake-busy", default="", metavar="INDEXES", help="With --backend fake: GPUs with work, e.g. 0,1.")
 @click.option("--fake-not-root", is_flag=True, help="With --backend fake: refuse writes as NVML does without root.")
+@click.option("--cluster", "cluster_file", default=None, metavar="FILE",
+              help="Cluster inventory YAML: the efficiency pick then counts this node's host power (one GPU's "
+              "share of host_idle_w) exactly as greengpu simulate does; without it, GPU energy alone.")
 def agent(policy_name: str, backend: str, classes_file: str | None, class_source: str, node: str | None,
           kube_host: str | None, pod_resources_socket: str, journal: str, listen: str,
           stale_after_s: float | None, interval_s: float,
           nonbinding_after_s: float, once: bool, dry_run: bool, fake_gpus: str, fake_state: str | None,
-          fake_busy: str, fake_not_root: bool) -> None:
+          fake_busy: str, fake_not_root: bool, cluster_file: str | None) -> None:
     """Run on a GPU node: cap each GPU for the job class running on it, restore everything on exit.
 
     Reads power, energy, limits and clocks through NVML, applies the policy's capping decision per
@@ -450,13 +453,18 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
     from greengpu.control.agent_main import AgentOptions, parse_gpu_indexes, run_agent
 
     busy = parse_gpu_indexes(fake_busy)
+    cluster = None
+    if cluster_file is not None:
+        from greengpu.config.inventory import load_cluster
+
+        cluster = load_cluster(cluster_file)
     logging.basicConfig(level=logging.INFO, format="greengpu agent: %(message)s", stream=sys.stderr, force=True)
     code = run_agent(AgentOptions(
         policy=load_policy(policy_name), backend=backend, fake_gpus=fake_gpus, fake_state=fake_state,
         fake_busy=busy, fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,
         node=node, kube_host=kube_host, journal=journal, listen=listen, interval_s=interval_s, once=once,
         dry_run=dry_run, nonbinding_after_s=nonbinding_after_s, stale_after_s=stale_after_s,
-        pod_resources_socket=pod_resources_socket))
+        pod_resources_socket=pod_resources_socket, cluster=cluster))
     if code:
         raise click.exceptions.Exit(code)
 
