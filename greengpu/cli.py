@@ -766,11 +766,33 @@ def kube_sleep(sleeper: Any, node: str, reason: str, force: bool, drain_timeout_
         raise click.exceptions.Exit(EXIT_FAILURE)
 
 
+@kube.command("sleep-idle")
+@click.option("--drain-timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="How long evicted pods may take to terminate before a sleep is called off (uncordoned).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array: node, slept, message per node chosen.")
+@click.pass_obj
+def kube_sleep_idle(sleeper: Any, drain_timeout_s: float, as_json: bool) -> None:
+    """Put to sleep the idle nodes the policy's sleep lever chooses now: idle past the timeout, inside a
+    window, beyond the warm reserve, within the suspend rate; none while GPU pods wait. Run it every
+    minute (a systemd timer or cron line, docs/SLEEP.md); it remembers when each node went idle."""
+    import time
+
+    sleeper.drain_timeout_s = drain_timeout_s
+    with _kube_step():
+        outcomes = sleeper.sleep_idle(time.time())
+    if as_json:
+        click.echo(json.dumps([{"node": o.node, "slept": o.slept, "message": o.message} for o in outcomes]))
+        return
+    for outcome in outcomes:
+        click.echo(outcome.message)
+
+
 @kube.command("wake-pending")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: woken (the nodes a wake-up went to).")
 @click.pass_obj
 def kube_wake_pending(sleeper: Any, as_json: bool) -> None:
-    """Wake the fewest sleeping nodes that let pending GPU pods run."""
+    """Wake the fewest sleeping nodes that let pending GPU pods run, and any the warm reserve lacks (within
+    the policy's wake rate and minimum time asleep)."""
     import time
 
     with _kube_step():

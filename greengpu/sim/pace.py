@@ -16,7 +16,7 @@ from greengpu.energy.capping import busy_effect
 from greengpu.model import Cluster, Job, RunningJob
 from greengpu.policy import CappingPolicy
 from greengpu.sim.nodes import SimNode
-from greengpu.tick.power import gpu_setting, observe_typed_gpu
+from greengpu.tick.power import GpuObservation, gpu_setting, observe_typed_gpu
 
 Pace = tuple[float, float, float]
 """(since when, speed relative to uncapped, uncapped seconds of work done before then)."""
@@ -33,6 +33,10 @@ class Pacer:
         """Running jobs whose caps are lifted because work waits (`relax_when_queued`)."""
         self.paces: dict[str, list[Pace]] = {}
 
+    def observation(self, node: SimNode, gpu_index: int, job_class: str | None) -> GpuObservation:
+        """The tick's view of one simulated GPU: what the inventory says of its node type."""
+        return observe_typed_gpu(node.name, gpu_index, self.cluster.node_types[node.type_name], job_class)
+
     def effect(self, job: Job, node: SimNode) -> tuple[float, float]:
         """(busy watts per GPU, speed) of `job` on `node` under the capping lever now."""
         lifted = job.job_id in self.lifted
@@ -42,8 +46,7 @@ class Pacer:
             node_type = self.cluster.node_types[node.type_name]
             if self.policy.enabled:
                 # Every GPU of a type is alike in a replay: one observation stands for all of them.
-                decision = gpu_setting(observe_typed_gpu(node.name, 0, node_type, job.job_class), self.policy,
-                                       lifted)
+                decision = gpu_setting(self.observation(node, 0, job.job_class), self.policy, lifted)
                 effect = busy_effect(decision, node_type)
             else:
                 effect = (node_type.gpu_max_w, 1.0)
