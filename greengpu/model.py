@@ -274,8 +274,6 @@ class PendingJob:
 
     job: Job
     preemptions: tuple[PreemptionRecord, ...] = ()
-    preempted_jobs: tuple[str, ...] = ()
-    """Jobs this one has preempted before: they may not preempt it back."""
 
 
 class PowerState(StrEnum):

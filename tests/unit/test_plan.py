@@ -94,8 +94,8 @@ def test_plan_json_contract_and_bad_history(tmp_path: Path, repo: Path) -> None:
 def test_savings_compare_always_on_and_default_on_the_same_trace(repo: Path) -> None:
     from schedkit import job
 
-    from greengpu.config.inventory import load_cluster
     from greengpu.commands.plan_main import _finish_savings, _start_savings
+    from greengpu.config.inventory import load_cluster
 
     cluster = load_cluster(repo / "examples" / "lab-a100.cluster.yaml")
     t0 = 1_700_000_000.0
