@@ -17,7 +17,6 @@ import gc
 import math
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
 from typing import Any
 
 from greengpu.accounting.attribution import Attribution
@@ -31,19 +30,18 @@ from greengpu.model import (
     PendingJob,
     PlaceJob,
     PowerState,
-    PreemptionRecord,
     PreemptJob,
     RunningJob,
     WakeNode,
 )
 from greengpu.policy import Policy
 from greengpu.sched.invariants import check_invariants
-from greengpu.sched.preemption import last_checkpoint_s
 from greengpu.sim.checks import PlacementChecks
 from greengpu.sim.clock import EventClock, EventKind
+from greengpu.sim.jobs import JobRunner
 from greengpu.sim.nodes import NodeFleet, SimNode
 from greengpu.sim.pace import Pacer
-from greengpu.sim.results import JobOutcomes, SimResult, wait_stats
+from greengpu.sim.results import SimResult, wait_stats
 from greengpu.sim.sleep_body import SleepBody
 from greengpu.sim.usage import TenantUsage
 from greengpu.tick.tick import schedule
@@ -74,29 +72,18 @@ class Simulation:
         self.fleet = NodeFleet(cluster, self.attribution)
         self.pacer = Pacer(cluster, policy.capping)
         self.sleep = SleepBody(policy, self.fleet, self.clock, never_wake,
-                               lambda: (self.allocated_gpus, self.offered_gpus))
+                               lambda: (self.work.allocated_gpus, self.offered_gpus))
         self.checks = PlacementChecks(cluster)
         self.usage = TenantUsage(policy.scheduler.fair_share)
-        self.running: dict[str, RunningJob] = {}
-        self.pending: dict[str, PendingJob] = {}
-        self.outcomes = JobOutcomes(first_start={}, run_s={}, completed=set())
-        self.segment_start: dict[str, float] = {}
-        self.finish_token: dict[str, int] = {}
-        """Bumped whenever a job's finish time moves (a new run, a new pace): older finish events are stale."""
-        self.finish_s: dict[str, float] = {}
-        """When each completed job finished (greengpu plan derives running + pending demand from it)."""
-        self.allocated_gpus = 0.0
+        self.work = JobRunner(self.clock, self.fleet, self.pacer, self.sleep, self.checks, self.usage,
+                              self.attribution, policy.scheduler.preemption.grace_s)
         self.offered_gpus = 0.0
         """Running + pending GPUs: the demand the forecast-driven warm reserve follows."""
         self.gpu_hours_allocated = 0.0
         self.sleep_s = 0.0
-        self.last_finish_s = 0.0
-        self.preemptions = 0
-        self.lost_gpu_s = 0.0
         self.cycles = 0
         self.waiting: WorkWaiting = NOTHING_WAITS
         """What the last cycle said waits for capacity (the capping and sleep levers' input)."""
-        self.stopping: set[str] = set()
         self.arrivals_left = 0
         self.stalled = False
         """Set when only work that can never be placed is left: the replay stops instead of retrying forever."""
@@ -104,8 +91,6 @@ class Simulation:
         self._dirty = False
         self._sleep_check = False
         self._tick_pending = False
-        self._running_version = 0
-        self._running_cache: tuple[int, tuple[RunningJob, ...]] | None = None
 
     # ------------------------------------------------------------------ views kept for callers
 
@@ -119,7 +104,19 @@ class Simulation:
 
     @property
     def first_start(self) -> dict[str, float]:
-        return self.outcomes.first_start
+        return self.work.outcomes.first_start
+
+    @property
+    def finish_s(self) -> dict[str, float]:
+        return self.work.finish_s
+
+    @property
+    def running(self) -> dict[str, RunningJob]:
+        return self.work.running
+
+    @property
+    def pending(self) -> dict[str, PendingJob]:
+        return self.work.pending
 
     # ------------------------------------------------------------------ time and power
 
@@ -129,161 +126,9 @@ class Simulation:
             return
         dt = to_s - now_s
         self.meter.add(now_s, to_s, self.fleet.gpu_w, self.fleet.host_w)
-        self.gpu_hours_allocated += self.allocated_gpus * dt / 3600.0
+        self.gpu_hours_allocated += self.work.allocated_gpus * dt / 3600.0
         self.sleep_s += self.fleet.asleep_nodes * dt
         self.clock.now_s = to_s
-
-    def _charge_job(self, running: RunningJob, end_s: float, busy_w: dict[str, float] | None = None) -> None:
-        """Charge a job's run segment to its tenant (ledger only); `busy_w`: its GPUs' watts per node
-        over the segment (default: what its capping gives now)."""
-        assert self.attribution is not None
-        start_s = self.segment_start[running.job.job_id]
-        if end_s <= start_s:
-            return
-        nodes = {name: self.fleet.nodes[name] for name in running.units_by_node}
-        self.attribution.job_ran(running.job, dict(running.units_by_node), start_s, end_s,
-                                 busy_w if busy_w is not None else self.pacer.busy_w(running, self.fleet.nodes),
-                                 {n: node.host_idle_w for n, node in nodes.items()},
-                                 {n: node.gpus for n, node in nodes.items()})
-
-    def _push_finish(self, job_id: str, at_s: float) -> None:
-        token = self.finish_token.get(job_id, 0) + 1
-        self.finish_token[job_id] = token
-        self.clock.push(at_s, EventKind.FINISH, (job_id, token))
-
-    def _set_lifted(self, lifted: bool) -> None:
-        """Lift every running job's cap while work waits for capacity; cap them again once none waits.
-
-        This is the capping lever's answer to "work waits" (`gpu_setting`): a slower job would
-        lengthen the queue, and once the queue is gone the cap saves energy again.
-        """
-        for running in list(self.running.values()):
-            watts_then = self.pacer.busy_w(running, self.fleet.nodes)
-            if lifted:
-                self.pacer.lifted.add(running.job.job_id)
-            else:
-                self.pacer.lifted.discard(running.job.job_id)
-            self._repace(running, watts_then)
-
-    def _repace(self, running: RunningJob, watts_then: dict[str, float]) -> None:
-        """Carry a running job over to the pace and power its capping now gives."""
-        job = running.job
-        job_id = job.job_id
-        nodes = self.fleet.nodes
-        now_s = self.clock.now_s
-        speed = self.pacer.speed(job, (nodes[name] for name in running.nodes))
-        watts_now = self.pacer.busy_w(running, nodes)
-        if speed == self.pacer.current_speed(job_id) and watts_now == watts_then:
-            return  # a class that is never capped
-        if self.attribution is not None:
-            self._charge_job(running, now_s, watts_then)
-        self.outcomes.run_s[job_id] = self.outcomes.run_s.get(job_id, 0.0) + now_s - self.segment_start[job_id]
-        self.segment_start[job_id] = now_s
-        done_s = self.pacer.change(job_id, now_s, speed)
-        for slot in running.slots:
-            node = nodes[slot.node]
-
-            def change(node: SimNode = node, gpu: int = slot.gpu_index) -> None:
-                watts = node.gpu_users[gpu]
-                watts.remove(watts_then[node.name])
-                watts.append(watts_now[node.name])
-
-            self.fleet.set_node(node, change, now_s)
-        end_s = now_s + self.pacer.run_s(max(0.0, job.duration_s - done_s), speed)
-        self.running[job_id] = replace(running, expected_end_s=end_s)
-        self._running_version += 1
-        self._push_finish(job_id, end_s)
-
-    # ------------------------------------------------------------------ jobs
-
-    def _start(self, action: PlaceJob) -> None:
-        waiting = self.pending.pop(action.job_id)
-        job = waiting.job
-        now_s = self.clock.now_s
-        if self._lifts_caps and self.waiting.waiting:
-            self.pacer.lifted.add(job.job_id)  # others waited for capacity at the last cycle
-        else:
-            self.pacer.lifted.discard(job.job_id)
-        nodes = self.fleet.nodes
-        speed = self.pacer.speed(job, (nodes[name] for name in dict.fromkeys(s.node for s in action.slots)))
-        run_s = self.pacer.run_s(job.duration_s, speed)
-        running = RunningJob(job=job, slots=action.slots, start_time_s=now_s, expected_end_s=now_s + run_s,
-                             preemptions=waiting.preemptions)
-        self.running[job.job_id] = running
-        self._running_version += 1
-        self.outcomes.first_start.setdefault(job.job_id, now_s)
-        self.segment_start[job.job_id] = now_s
-        self.pacer.begin(job.job_id, now_s, speed)
-        self._push_finish(job.job_id, now_s + run_s)
-        self.allocated_gpus += job.gpus
-        self.usage.started(job.tenant, job.gpus, now_s)
-        self.checks.started(running)
-        for slot in action.slots:
-            node = nodes[slot.node]
-
-            def change(node: SimNode = node, gpu: int = slot.gpu_index) -> None:
-                node.gpu_users.setdefault(gpu, []).append(self.pacer.effect(job, node)[0])
-
-            self.fleet.set_node(node, change, now_s)
-        for name in dict.fromkeys(s.node for s in action.slots):
-            node = nodes[name]
-            node.jobs += 1
-            node.idle_since_s = None
-            node.idle_token += 1
-
-    def _stop(self, job_id: str) -> RunningJob:
-        running = self.running.pop(job_id)
-        now_s = self.clock.now_s
-        if self.attribution is not None:
-            self._charge_job(running, now_s)
-        self._running_version += 1
-        self.checks.stopped(running)
-        self.outcomes.run_s[job_id] = self.outcomes.run_s.get(job_id, 0.0) + now_s - self.segment_start.pop(job_id)
-        self.pacer.paces.pop(job_id, None)
-        self.allocated_gpus -= running.job.gpus
-        self.usage.stopped(running.job.tenant, running.job.gpus, now_s)
-        nodes = self.fleet.nodes
-        for slot in running.slots:
-            node = nodes[slot.node]
-
-            def change(node: SimNode = node, gpu: int = slot.gpu_index) -> None:
-                watts = node.gpu_users[gpu]
-                watts.remove(self.pacer.effect(running.job, node)[0])
-                if not watts:
-                    del node.gpu_users[gpu]
-
-            self.fleet.set_node(node, change, now_s)
-        for name in dict.fromkeys(s.node for s in running.slots):
-            node = nodes[name]
-            node.jobs -= 1
-            if node.jobs == 0:
-                node.idle_since_s = now_s
-                node.idle_token += 1
-                self.sleep.schedule_idle_check(node)
-        self.pacer.end(job_id)
-        return running
-
-    def _kill(self, action: KillJob) -> None:
-        victim = self.running[action.job_id]
-        now_s = self.clock.now_s
-        by = action.for_job_id or victim.preempted_for
-        checkpoint_s = last_checkpoint_s(victim, now_s)
-        self.lost_gpu_s += (now_s - checkpoint_s) * victim.job.gpus
-        saved_s = self.pacer.work_done_s(action.job_id, checkpoint_s)  # before _stop forgets the job's pace
-        self._stop(action.job_id)
-        self.stopping.discard(action.job_id)
-        self.preemptions += 1
-        history = victim.preemptions + ((PreemptionRecord(now_s, by),) if by else ())
-        remaining = replace(victim.job, duration_s=max(1.0, victim.job.duration_s - saved_s))
-        self.pending[victim.job.job_id] = PendingJob(remaining, preemptions=history)
-
-    def _signal(self, action: PreemptJob) -> None:
-        victim = self.running[action.job_id]
-        self.running[action.job_id] = replace(victim, preempt_signalled_s=self.clock.now_s,
-                                              preempted_for=action.for_job_id)
-        self.stopping.add(action.job_id)
-        self._running_version += 1
-        self.clock.push(self.clock.now_s + self.policy.scheduler.preemption.grace_s, EventKind.TICK, "grace")
 
     # ------------------------------------------------------------------ the loop
 
@@ -294,7 +139,7 @@ class Simulation:
             self.clock.push((math.floor(self.clock.now_s / interval) + 1) * interval, EventKind.TICK, None)
 
     def _snapshot(self) -> ClusterSnapshot:
-        return ClusterSnapshot(time_s=self.clock.now_s, cluster=self.cluster, running=self._running_tuple(),
+        return ClusterSnapshot(time_s=self.clock.now_s, cluster=self.cluster, running=self.work.running_tuple(),
                                pending=tuple(self.pending.values()), node_states=self.fleet.node_states,
                                tenant_usage_gpu_s=self.usage.snapshot(self.clock.now_s))
 
@@ -302,13 +147,14 @@ class Simulation:
         self.cycles += 1
         scheduled = schedule(self._snapshot(), self.policy)
         actions = scheduled.cycle.actions
+        lifted = self._lifts_caps and self.waiting.waiting
         for action in actions:
             if isinstance(action, KillJob):
-                self._kill(action)
+                self.work.kill(action)
             elif isinstance(action, PreemptJob):
-                self._signal(action)
+                self.work.signal(action)
             elif isinstance(action, PlaceJob):
-                self._start(action)
+                self.work.start(action, lifted)
         if self.check_every_cycle:
             placed = [self.running[a.job_id] for a in actions if isinstance(a, PlaceJob)]
             self.checks.record(self.checks.check_placements(placed, self.fleet.nodes))
@@ -317,7 +163,7 @@ class Simulation:
         was_waiting = self.waiting.waiting
         self.waiting = scheduled.waiting
         if self._lifts_caps and self.waiting.waiting != was_waiting:
-            self._set_lifted(self.waiting.waiting)
+            self.work.set_lifted(self.waiting.waiting)
         if self.policy.sleep.enabled:
             self.sleep.apply_wakes([a for a in actions if isinstance(a, WakeNode)])
             if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
@@ -374,7 +220,7 @@ class Simulation:
             while (event := clock.pop_at(time_s)) is not None:
                 processed += 1
                 self._handle(*event)
-            if self._dirty and (self.pending or any(r.preempt_signalled_s is not None for r in self._signalled())):
+            if self._dirty and (self.pending or self.work.any_signalled()):
                 self._dirty = False
                 self._cycle()
             elif self._dirty:
@@ -383,42 +229,27 @@ class Simulation:
                 self._sleep_check = False
                 self.sleep.suspend_idle(self.waiting)
             if self.progress is not None and processed % 5000 < 8:
-                self.progress(len(self.outcomes.completed), len(self.jobs))
+                self.progress(len(self.work.outcomes.completed), len(self.jobs))
             if (not self.pending and not self.running and self.arrivals_left == 0) or self.stalled:
                 break
         if end_s < math.inf:
             self._advance(end_s)
         if self.attribution is not None:
             self.fleet.meter_all(self.clock.now_s)
-            for running in self.running.values():
-                self._charge_job(running, self.clock.now_s)
+            self.work.charge_all()
         if self.check_every_cycle:
             self._check_all()
-
-    def _running_tuple(self) -> tuple[RunningJob, ...]:
-        """The running jobs as one tuple, rebuilt only when they change (the core skips its diff then)."""
-        if self._running_cache is None or self._running_cache[0] != self._running_version:
-            self._running_cache = (self._running_version, tuple(self.running.values()))
-        return self._running_cache[1]
-
-    def _signalled(self) -> list[RunningJob]:
-        return [self.running[j] for j in self.stopping if j in self.running]
 
     def _handle(self, kind: EventKind, data: Any) -> None:
         if kind is EventKind.ARRIVE:
             job = self.jobs[data]
-            self.pending[job.job_id] = PendingJob(job)
+            self.work.arrive(PendingJob(job))
             self.arrivals_left -= 1
             self._dirty = True
             self._demand_changed(job.gpus)
         elif kind is EventKind.FINISH:
-            job_id, token = data
-            if job_id in self.running and self.finish_token.get(job_id) == token:
-                gpus = self.running[job_id].job.gpus
-                self._stop(job_id)
-                self.outcomes.completed.add(job_id)
-                self.finish_s[job_id] = self.clock.now_s
-                self.last_finish_s = self.clock.now_s
+            gpus = self.work.finish(*data)
+            if gpus is not None:
                 self._dirty = True
                 self._demand_changed(-gpus)
         elif kind is EventKind.WAKE_DONE:
@@ -452,20 +283,21 @@ class Simulation:
 
     def _result(self, wall_s: float) -> SimResult:
         jobs = self.jobs
-        waits, by_class, sla, slowdown = self.outcomes.waits(jobs)
+        work = self.work
+        waits, by_class, sla, slowdown = work.outcomes.waits(jobs)
         origin = jobs[0].submit_time_s if jobs else 0.0
         span_s = (self.clock.now_s - origin) if jobs else 0.0
-        completed = self.outcomes.completed
+        completed = work.outcomes.completed
         return SimResult(
             policy=self.policy.name, jobs=len(jobs), jobs_completed=len(completed),
-            jobs_not_started=len(jobs) - len(self.outcomes.first_start),
+            jobs_not_started=len(jobs) - len(work.outcomes.first_start),
             unplaceable_jobs=tuple(sorted(self.pending)[:10]) if self.stalled else (),
-            makespan_s=(self.last_finish_s - origin) if completed else 0.0,
+            makespan_s=(work.last_finish_s - origin) if completed else 0.0,
             energy_kwh=self.meter.facility_energy_kwh, gpu_energy_kwh=self.meter.gpu_energy_kwh,
             cost=self.meter.cost, co2_kg=self.meter.co2_g / 1000.0, wait_s=waits, wait_s_by_class=by_class,
             gpu_hours_allocated=self.gpu_hours_allocated,
             gpu_hours_capacity=self.cluster.total_gpus * span_s / 3600.0, slowdown_mean=slowdown,
-            preemptions=self.preemptions, lost_gpu_hours=self.lost_gpu_s / 3600.0,
+            preemptions=work.preemptions, lost_gpu_hours=work.lost_gpu_s / 3600.0,
             node_sleep_hours=self.sleep_s / 3600.0, wakes=self.sleep.wakes,
             failed_nodes=tuple(sorted(self.sleep.failed_nodes)), sla_violations=sla,
             invariant_violations=self.checks.violations, sim_wall_s=wall_s, pue=self.cluster.site.pue,
