@@ -9,10 +9,10 @@ warm reserve is short (first by name, so every body wakes the same ones).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from greengpu.energy.sleep import NodeView, plan_suspends, warm_reserve_target_gpus
-from greengpu.model import SleepNode, WakeNode
+from greengpu.model import GPU_UNITS, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import SleepPolicy
 from greengpu.tick.waiting import WorkWaiting
 
@@ -36,6 +36,22 @@ class SleepObservation:
     suspends_last_minute: int = 0
     wakes_last_minute: int = 0
     utc_offset_s: float = 0.0
+
+
+def after_placements(seen: SleepObservation, placements: Sequence[PlaceJob]) -> SleepObservation:
+    """The observation once the cycle's placements have started: a node that receives a job is busy.
+
+    Bodies that carry out a cycle's placements before asking the sleep lever (the simulator does) see
+    this already; a body that asks the whole tick at once (the daemon) gets the same view through it.
+    """
+    if not placements:
+        return seen
+    taken = {slot.node for action in placements for slot in action.slots}
+    started_gpus = sum(slot.units for action in placements for slot in action.slots) / GPU_UNITS
+    now_busy = [view for view in seen.idle_awake if view.name in taken]
+    return replace(seen, idle_awake=tuple(v for v in seen.idle_awake if v.name not in taken),
+                   ready_idle_gpus=seen.ready_idle_gpus - sum(v.gpus for v in now_busy),
+                   busy_gpus=seen.busy_gpus + started_gpus)
 
 
 def reserve_target_gpus(seen: SleepObservation, policy: SleepPolicy) -> int:

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from greengpu.model import Action, ClusterSnapshot, SleepNode, WakeNode
+from greengpu.model import Action, ClusterSnapshot, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import Policy
 from greengpu.sched.core import CycleResult, schedule_cycle
 from greengpu.tick.power import GpuObservation, PowerAction, plan_power
-from greengpu.tick.sleep import SleepObservation, plan_sleep, plan_wakes
+from greengpu.tick.sleep import SleepObservation, after_placements, plan_sleep, plan_wakes
 from greengpu.tick.waiting import WorkWaiting, work_waiting
 
 
@@ -58,6 +58,8 @@ def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuOb
     """One tick over every lever: `gpus` as observed now, `sleep` the nodes' power states and rates."""
     scheduled = schedule(snapshot, policy)
     asked = tuple(a for a in scheduled.cycle.actions if isinstance(a, WakeNode))
+    # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
+    sleep = after_placements(sleep, [a for a in scheduled.cycle.actions if isinstance(a, PlaceJob)])
     sleeps = plan_sleep(sleep, policy.sleep, scheduled.waiting) if policy.sleep.enabled else ()
     wakes = plan_wakes(sleep, policy.sleep, asked) if policy.sleep.enabled else ()
     return TickResult(scheduled, plan_power(gpus, policy.capping, scheduled.waiting), sleeps, wakes)
