@@ -171,7 +171,7 @@ def test_http_serves_status_and_guards_every_change(tmp_path: Path) -> None:
     token = "s3cret-token-of-sixteen+"
     healthy = {"problem": "no good tick yet"}
     server = DaemonServer(daemon, "127.0.0.1", 0, lambda: healthy["problem"], token, RateLimit(3)).start()
-    base = "http://%s:%d" % server.address
+    base = "http://{}:{}".format(*server.address)
     try:
         assert http(base + "/healthz")[0] == 503
         clock.now_s += 60
@@ -199,7 +199,7 @@ def test_http_serves_status_and_guards_every_change(tmp_path: Path) -> None:
         server.stop()
     without = DaemonServer(daemon, "127.0.0.1", 0, lambda: None, None).start()
     try:
-        assert http("http://%s:%d/v1/pause" % without.address, "POST", token=token)[0] == 403
+        assert http("http://{}:{}/v1/pause".format(*without.address), "POST", token=token)[0] == 403
     finally:
         without.stop()
 
