@@ -71,12 +71,19 @@ def build_body(options: DaemonOptions, state_dir: Path) -> ClusterBody:
         else:
             jobs = generated_jobs(cluster, now_s, seed=options.seed)
         return FakeCluster(cluster, jobs, state_dir, start_s=now_s)
-    raise BadInput(f"--source {options.source} with --backend real is not available in this version of greengpu; "
-                   "try --backend fake")
+    raise AssertionError("run_daemon refuses the sources this version lacks before it builds a body")
+
+
+def check_source(options: DaemonOptions) -> None:
+    """Refuse, before anything is touched, the sources this version does not have."""
+    if options.backend == "real" and options.source != "fake":
+        raise BadInput(f"--source {options.source} with --backend real is not available in this version of "
+                       "greengpu; try --backend fake")
 
 
 def run_daemon(options: DaemonOptions) -> int:
     """Run until SIGTERM/SIGINT (or one tick with `once`); returns the exit code."""
+    check_source(options)
     try:
         host, port = parse_listen(options.listen)
     except ValueError as error:
@@ -94,7 +101,11 @@ def run_daemon(options: DaemonOptions) -> int:
     except DaemonLocked as error:
         log.error("%s", error)
         return 1
-    body = build_body(options, state_dir)
+    try:
+        body = build_body(options, state_dir)
+    except BaseException:
+        store.release()
+        raise
     audit = AuditLog(state_dir / "audit.jsonl")
     daemon = Daemon(body, options.policy, store, audit, Alerts(audit, options.webhook_url), dry_run=options.dry_run)
 

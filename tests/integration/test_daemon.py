@@ -244,3 +244,21 @@ def test_the_command_runs_serves_refuses_a_second_daemon_and_stops_on_sigterm(tm
     for name in ("n1", "n2", "n3"):  # stopping released the fake GPUs it had capped
         saved = json.loads((tmp_path / "state" / f"nvml-{name}.json").read_text())["gpus"]
         assert [g["limit_w"] for g in saved] == [g["default_limit_w"] for g in saved]
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--listen", "nowhere"], "--listen"),
+    (["--token-file", "/nonexistent/token"], "--token-file"),
+    (["--backend", "real", "--source", "slurm"], "not available in this version"),
+    (["--interval-s", "nan"], "finite"),
+])
+def test_bad_options_are_one_line_and_exit_2_before_anything_changes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], says: str) -> None:
+    from greengpu.cli import main
+
+    three_nodes(tmp_path)
+    code = main(["daemon", "--cluster", str(tmp_path / "cluster.yaml"), "--state", str(tmp_path / "state"),
+                 "--once", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "state" / "daemon.db").exists() or not DaemonStore(tmp_path / "state").entries()
