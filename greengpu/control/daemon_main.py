@@ -71,12 +71,16 @@ def build_body(options: DaemonOptions, state_dir: Path) -> ClusterBody:
         else:
             jobs = generated_jobs(cluster, now_s, seed=options.seed)
         return FakeCluster(cluster, jobs, state_dir, start_s=now_s)
+    if options.source == "slurm":
+        from greengpu.control.slurm_body import SlurmBody
+
+        return SlurmBody(cluster)
     raise AssertionError("run_daemon refuses the sources this version lacks before it builds a body")
 
 
 def check_source(options: DaemonOptions) -> None:
     """Refuse, before anything is touched, the sources this version does not have."""
-    if options.backend == "real" and options.source != "fake":
+    if options.backend == "real" and options.source == "kubernetes":
         raise BadInput(f"--source {options.source} with --backend real is not available in this version of "
                        "greengpu; try --backend fake")
 
