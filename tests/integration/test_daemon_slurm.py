@@ -9,17 +9,11 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from inventories import a100_type, wol_node, write_inventory
 from slurm_harness import SlurmCluster
-from test_slurm_power_save import (  # noqa: F401 - the fixture is used by name
-    MACS,
-    assert_back_in_service_and_not_requeued,
-    slurm_cluster,
-    write_hook_wrappers,
-)
+from test_slurm_power_save import MACS, assert_back_in_service_and_not_requeued, write_hook_wrappers
 
 from greengpu.backends import slurm
 from greengpu.config.inventory import load_cluster
