@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import shutil
 from pathlib import Path
 from types import ModuleType
@@ -40,3 +41,41 @@ def require_module(name: str, how: str) -> ModuleType:
     except ImportError:
         _missing(f"the Python module {name}", how)
         raise  # unreachable: _missing skips or fails
+
+
+DAEMON_METRICS = frozenset({
+    "greengpu_daemon_ticks_total",
+    "greengpu_daemon_tick_seconds_bucket", "greengpu_daemon_tick_seconds_sum", "greengpu_daemon_tick_seconds_count",
+    "greengpu_daemon_last_good_tick_timestamp_seconds",
+    "greengpu_daemon_actions_total",
+    "greengpu_daemon_nodes",
+    "greengpu_daemon_jobs",
+    "greengpu_daemon_jobs_waiting_for_capacity",
+    "greengpu_daemon_paused",
+    "greengpu_daemon_alerts_total",
+    "greengpu_daemon_energy_joules_total",
+})
+"""The series `greengpu daemon` serves on /metrics (docs/DEPLOY.md lists them with their labels)."""
+
+PROMETHEUS_SERIES = frozenset({"up"})
+"""What Prometheus itself records for every target."""
+
+
+def agent_metrics() -> frozenset[str]:
+    """The series the node agent serves, read from its exporter (a counter family gains `_total`)."""
+    source = (REPO / "greengpu" / "control" / "exporter.py").read_text()
+    names = set()
+    for kind, name in re.findall(r'(Counter|Gauge)MetricFamily\(\s*"([a-z_]+)"', source):
+        names.add(f"{name}_total" if kind == "Counter" else name)
+    return frozenset(names)
+
+
+def metric_names(promql: str) -> set[str]:
+    """The greengpu series and `up` an expression names (label values and strings left out)."""
+    without_strings = re.sub(r'"(?:[^"\\]|\\.)*"', '""', promql)
+    return {name for name in re.findall(r"\b([a-z_][a-z0-9_]*)\b", without_strings)
+            if name.startswith("greengpu_") or name == "up"}
+
+
+def known_metrics() -> frozenset[str]:
+    return DAEMON_METRICS | agent_metrics() | PROMETHEUS_SERIES
