@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from types import ModuleType
 
+import click
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,3 +80,30 @@ def metric_names(promql: str) -> set[str]:
 
 def known_metrics() -> frozenset[str]:
     return DAEMON_METRICS | agent_metrics() | PROMETHEUS_SERIES
+
+
+def greengpu_command(name: str) -> click.Command:
+    """`greengpu NAME` as the command line builds it (with its GREENGPU_<COMMAND>_<OPTION> variables).
+
+    The daemon's command and its deploy files land together; a tree with only one of them skips here,
+    and fails in CI, which never runs such a tree."""
+    from greengpu.cli import cli
+
+    command = cli.commands.get(name)
+    if command is None:
+        message = f"this tree has no `greengpu {name}` yet"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    assert command is not None
+    return command
+
+
+def option_names(command: click.Command) -> set[str]:
+    return {opt for param in command.params for opt in getattr(param, "opts", [])}
+
+
+def option_variable(command: click.Command, option: str) -> str | None:
+    """The environment variable that sets `option` of `command`."""
+    param = next(p for p in command.params if option in getattr(p, "opts", []))
+    return param.envvar if isinstance(param.envvar, str) else None

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_tools import DEPLOY, require_tool
+from deploy_tools import DEPLOY, greengpu_command, option_names, option_variable, require_tool
 
 SYSTEMD = DEPLOY / "systemd"
 DAEMON_UNIT = SYSTEMD / "greengpu-daemon.service"
@@ -105,3 +105,12 @@ def test_the_token_drop_in_hands_the_daemon_a_private_copy_of_the_token() -> Non
     assert source.startswith("/etc/greengpu/")
     # %d is the service's credentials directory: the daemon reads its own copy, the file stays root-only.
     assert service["Environment"] == f"GREENGPU_DAEMON_TOKEN_FILE=%d/{name}"
+
+
+def test_the_daemon_unit_and_drop_in_name_options_the_command_has() -> None:
+    daemon = greengpu_command("daemon")
+    exec_start = _read_unit(DAEMON_UNIT)["Service"]["ExecStart"].split()
+    assert {word for word in exec_start if word.startswith("--")} <= option_names(daemon)
+    variable = _read_unit(TOKEN_DROP_IN)["Service"]["Environment"].split("=", 1)[0]
+    assert option_variable(daemon, "--token-file") == variable
+    assert option_variable(daemon, "--listen") == "GREENGPU_DAEMON_LISTEN"  # the README's remote-scrape line
