@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from greengpu.errors import BadInput
+
 
 @click.command()
 @click.option("--cluster", "cluster_file", default="/etc/greengpu/cluster.yaml", show_default=True, metavar="FILE",
@@ -33,9 +35,15 @@ import click
               help="With --backend fake: replay this trace from now on instead of a generated job stream.")
 @click.option("--trace-format", type=click.Choice(["csv", "philly", "sacct"]), default="csv", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="With --backend fake: the job stream's seed.")
+@click.option("--lease-namespace", default=None, metavar="NS",
+              help="With --source kubernetes: the namespace of the coordination.k8s.io Lease that elects the one "
+              "replica that acts (default: the pod's own namespace).")
+@click.option("--lease-name", default="greengpu-daemon", show_default=True, metavar="NAME",
+              help="With --source kubernetes: the Lease's name.")
 def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once: bool, dry_run: bool, listen: str,
            state_dir: str, interval_s: float, token_file: str | None, webhook_url: str | None,
-           trace_file: str | None, trace_format: str, seed: int) -> None:
+           trace_file: str | None, trace_format: str, seed: int, lease_namespace: str | None,
+           lease_name: str) -> None:
     """Run the control loop on a cluster: observe, decide with the simulator's own tick, act, account.
 
     Every action is journalled before and after it is carried out and written to the audit log; when
@@ -47,6 +55,9 @@ def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once:
     from greengpu.config.policy import load_policy
     from greengpu.control.daemon_main import DaemonOptions, run_daemon
 
+    if (lease_namespace is not None or lease_name != "greengpu-daemon") and source != "kubernetes":
+        raise BadInput("--lease-namespace and --lease-name elect a replica on Kubernetes: use them with "
+                       "--source kubernetes")
     logging.basicConfig(level=logging.INFO, format="greengpu daemon: %(message)s", stream=sys.stderr, force=True)
     code = run_daemon(DaemonOptions(
         cluster_file=cluster_file, policy=load_policy(policy_name), source=source, backend=backend, once=once,

@@ -97,6 +97,8 @@ class Daemon:
         self.last_result: TickResult | None = None
         self.last_observation: Observation | None = None
         self._energy_then: dict[str, float] = {}
+        self._woken: dict[str, float] = {}
+        """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
         self.energy_by_tenant_j: dict[str, float] = {}
 
     # --- start-up ------------------------------------------------------------------------------
@@ -148,6 +150,7 @@ class Daemon:
             return self._failed(now_s, f"cannot observe the {self.body.name} cluster: {error}")
         self.last_observation = seen
         self._meter(seen)
+        self._check_wakes(seen, now_s)
         if paused:
             released = self.body.release_gpus("paused")
             report = TickReport(True, [("release", line, "done") for line in released], "paused")
@@ -165,6 +168,19 @@ class Daemon:
         self.metrics.last_good.set(self.last_good_tick_s)
         self.metrics.tick_seconds.observe(time.perf_counter() - started)
         return report
+
+    def _check_wakes(self, seen: Observation, now_s: float) -> None:
+        """A node woken more than `wake_timeout_s` ago and still not up raises one `wake_failed` alert."""
+        for node, sent_s in list(self._woken.items()):
+            state = seen.snapshot.node_states.get(node)
+            if state is None or state.power is PowerState.AWAKE:
+                del self._woken[node]
+            elif now_s - sent_s > self.policy.sleep.wake_timeout_s:
+                del self._woken[node]
+                self.metrics.alerts.labels("wake_failed").inc()
+                self.alerts.raise_alert("wake_failed", f"{node}: not up {now_s - sent_s:.0f} s after its wake-up "
+                                        f"({state.power.value}); check its power, BMC and wake-on-LAN", now_s,
+                                        node=node)
 
     def _failed(self, now_s: float, message: str) -> TickReport:
         self.metrics.ticks.labels("failed").inc()
@@ -223,6 +239,8 @@ class Daemon:
             try:
                 outcome = self.body.act(action, now_s)
                 state, counted = "done", "done"
+                if isinstance(action, WakeNode):
+                    self._woken.setdefault(action.node, now_s)
             except ActionFailed as error:
                 outcome, state, counted = str(error), "failed", "failed"
                 self.metrics.alerts.labels("action_failed").inc()
