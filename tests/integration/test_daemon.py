@@ -262,7 +262,7 @@ def test_the_command_runs_serves_refuses_a_second_daemon_and_stops_on_sigterm(tm
 @pytest.mark.parametrize("extra, says", [
     (["--listen", "nowhere"], "--listen"),
     (["--token-file", "/nonexistent/token"], "--token-file"),
-    (["--backend", "real", "--source", "kubernetes"], "not available in this version"),
+    (["--lease-name", "other"], "use them with --source kubernetes"),
     (["--interval-s", "nan"], "finite"),
 ])
 def test_bad_options_are_one_line_and_exit_2_before_anything_changes(
