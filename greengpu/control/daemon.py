@@ -166,15 +166,16 @@ class Daemon:
         if self.leading:  # a standby neither meters (the leader does) nor alerts
             self._meter(seen)
             self._check_wakes(seen, now_s)
+        # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
+        result = control_tick(seen.snapshot, self.policy, seen.gpus, seen.sleep)
+        self.last_result = result
+        self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
         if not self.leading:
             report = TickReport(True, [], "standby: another replica holds the lease")
         elif paused:
             released = self.body.release_gpus("paused")
             report = TickReport(True, [("release", line, "done") for line in released], "paused")
         else:
-            result = control_tick(seen.snapshot, self.policy, seen.gpus, seen.sleep)
-            self.last_result = result
-            self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
             report = TickReport(True)
             exempt = self.store.exempt()
             for action in self._wanted(result, seen, exempt):
@@ -307,6 +308,11 @@ class Daemon:
             self.metrics.nodes.labels(name).set(count)
         self.metrics.jobs.labels("running").set(len(seen.snapshot.running))
         self.metrics.jobs.labels("pending").set(len(seen.snapshot.pending))
+
+    def waiting_signal(self) -> dict[str, Any]:
+        """What `GET /v1/waiting` answers: the work waiting at the last good tick (the agents lift caps for it)."""
+        waiting = self.last_result.scheduled.waiting.job_ids if self.last_result is not None else ()
+        return {"job_ids": list(waiting), "tick_s": self.last_good_tick_s, "leading": self.leading}
 
     def status(self) -> dict[str, Any]:
         """What /v1/status answers."""
