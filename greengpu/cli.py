@@ -181,7 +181,8 @@ def _print_check(cluster_file: str, summary: Any, policy_text: list[str]) -> Non
 @click.option("--format", "output_format", type=click.Choice(["text", "json", "csv", "html"]), default="text",
               show_default=True, help="html: one self-contained page with charts (needs the plan extra).")
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
-@click.option("--out", "out_file", default=None, metavar="FILE", help="Write the report here instead of stdout.")
+@click.option("--out", "out_file", default=None, metavar="FILE", help="Write the report here instead of stdout "
+              "({month} in the name becomes the month reported).")
 @click.option("--aggregate", type=click.Choice(["tenant", "node", "class", "job"]), default="tenant",
               show_default=True, help="What a row of the bill is.")
 @click.option("--share-idle", type=click.Choice(["none", "proportional", "even"]), default="none", show_default=True,

@@ -213,7 +213,10 @@ def report_main(ledger_file: str, month: str, run_id: int | None, output_format:
     from greengpu.report.settings import read_settings
 
     ledger = Path(ledger_file)
+    month = resolve_month(month)
     if out_file is not None:
+        # `{month}` in --out: one file per month from the same command line (a cron line, a systemd timer).
+        out_file = out_file.replace("{month}", month)
         target = Path(out_file)
         inputs = [ledger] + ([Path(settings_file)] if settings_file else [])
         if any(target.resolve() == p.resolve() for p in inputs):
@@ -223,7 +226,7 @@ def report_main(ledger_file: str, month: str, run_id: int | None, output_format:
         if not target.parent.is_dir():
             raise BadInput(f"--out: folder {target.parent} does not exist")
     settings = read_settings(settings_file) if settings_file else ReportSettings()
-    request = ReportRequest(ledger=ledger, month=resolve_month(month), run_id=run_id, aggregate=aggregate,
+    request = ReportRequest(ledger=ledger, month=month, run_id=run_id, aggregate=aggregate,
                             share_idle=share_idle, baseline_run=baseline_run, settings=settings)
     text = render(build_report(request), output_format)
     if out_file is None:
