@@ -25,7 +25,8 @@ HOURS_PER_YEAR = 8760.0
 class IntensitySource(Protocol):
     """Grid carbon intensity (g CO2e per kWh) in force during the UTC hour starting at `hour_start_s`."""
 
-    source: str
+    @property
+    def source(self) -> str: ...
 
     def g_per_kwh(self, hour_start_s: float) -> float: ...
 

@@ -22,7 +22,8 @@ from greengpu.model import TimeSeries
 class PriceSource(Protocol):
     """Price per kWh in force during the UTC hour starting at `hour_start_s`."""
 
-    source: str
+    @property
+    def source(self) -> str: ...
 
     def price_per_kwh(self, hour_start_s: float) -> float: ...
 

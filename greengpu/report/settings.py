@@ -10,8 +10,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from greengpu.accounting.carbon import Contract, Embodied, FlatIntensity, HourlyIntensity, IntensitySource, \
-    MarketInstruments
+from greengpu.accounting.carbon import (
+    Contract,
+    Embodied,
+    FlatIntensity,
+    HourlyIntensity,
+    IntensitySource,
+    MarketInstruments,
+)
 from greengpu.accounting.tariffs import FlatRate, HourlyRate, PriceSource, TariffDocumentError, parse_openei
 from greengpu.config.fields import Fields
 from greengpu.config.limits import MAX_YAML_BYTES, check_file_size
@@ -52,13 +58,13 @@ def _openei(fields: Fields, base: Path) -> tuple[PriceSource, float]:
     timezone = fields.string("timezone", required=True)
     assert timezone is not None
     holidays = []
-    for path, value in fields.items("holidays"):
+    for key_path, value in fields.items("holidays"):
         if isinstance(value, dt.datetime) or not isinstance(value, (dt.date, str)):
-            raise fields.doc.error(path, f"expected a date like 2017-11-23, got {shown(value)}")
+            raise fields.doc.error(key_path, f"expected a date like 2017-11-23, got {shown(value)}")
         try:
             holidays.append(value if isinstance(value, dt.date) else dt.date.fromisoformat(value))
         except ValueError:
-            raise fields.doc.error(path, f"not a date like 2017-11-23: {shown(value)}") from None
+            raise fields.doc.error(key_path, f"not a date like 2017-11-23: {shown(value)}") from None
     path, shown_name = _relative(base, name)
     try:
         check_file_size(path, MAX_YAML_BYTES)

@@ -13,8 +13,15 @@ import pytest
 from conftest import public_data
 
 from greengpu.accounting.bill import HourFigures, MonthInput, Pricing, make_bill
-from greengpu.accounting.carbon import Contract, Embodied, FlatIntensity, HourlyIntensity, MarketInstruments, \
-    market_co2_kg, market_parts
+from greengpu.accounting.carbon import (
+    Contract,
+    Embodied,
+    FlatIntensity,
+    HourlyIntensity,
+    MarketInstruments,
+    market_co2_kg,
+    market_parts,
+)
 from greengpu.accounting.tariffs import HourlyRate, TariffDocumentError, parse_openei
 from greengpu.config.series import read_series_csv
 
