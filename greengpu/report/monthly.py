@@ -8,13 +8,12 @@ so the CSV reads back to the same figures.
 
 from __future__ import annotations
 
-import calendar
 import csv
 import io
 import json
 from typing import Any
 
-from greengpu.accounting.bill import IDLE
+from greengpu.report.month_rows import all_rows, month_seconds
 
 FORMATS = ("text", "json", "csv", "html")
 CODECARBON = ("duration", "energy_consumed", "gpu_energy", "emissions", "emissions_rate", "country_iso_code",
@@ -24,27 +23,12 @@ EXTRA = ("kind", "basis", "gpu_hours_allocated", "efficiency", "gpu_energy_kwh",
          "saved_energy_kwh", "saved_cost", "saved_co2_kg", "saved_co2_market_kg")
 
 
-def month_seconds(period: str) -> int:
-    year, month = (int(part) for part in period.split("-"))
-    return calendar.monthrange(year, month)[1] * 86_400
-
-
 def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
         return repr(value)
     return str(value)
-
-
-def all_rows(payload: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(kind, name, figures) of the rows, then idle (when any is left) and the total."""
-    rows = [("row", r["name"], r) for r in payload["rows"]]
-    idle = payload["idle"]
-    if payload["share_idle"] == "none" and payload["aggregate"] != "node" or any(
-            v for k, v in idle.items() if isinstance(v, float)):
-        rows.append(("idle", IDLE, idle))
-    return [*rows, ("total", "TOTAL", payload["totals"])]
 
 
 def _saved(payload: dict[str, Any]) -> dict[str, dict[str, float]]:

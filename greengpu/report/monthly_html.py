@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from greengpu.report.monthly import all_rows, month_seconds
+from greengpu.report.month_rows import all_rows, month_seconds
 from greengpu.report.plan_html import SVG_RC, _svg
 
 COLOURS = {"cost": "#1f6fb4", "co2": "#38761d", "co2_market": "#93c47d", "idle": "#e69138",
