@@ -218,9 +218,10 @@ def report_main(ledger_file: str, month: str, run_id: int | None, output_format:
         # `{month}` in --out: one file per month from the same command line (a cron line, a systemd timer).
         out_file = out_file.replace("{month}", month)
         target = Path(out_file)
-        inputs = [ledger] + ([Path(settings_file)] if settings_file else [])
-        if any(target.resolve() == p.resolve() for p in inputs):
-            raise BadInput(f"--out: {out_file} is one of the report's inputs; a report never writes to its input")
+        if target.resolve() == ledger.resolve():
+            raise BadInput(f"--out: {out_file} is the ledger itself; a report never writes to its input")
+        if settings_file and target.resolve() == Path(settings_file).resolve():
+            raise BadInput(f"--out: {out_file} is the settings file; a report never writes to its input")
         if target.is_dir():
             raise BadInput(f"--out: {out_file} is a directory")
         if not target.parent.is_dir():
