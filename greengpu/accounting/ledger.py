@@ -301,7 +301,8 @@ def _checked_rows(path: Path, run_id: int, table: str, columns: tuple[str, ...],
             column = columns[index]
             if index < text_columns:
                 if not isinstance(value, str):
-                    raise BadInput(f"{path}: run {run_id}: not text in the ledger: {table}.{column} {str(value)[:40]!r}")
+                    raise BadInput(f"{path}: run {run_id}: not text in the ledger: {table}.{column} "
+                                   f"{str(value)[:40]!r}")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise BadInput(f"{path}: run {run_id}: not a finite number in the ledger: {table}.{column} "
                                f"{str(value)[:40]!r}")

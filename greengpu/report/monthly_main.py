@@ -237,3 +237,30 @@ def report_main(ledger_file: str, month: str, run_id: int | None, output_format:
         Path(out_file).write_text(text, encoding="utf-8")
     except OSError as error:
         raise BadInput(f"--out: cannot write {out_file}: {error.strerror}") from None
+
+
+SCHEDULED_FORMATS = ("html", "csv", "json")
+
+
+def write_scheduled_reports(ledger: Path, run_id: int | None, folder: Path, now: dt.datetime,
+                            settings: ReportSettings | None = None,
+                            formats: tuple[str, ...] = SCHEDULED_FORMATS) -> list[Path]:
+    """Last month's report in each of `formats`, written to `folder` as greengpu-YYYY-MM.FORMAT: what the
+    systemd timer runs on the first of each month, and what a daemon that meters into the ledger calls then.
+    Each file is written whole to a temporary name first, so a reader never sees half a report."""
+    from greengpu.report.monthly import render
+
+    month = resolve_month("last", now)
+    payload = build_report(ReportRequest(ledger=ledger, month=month, run_id=run_id,
+                                         settings=settings or ReportSettings()))
+    written = []
+    for output_format in formats:
+        target = folder / f"greengpu-{month}.{output_format}"
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            partial.write_text(render(payload, output_format), encoding="utf-8")
+            partial.replace(target)
+        except OSError as error:
+            raise BadInput(f"{target}: cannot write the report: {error.strerror}") from None
+        written.append(target)
+    return written

@@ -146,3 +146,18 @@ def test_philly_html_is_byte_identical_and_renders_with_its_charts(replay: Path)
     assert has_colour(pixels, CO2_RGB) > 200, "the CO2 bars are not on the page"
     assert has_colour(pixels, IDLE_RGB) > 300, "the idle share by day is not on the page"
     assert has_colour(pixels, SAVED_RGB) > 300, "the savings bars are not on the page"
+
+
+def test_the_scheduled_reports_of_the_first_of_december_bill_november(replay: Path) -> None:
+    from greengpu.report.monthly_main import write_scheduled_reports
+    from greengpu.report.settings import read_settings
+
+    folder = replay / "reports"
+    folder.mkdir()
+    first_of_december = dt.datetime(2017, 12, 1, 0, 30, tzinfo=dt.UTC)
+    written = write_scheduled_reports(replay / "ledger.db", 2, folder, first_of_december,
+                                      read_settings(str(replay / "report.yaml")))
+    assert [p.name for p in written] == ["greengpu-2017-11.html", "greengpu-2017-11.csv", "greengpu-2017-11.json"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in written)  # no partial file left
+    assert json.loads((folder / "greengpu-2017-11.json").read_text()) == json.loads(report(replay, "2017-11", "--json")
+                                                                                    ) | {"baseline": None}

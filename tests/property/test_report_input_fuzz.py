@@ -141,3 +141,17 @@ def test_report_flags(workdir: Path, billed: tuple[Path, str], month: str, basel
                              baseline, "--aggregate", aggregate, "--share-idle", share, "--format", output)
     assert_clean(code, err, out=out if output == "json" else "")
     assert ledger.read_bytes() == before
+
+
+@pytest.mark.parametrize("aggregate", ["tenant", "node", "class", "job"])
+@pytest.mark.parametrize("share", ["none", "even"])
+def test_every_row_kind_and_idle_rule_renders_in_every_format(workdir: Path, billed: tuple[Path, str],  # noqa: F811
+                                                             aggregate: str, share: str) -> None:
+    ledger, month = billed
+    for output in ("text", "csv", "html"):
+        code, out, err = run_cli("report", "--ledger", str(ledger), "--month", month, "--run", "2", "--baseline", "1",
+                                 "--aggregate", aggregate, "--share-idle", share, "--format", output)
+        assert code == 0, err
+        assert "TOTAL" in out
+        if output == "html":
+            assert 'id="chart-rows"' in out and 'id="chart-savings"' in out
