@@ -18,7 +18,7 @@ from greengpu.accounting.carbon import (
     IntensitySource,
     MarketInstruments,
 )
-from greengpu.accounting.tariffs import FlatRate, HourlyRate, PriceSource, TariffDocumentError, parse_openei
+from greengpu.accounting.tariffs import FlatRate, HourlyRate, PriceSource, TariffDocumentError, TimeOfUse, parse_openei
 from greengpu.config.fields import Fields
 from greengpu.config.limits import MAX_YAML_BYTES, check_file_size
 from greengpu.config.series import read_series_csv
@@ -193,7 +193,10 @@ def read_settings(file: str) -> ReportSettings:
     pue = root.number("pue", None, minimum=1.0, maximum=5.0)
     if pue is not None and not root.has("pue_source"):
         raise root.error("pue_source", "say where the PUE comes from (metered, design figure, vendor)")
-    return ReportSettings(currency=root.string("currency"), country_iso_code=root.string("country_iso_code", "") or "",
+    currency = root.string("currency")
+    if currency is None and isinstance(price, TimeOfUse):
+        currency = "USD"  # OpenEI's rates are in US dollars
+    return ReportSettings(currency=currency, country_iso_code=root.string("country_iso_code", "") or "",
                           region=root.string("region", "") or "", pue=pue,
                           pue_source=root.string("pue_source", "") or "", price=price, fixed_charge_per_month=fixed,
                           carbon=carbon, market=market, embodied=_embodied(root), series=tuple(series))
