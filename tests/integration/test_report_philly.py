@@ -111,6 +111,9 @@ def test_philly_months_in_every_format_with_savings_against_always_on(replay: Pa
     assert float(total["cost"]) == payload["totals"]["cost"]
     assert float(total["saved_cost"]) == baseline["totals"]["cost"]
     assert total["country_iso_code"] == "USA" and float(total["pue"]) == 1.3
+    report(replay, month, "--format", "html", "--out", str(replay / "philly-{month}.html"))
+    page = (replay / f"philly-{month}.html").read_text()
+    assert f"greengpu report {month}" in page and 'id="chart-savings"' in page and "Saved against always-on" in page
 
 
 def test_philly_html_is_byte_identical_and_renders_with_its_charts(replay: Path) -> None:
