@@ -135,14 +135,35 @@ def test_bills_conserve_and_csv_reads_back(runs, share: str, aggregate: str, mon
                 site_kwh, site_gpu_h = db.execute(
                     "SELECT SUM(energy_kwh), SUM(gpu_hours) FROM node_hours WHERE run_id = 2 AND hour_start_s >= ? "
                     "AND hour_start_s < ?", (start, end)).fetchone()
+                hourly = db.execute("SELECT hour_start_s, SUM(energy_kwh) FROM node_hours WHERE run_id = 2 AND "
+                                    "hour_start_s >= ? AND hour_start_s < ? GROUP BY hour_start_s",
+                                    (start, end)).fetchall()
             factor = 1.25 / 1.4 if extra else 1.0
-            assert abs(payload["totals"]["energy_kwh"] - site_kwh * factor) <= 0.0005 + 1e-9
-            assert abs(payload["totals"]["gpu_hours"] - site_gpu_h) <= 0.0005 + 1e-9
+            assert abs(payload["totals"]["energy_kwh"] - (site_kwh or 0.0) * factor) <= 0.0005 + 1e-9
+            assert abs(payload["totals"]["gpu_hours"] - (site_gpu_h or 0.0)) <= 0.0005 + 1e-9
+            if extra:  # the settings' hourly tariff, hour by hour, at the settings' PUE
+                cost = sum(kwh * factor * prices.value_at(hour) for hour, kwh in hourly)
+                assert abs(payload["totals"]["cost"] - cost) <= 0.005 + 1e-9
+            assert_idle_shared_by_rule(payload, share, aggregate)
             baseline = payload["baseline"]
             for key in ("energy_kwh", "cost", "co2_kg"):
                 digits = UNITS[key]
                 assert round(sum(r[key] for r in baseline["rows"]), digits) == baseline["totals"][key]
             assert_csv_matches(cli(*common, *extra, "--format", "csv"), payload)
+
+
+def assert_idle_shared_by_rule(payload: dict, share: str, aggregate: str) -> None:
+    """Each row's idle is its share by the rule: in proportion to its allocated GPU-hours, or equal parts."""
+    rows = payload["rows"]
+    if share == "none" or aggregate == "node" or not rows:
+        return
+    idle_kwh = sum(r["idle_energy_kwh"] for r in rows)
+    allocated = sum(r["gpu_hours_allocated"] for r in rows)
+    for row in rows:
+        expected = idle_kwh / len(rows) if share == "even" or allocated <= 0 else \
+            idle_kwh * row["gpu_hours_allocated"] / allocated
+        # Rounding: the allocated GPU-hours to a thousandth and the idle to a thousandth of a kWh.
+        assert abs(row["idle_energy_kwh"] - expected) <= 0.002 + idle_kwh * 0.0005 * len(rows) / max(allocated, 1.0)
 
 
 def assert_csv_matches(text: str, payload: dict) -> None:
