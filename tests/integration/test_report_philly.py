@@ -13,7 +13,6 @@ import json
 import re
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -48,10 +47,14 @@ RATES = [0.01679 + 0.03255, 0.04944 + 0.03255, 0.14284 + 0.03255]
 
 
 def greengpu(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "greengpu", *args], capture_output=True, text=True, timeout=300,
-                          check=False, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    """`greengpu ARGS` in this process, as the console script runs it (no interpreter start per report)."""
+    from greengpu.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    assert code == 0, err.getvalue()
+    return out.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -100,7 +100,7 @@ def assert_adds_up(rows: list[dict], idle: dict, totals: dict) -> None:
         assert round(totals[key], digits) == totals[key]
 
 
-@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(runs=ledgers(), share=st.sampled_from(["none", "proportional", "even"]),
        aggregate=st.sampled_from(["tenant", "node", "class", "job"]),
        month=st.sampled_from(["2017-10", "2017-11", "2017-12"]), negative=st.booleans())

@@ -148,10 +148,11 @@ def test_report_flags(workdir: Path, billed: tuple[Path, str], month: str, basel
 def test_every_row_kind_and_idle_rule_renders_in_every_format(workdir: Path, billed: tuple[Path, str],  # noqa: F811
                                                              aggregate: str, share: str) -> None:
     ledger, month = billed
-    for output in ("text", "csv", "html"):
+    # The HTML page of every row kind with an (idle) row (the default rule); text and CSV of every combination.
+    for output in ("text", "csv", "html") if share == "none" else ("text", "csv"):
         code, out, err = run_cli("report", "--ledger", str(ledger), "--month", month, "--run", "2", "--baseline", "1",
                                  "--aggregate", aggregate, "--share-idle", share, "--format", output)
         assert code == 0, err
         assert "TOTAL" in out
-        if output == "html":
+        if output == "html":  # the page of a row kind with idle kept
             assert 'id="chart-rows"' in out and 'id="chart-savings"' in out
