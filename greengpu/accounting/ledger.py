@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from greengpu.accounting.attribution import Attribution, Usage
+from greengpu.accounting.bill import HourFigures, JobSegment, MonthInput
 from greengpu.accounting.meter import J_PER_KWH
 from greengpu.config.limits import MAX_YEAR, MIN_YEAR
 from greengpu.errors import BadInput
@@ -286,3 +287,114 @@ def _numbers(values: Iterable[object]) -> list[float]:
             raise ValueError(f"not a finite number in the ledger: {str(value)[:40]!r}")
         out.append(float(number))
     return out
+
+
+# ------------------------------------------------------------------ reading a month for a bill (greengpu report)
+
+def _checked_rows(path: Path, run_id: int, table: str, columns: tuple[str, ...], text_columns: int,
+                  rows: Iterable[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    """Rows read back with every number finite and every text a string: a damaged or hand-edited ledger
+    gives one line naming the file, run, table and column, never a traceback or a NaN in a bill."""
+    out = []
+    for row in rows:
+        for index, value in enumerate(row):
+            column = columns[index]
+            if index < text_columns:
+                if not isinstance(value, str):
+                    raise BadInput(f"{path}: run {run_id}: not text in the ledger: {table}.{column} "
+                                   f"{str(value)[:40]!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise BadInput(f"{path}: run {run_id}: not a finite number in the ledger: {table}.{column} "
+                               f"{str(value)[:40]!r}")
+        out.append(row)
+    return out
+
+
+def _query(path: Path, sql: str, parameters: tuple[object, ...]) -> list[tuple[object, ...]]:
+    connection = _open_read_only(path)
+    try:
+        return list(connection.execute(sql, parameters).fetchall())
+    except sqlite3.DatabaseError as error:
+        raise BadInput(f"{path}: unreadable ledger ({_reason(error)})") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: unreadable ledger (damaged: text that is not UTF-8)") from None
+    finally:
+        connection.close()
+
+
+_FIGURES = ("gpu_hours", "gpu_energy_kwh", "energy_kwh", "cost", "co2_kg")
+
+
+def site_hours(path: Path, run_id: int, start_s: float, end_s: float) -> list[HourFigures]:
+    """The whole site per UTC hour in [start_s, end_s): every node's metering added up."""
+    sums = ", ".join(f"SUM({c})" for c in _FIGURES)
+    rows = _query(path, f"SELECT hour_start_s, {sums} FROM node_hours WHERE run_id = ? AND hour_start_s >= ? "
+                        "AND hour_start_s < ? GROUP BY hour_start_s ORDER BY hour_start_s", (run_id, start_s, end_s))
+    checked = _checked_rows(path, run_id, "node_hours", ("hour_start_s", *_FIGURES), 0, rows)
+    return [HourFigures(float(r[0]), "", *(float(v) for v in r[1:])) for r in checked]  # type: ignore[arg-type]
+
+
+def _keyed_hours(path: Path, run_id: int, table: str, key: str, start_s: float, end_s: float) -> list[HourFigures]:
+    columns = ", ".join(_FIGURES)
+    rows = _query(path, f"SELECT {key}, hour_start_s, {columns} FROM {table} WHERE run_id = ? AND hour_start_s >= ? "
+                        f"AND hour_start_s < ? ORDER BY hour_start_s, {key}", (run_id, start_s, end_s))
+    checked = _checked_rows(path, run_id, table, (key, "hour_start_s", *_FIGURES), 1, rows)
+    return [HourFigures(float(r[1]), str(r[0]), *(float(v) for v in r[2:]))  # type: ignore[arg-type]
+            for r in checked]
+
+
+_SEGMENT_TEXT = ("job_id", "tenant", "job_class")
+_SEGMENT_NUMBERS = ("start_s", "end_s", "gpus")
+
+
+def month_input(path: Path, run_id: int, start_s: float, end_s: float) -> MonthInput:
+    """Everything a bill of [start_s, end_s) needs from one run: site, tenant and node hours, and the run
+    segments of every job that ran in the period (with its segments outside it, to tell a preemption
+    from an end)."""
+    columns = (*_SEGMENT_TEXT, "nodes", *_SEGMENT_NUMBERS, "gpu_energy_kwh", "energy_kwh", "cost", "co2_kg")
+    rows = _query(path, f"SELECT {', '.join(columns)} FROM job_runs WHERE run_id = ? AND job_id IN (SELECT job_id "
+                        "FROM job_runs WHERE run_id = ? AND end_s > ? AND start_s < ?) ORDER BY start_s, job_id",
+                  (run_id, run_id, start_s, end_s))
+    checked = _checked_rows(path, run_id, "job_runs", columns, 4, rows)
+    segments = [JobSegment(str(r[0]), str(r[1]), str(r[2]), float(r[4]), float(r[5]),  # type: ignore[arg-type]
+                           float(r[6]), tuple(n for n in str(r[3]).split(",") if n),  # type: ignore[arg-type]
+                           *(float(v) for v in r[7:]))  # type: ignore[arg-type]
+                for r in checked]
+    return MonthInput(start_s=start_s, end_s=end_s, site_hours=site_hours(path, run_id, start_s, end_s),
+                      tenant_hours=_keyed_hours(path, run_id, "tenant_hours", "tenant", start_s, end_s),
+                      node_hours=_keyed_hours(path, run_id, "node_hours", "node", start_s, end_s),
+                      segments=segments)
+
+
+def sleep_hours(path: Path, run_id: int, start_s: float, end_s: float) -> float:
+    """Node-hours asleep in [start_s, end_s)."""
+    rows = _query(path, "SELECT SUM(asleep_h) FROM node_hours WHERE run_id = ? AND hour_start_s >= ? "
+                        "AND hour_start_s < ?", (run_id, start_s, end_s))
+    try:
+        return _numbers(rows[0][:1])[0]
+    except ValueError as error:
+        raise BadInput(f"{path}: run {run_id}: node_hours.asleep_h: {error}") from None
+
+
+def choose_run(path: Path, run_id: int | None, flag: str = "--run") -> dict[str, object]:
+    """The run `run_id` of the ledger (the only one when None), or a one-line BadInput listing the runs."""
+    stored = runs(path)
+    if not stored:
+        raise BadInput(f"{path}: the ledger holds no runs yet")
+    if run_id is None:
+        if len(stored) > 1:
+            listing = ", ".join(f"{r['run_id']} ({r['kind']} {r['policy']})" for r in stored)
+            raise BadInput(f"{path}: holds {len(stored)} runs, choose one with {flag}: {listing}")
+        return stored[0]
+    run = next((r for r in stored if r["run_id"] == run_id), None)
+    if run is None:
+        listing = ", ".join(f"{r['run_id']} ({r['kind']} {r['policy']})" for r in stored)
+        raise BadInput(f"{flag}: no run {run_id} in {path} (runs: {listing[:200]})")
+    for key in ("pue",):
+        value = run[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1.0 <= value <= 5.0:
+            raise BadInput(f"{path}: run {run_id}: runs.{key}: not a PUE from 1 to 5: {str(value)[:40]!r}")
+    for key in ("policy", "currency", "kind", "source"):
+        if not isinstance(run[key], str):
+            raise BadInput(f"{path}: run {run_id}: runs.{key}: not text: {str(run[key])[:40]!r}")
+    return run

@@ -1,47 +1,44 @@
-"""`greengpu report`: a month of a ledger as text, JSON or CSV."""
+"""`greengpu report`: a month of a ledger as a bill (text, JSON, CSV or HTML), by tenant, node, class or job."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
-
-from greengpu.errors import BadInput
 
 
 @click.command()
 @click.option("--ledger", "ledger_file", required=True, metavar="FILE.db", help="SQLite ledger written by "
               "greengpu simulate --ledger or greengpu daemon.")
-@click.option("--month", required=True, metavar="YYYY-MM", help="UTC calendar month to report.")
+@click.option("--month", required=True, metavar="YYYY-MM", help="UTC calendar month to report; `last`: the month "
+              "before this one (for a scheduled report).")
 @click.option("--run", "run_id", type=int, default=None, metavar="N",
               help="Which run of the ledger (needed when it holds several, e.g. one per simulated policy).")
-@click.option("--format", "output_format", type=click.Choice(["text", "json", "csv"]), default="text",
-              show_default=True)
+@click.option("--format", "output_format", type=click.Choice(["text", "json", "csv", "html"]), default="text",
+              show_default=True, help="html: one self-contained page with charts (needs the plan extra).")
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
-@click.option("--out", "out_file", default=None, metavar="FILE", help="Write the report here instead of stdout.")
+@click.option("--out", "out_file", default=None, metavar="FILE", help="Write the report here instead of stdout "
+              "({month} in the name becomes the month reported).")
+@click.option("--aggregate", type=click.Choice(["tenant", "node", "class", "job"]), default="tenant",
+              show_default=True, help="What a row of the bill is.")
+@click.option("--share-idle", type=click.Choice(["none", "proportional", "even"]), default="none", show_default=True,
+              help="Idle energy and its cost: its own row, or shared by allocated GPU-hours, or in equal parts.")
+@click.option("--baseline", "baseline_run", type=int, default=None, metavar="RUN",
+              help="Show the saving against this run of the ledger (e.g. the always-on run of the same replay).")
+@click.option("--settings", "settings_file", default=None, metavar="FILE",
+              help="Tariff, carbon (location- and market-based), PUE and embodied emissions (docs/REPORT.md).")
 def report(ledger_file: str, month: str, run_id: int | None, output_format: str, as_json: bool,
-           out_file: str | None) -> None:
-    """Monthly GPU-hours, energy, cost and CO2 per tenant, plus idle, from a ledger.
+           out_file: str | None, aggregate: str, share_idle: str, baseline_run: int | None,
+           settings_file: str | None) -> None:
+    """Monthly GPU-hours, energy, cost and CO2 by tenant, node, job class or job, plus idle, from a ledger.
 
-    Tenant rows plus idle add up to the totals to a cent and a gram; idle is what no tenant is
-    charged for (idle GPUs and hosts, sleeping hosts). The ledger is opened read-only: a report
-    never writes to its input, and a file that is not a greengpu ledger is refused.
+    Rows plus idle add up to the totals to a cent and a gram under every idle-sharing rule. The ledger
+    is opened read-only: a report never writes to its input, and a file that is not a greengpu ledger
+    is refused. docs/REPORT.md gives the settings, the JSON keys and the CSV columns.
     """
-    from greengpu.accounting.ledger import month_report
-    from greengpu.report.monthly import render
+    from greengpu.report.monthly_main import report_main
 
     if as_json:
         if output_format not in ("text", "json"):
-            raise click.UsageError("--json and --format csv contradict each other")
+            raise click.UsageError(f"--json and --format {output_format} contradict each other")
         output_format = "json"
-    if out_file is not None and Path(out_file).resolve() == Path(ledger_file).resolve():
-        raise BadInput(f"--out: {out_file} is the ledger itself; a report never writes to its input")
-    figures = month_report(Path(ledger_file), month, run_id)
-    text = render(figures, output_format)
-    if out_file is None:
-        click.echo(text, nl=not text.endswith("\n"))
-        return
-    try:
-        Path(out_file).write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise BadInput(f"--out: cannot write {out_file}: {error.strerror}") from None
+    report_main(ledger_file, month, run_id, output_format, out_file, aggregate, share_idle, baseline_run,
+                settings_file)

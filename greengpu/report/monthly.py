@@ -1,4 +1,10 @@
-"""Render a monthly ledger report (greengpu.accounting.ledger.month_report) as text, JSON or CSV."""
+"""Render a monthly report (greengpu.report.monthly_main.build_report's payload) as text, JSON or CSV.
+
+The CSV keeps the billing columns first (period, the row's name, gpu_hours, energy_kwh, cost, co2_kg,
+currency) and adds the columns a CodeCarbon user knows (duration, energy_consumed, emissions,
+emissions_rate, country_iso_code, region, pue) next to them. Numbers are written exactly as in the JSON,
+so the CSV reads back to the same figures.
+"""
 
 from __future__ import annotations
 
@@ -7,32 +13,116 @@ import io
 import json
 from typing import Any
 
-_COLUMNS = ("gpu_hours", "energy_kwh", "cost", "co2_kg")
+from greengpu.report.month_rows import all_rows, month_seconds
+
+FORMATS = ("text", "json", "csv", "html")
+CODECARBON = ("duration", "energy_consumed", "gpu_energy", "emissions", "emissions_rate", "country_iso_code",
+              "region", "pue")
+EXTRA = ("kind", "basis", "gpu_hours_allocated", "efficiency", "gpu_energy_kwh", "idle_energy_kwh", "idle_share",
+         "co2_market_kg", "embodied_kg", "jobs_ran", "jobs_ended", "jobs_preempted", "jobs_running",
+         "saved_energy_kwh", "saved_cost", "saved_co2_kg", "saved_co2_market_kg")
 
 
-def _rows(figures: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
-    rows = [(t["tenant"], t) for t in figures["tenants"]]
-    return [*rows, ("(idle)", figures["idle"]), ("TOTAL", figures["totals"])]
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
 
 
-def render(figures: dict[str, Any], output_format: str) -> str:
-    """The report as `text` (a table), `json` (docs/LEDGER.md) or `csv` (one row per tenant)."""
-    if output_format == "json":
-        return json.dumps(figures) + "\n"
-    if output_format == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(["period", "tenant", *_COLUMNS, "currency"])
-        for name, values in _rows(figures):
-            writer.writerow([figures["period"], name, *(values[c] for c in _COLUMNS), figures["currency"]])
-        return buffer.getvalue()
-    currency = figures["currency"]
-    lines = [f"greengpu report {figures['period']}  (run {figures['run_id']}, policy {figures['policy']})",
-             f"{'tenant':<20} {'GPU-h':>12} {'kWh':>12} {'cost ' + currency:>14} {'CO2 kg':>12}"]
-    for name, values in _rows(figures):
-        if name == "TOTAL":
-            lines.append("-" * 74)
-        lines.append(f"{name:<20} {values['gpu_hours']:>12,.1f} {values['energy_kwh']:>12,.1f} "
-                     f"{values['cost']:>14,.2f} {values['co2_kg']:>12,.3f}")
-    lines.append(f"node sleep: {figures['node_sleep_hours']:,.1f} node-hours")
+def _saved(payload: dict[str, Any]) -> dict[str, dict[str, float]]:
+    baseline = payload.get("baseline")
+    if not baseline:
+        return {}
+    out = {r["name"]: r for r in baseline["rows"]}
+    out["TOTAL"] = baseline["totals"]
+    return out
+
+
+def render_csv(payload: dict[str, Any]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["period", payload["aggregate"], "gpu_hours", "energy_kwh", "cost", "co2_kg", "currency",
+                     *CODECARBON, *EXTRA])
+    duration = month_seconds(payload["period"])
+    saved = _saved(payload)
+    pue = payload["pricing"]["pue"]["value"]
+    for kind, name, figures in all_rows(payload):
+        jobs = figures.get("jobs", {})
+        savings = saved.get(name, {})
+        emissions = figures["co2_kg"]
+        writer.writerow([payload["period"], name, *(_cell(figures[k]) for k in ("gpu_hours", "energy_kwh", "cost",
+                                                                                   "co2_kg")),
+                         payload["currency"], duration, _cell(figures["energy_kwh"]), _cell(figures["gpu_energy_kwh"]),
+                         _cell(emissions), _cell(emissions / duration), payload["country_iso_code"], payload["region"],
+                         _cell(pue), kind, payload["basis"] if kind != "total" else payload["basis"],
+                         _cell(figures["gpu_hours_allocated"]), _cell(figures.get("efficiency")),
+                         _cell(figures["gpu_energy_kwh"]), _cell(figures["idle_energy_kwh"]),
+                         _cell(figures.get("idle_share")), _cell(figures["co2_market_kg"]),
+                         _cell(figures["embodied_kg"]),
+                         *(_cell(jobs.get(s)) for s in ("ran", "ended", "preempted", "running")),
+                         *(_cell(savings.get(k)) for k in ("energy_kwh", "cost", "co2_kg", "co2_market_kg"))])
+    return buffer.getvalue()
+
+
+def _num(value: Any, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def render_text(payload: dict[str, Any]) -> str:
+    currency = payload["currency"]
+    pricing = payload["pricing"]
+    market = pricing["carbon_market"]
+    lines = [f"greengpu report {payload['period']}  (run {payload['run_id']}, policy {payload['policy']}, "
+             f"{payload['basis']}; rows by {payload['aggregate']}, idle shared: {payload['share_idle']})",
+             f"tariff: {pricing['tariff']['kind']}, {pricing['tariff']['source']}",
+             f"carbon, location-based: {pricing['carbon_location']['source']}",
+             f"carbon, market-based: {market['source'] if market else 'not configured'}",
+             f"PUE {pricing['pue']['value']}: {pricing['pue']['source']}"]
+    if pricing["embodied"]:
+        lines.append(f"embodied: {pricing['embodied']['method']}; {pricing['embodied']['source']}")
+    head = (f"{payload['aggregate']:<20} {'GPU-h':>11} {'eff':>5} {'kWh':>11} {'cost ' + currency:>12} "
+            f"{'CO2 loc kg':>11} {'CO2 mkt kg':>11} {'idle':>5}")
+    lines += [head]
+    for kind, name, figures in all_rows(payload):
+        if kind == "total":
+            lines.append("-" * len(head))
+        lines.append(f"{name[:20]:<20} {figures['gpu_hours']:>11,.1f} {_pct(figures.get('efficiency')):>5} "
+                     f"{figures['energy_kwh']:>11,.1f} {figures['cost']:>12,.2f} {figures['co2_kg']:>11,.3f} "
+                     f"{_num(figures['co2_market_kg'], 3):>11} {_pct(figures.get('idle_share')):>5}")
+    jobs = payload["jobs"]
+    lines.append(f"jobs: {jobs['ran']} ran, {jobs['ended']} ended, {jobs['preempted']} preempted, "
+                 f"{jobs['running']} running at the month's end; node sleep: {payload['node_sleep_hours']:,.1f} "
+                 "node-hours")
+    if pricing["tariff"]["fixed_charge_per_month"]:
+        lines.append(f"fixed charge (not in the rows): {pricing['tariff']['fixed_charge_per_month']:,.2f} {currency}")
+    if payload["totals"]["embodied_kg"] is not None:
+        lines.append(f"embodied: {payload['totals']['embodied_kg']:,.3f} kg CO2e")
+    baseline = payload.get("baseline")
+    if baseline:
+        lines.append(f"savings against run {baseline['run_id']} ({baseline['policy']}): {baseline['method']}")
+        for row in [*baseline["rows"], {"name": "TOTAL", **baseline["totals"]}]:
+            lines.append(f"  {row['name'][:20]:<20} {row['energy_kwh']:>11,.1f} kWh {row['cost']:>12,.2f} {currency} "
+                         f"{row['co2_kg']:>11,.3f} kg")
+    if len(payload["trend"]) > 1:
+        lines.append("trend: " + "; ".join(f"{t['period']} {t['energy_kwh']:,.0f} kWh {t['cost']:,.2f} {currency} "
+                                           f"{t['co2_kg']:,.0f} kg" for t in payload["trend"]))
     return "\n".join(lines) + "\n"
+
+
+def render(payload: dict[str, Any], output_format: str) -> str:
+    """The report as `text` (a table), `json` (docs/REPORT.md), `csv` or `html` (a self-contained page)."""
+    if output_format == "json":
+        return json.dumps(payload, allow_nan=False) + "\n"
+    if output_format == "csv":
+        return render_csv(payload)
+    if output_format == "html":
+        from greengpu.report.monthly_html import render_month_html
+
+        return render_month_html(payload)
+    return render_text(payload)

@@ -1,0 +1,266 @@
+"""`greengpu report`: a month of a ledger's run as a bill (docs/REPORT.md).
+
+Reads the run's hours (greengpu.accounting.ledger), prices them (greengpu.accounting.bill with the
+report's settings), adds the savings against a baseline run and the trend over earlier months, and
+hands the payload to a renderer (text, JSON, CSV, HTML).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from greengpu.accounting.bill import IDLE, Bill, Pricing, make_bill, month_site_totals
+from greengpu.accounting.carbon import market_parts
+from greengpu.accounting.ledger import choose_run, month_bounds_s, month_input, site_hours, sleep_hours
+from greengpu.accounting.tariffs import FlatRate, HourlyRate, TimeOfUse
+from greengpu.errors import BadInput
+from greengpu.report.settings import ReportSettings
+
+TREND_MONTHS = 12
+SAVED_KEYS = ("energy_kwh", "cost", "co2_kg", "co2_market_kg")
+RECORDED = "as recorded in the ledger (the inventory's site figures when the run was written)"
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    ledger: Path
+    month: str
+    run_id: int | None = None
+    aggregate: str = "tenant"
+    share_idle: str = "none"
+    baseline_run: int | None = None
+    settings: ReportSettings = ReportSettings()
+
+
+def resolve_month(month: str, now: dt.datetime | None = None) -> str:
+    """`last` is the previous UTC calendar month (for a scheduled report on the first); else YYYY-MM as given."""
+    if month != "last":
+        return month
+    today = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    previous = today.replace(day=1) - dt.timedelta(days=1)
+    return f"{previous.year:04d}-{previous.month:02d}"
+
+
+def _month_label(start_s: float) -> str:
+    when = dt.datetime.fromtimestamp(start_s, dt.UTC)
+    return f"{when.year:04d}-{when.month:02d}"
+
+
+def _earlier_months(month: str, count: int) -> list[tuple[str, float, float]]:
+    """(label, start, end) of `count` months ending with `month`, oldest first, within supported years."""
+    start_s, _ = month_bounds_s(month)
+    out = []
+    cursor = dt.datetime.fromtimestamp(start_s, dt.UTC)
+    for _ in range(count):
+        label = f"{cursor.year:04d}-{cursor.month:02d}"
+        try:
+            bounds = month_bounds_s(label)
+        except BadInput:
+            break
+        out.append((label, *bounds))
+        cursor = (cursor - dt.timedelta(days=1)).replace(day=1)
+    return out[::-1]
+
+
+def _pricing(run: dict[str, object], settings: ReportSettings) -> Pricing:
+    return Pricing(run_pue=float(run["pue"]), price=settings.price, carbon=settings.carbon,  # type: ignore[arg-type]
+                   pue=settings.pue, market=settings.market, embodied=settings.embodied)
+
+
+def _uncovered(settings: ReportSettings, hours: list[float]) -> str | None:
+    """Why an hourly series cannot price these hours (None: it can)."""
+    for name, series in settings.series:
+        first, last = series.times_s[0], series.times_s[-1] + 3600.0
+        outside = [h for h in hours if not first <= h < last]
+        if outside:
+            def stamp(t: float) -> str:
+                return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%MZ")
+            return (f"{name}: covers {stamp(first)} to {stamp(last)}, not the hours from {stamp(min(outside))} to "
+                    f"{stamp(max(outside) + 3600.0)} that the ledger has energy for")
+    return None
+
+
+def _pricing_payload(run: dict[str, object], settings: ReportSettings, bill: Bill, energy_kwh: float
+                     ) -> dict[str, Any]:
+    price = settings.price
+    if price is None:
+        tariff: dict[str, Any] = {"kind": "ledger", "source": RECORDED}
+    else:
+        kind = {FlatRate: "flat", HourlyRate: "hourly", TimeOfUse: "time-of-use"}.get(type(price), "other")
+        tariff = {"kind": kind, "source": price.source}
+        if isinstance(price, TimeOfUse):
+            tariff.update({"timezone": price.timezone, "period_rates_per_kwh": list(price.period_rates),
+                           "holidays": sorted(d.isoformat() for d in price.holidays)})
+    tariff["fixed_charge_per_month"] = settings.fixed_charge_per_month
+    location = {"method": "location-based", "source": settings.carbon.source if settings.carbon else RECORDED}
+    market: dict[str, Any] | None = None
+    if settings.market is not None:
+        market = {"method": "market-based", "source": settings.market.source,
+                  "factor_g_per_kwh": bill.market_factor_g_per_kwh,
+                  "parts": [{"instrument": p.instrument, "energy_kwh": round(p.energy_kwh, 3), "g_per_kwh": p.g_per_kwh,
+                             "co2_kg": round(p.co2_kg, 3)} for p in market_parts(energy_kwh, settings.market)]}
+    pue = {"value": settings.pue if settings.pue is not None else run["pue"],
+           "source": settings.pue_source if settings.pue is not None else f"ledger run {run['run_id']} (the "
+           "inventory's site.pue)"}
+    embodied = None
+    if settings.embodied is not None:
+        e = settings.embodied
+        embodied = {"method": "SCI amortisation: kg per GPU x GPU-hours / (lifetime years x 8760)",
+                    "kg_per_gpu": e.kg_per_gpu, "lifetime_years": e.lifetime_years, "source": e.source}
+    return {"tariff": tariff, "carbon_location": location, "carbon_market": market, "pue": pue, "embodied": embodied}
+
+
+def _figures(bill: Bill, figures: dict[str, float]) -> dict[str, Any]:
+    out: dict[str, Any] = dict(figures)
+    if "co2_market_kg" not in out:
+        out["co2_market_kg"] = None
+    if "embodied_kg" not in out:
+        out["embodied_kg"] = None
+    return out
+
+
+def _rows(bill: Bill, basis: str, name_key: str) -> list[dict[str, Any]]:
+    return [{name_key: row.name, **_figures(bill, row.figures), "efficiency": row.efficiency,
+             "idle_share": row.idle_share, "jobs": row.jobs, "basis": basis} for row in bill.rows]
+
+
+def _savings(this: Bill, base: Bill, base_run: dict[str, object], share_idle: str) -> dict[str, Any]:
+    """Baseline less this run, per row (matched by name; a row missing on one side counts as zero) and in
+    total. Both bills are rounded to their units first, so the savings add up exactly too."""
+    keys = [k for k in SAVED_KEYS if k in this.keys]
+    mine = {r.name: r.figures for r in this.rows}
+    theirs = {r.name: r.figures for r in base.rows}
+    mine[IDLE], theirs[IDLE] = this.idle, base.idle
+    rows = []
+    for name in sorted(set(mine) | set(theirs)):
+        saved = {k: round(theirs.get(name, {}).get(k, 0.0) - mine.get(name, {}).get(k, 0.0), 3) for k in keys}
+        if "cost" in saved:
+            saved["cost"] = round(saved["cost"], 2)
+        if name == IDLE and not any(saved.values()):
+            continue
+        rows.append({"name": name, **saved})
+    totals = {k: round(base.totals[k] - this.totals[k], 2 if k == "cost" else 3) for k in keys}
+    method = (f"counterfactual: run {base_run['run_id']} (policy {base_run['policy']}) of the same ledger, the same "
+              f"month, priced with the same tariff, carbon and PUE; saving = baseline less this run, per "
+              f"{this.aggregate} after idle sharing ({share_idle})")
+    return {"run_id": base_run["run_id"], "policy": base_run["policy"], "method": method,
+            "totals": totals, "baseline_totals": {k: base.totals[k] for k in keys}, "rows": rows}
+
+
+def build_report(request: ReportRequest) -> dict[str, Any]:
+    """The report's JSON payload (keys in docs/REPORT.md)."""
+    run = choose_run(request.ledger, request.run_id)
+    run_id = int(str(run["run_id"]))
+    month = request.month
+    start_s, end_s = month_bounds_s(month)
+    settings = request.settings
+    pricing = _pricing(run, settings)
+    data = month_input(request.ledger, run_id, start_s, end_s)
+    problem = _uncovered(settings, [h.hour_start_s for h in data.site_hours if h.energy_kwh > 0])
+    if problem:
+        raise BadInput(problem)
+    bill = make_bill(data, pricing, request.aggregate, request.share_idle)
+    tenant_bill = bill if request.aggregate == "tenant" else make_bill(data, pricing, "tenant", request.share_idle)
+    basis = "measured" if run["kind"] == "daemon" else "modelled"
+    totals = _figures(bill, bill.totals)
+    installed = bill.totals["gpu_hours"]
+    totals["efficiency"] = round(bill.totals["gpu_hours_allocated"] / installed, 4) if installed > 0 else None
+    totals["idle_share"] = round(bill.totals["idle_energy_kwh"] / bill.totals["energy_kwh"], 4) \
+        if bill.totals["energy_kwh"] > 0 else None
+    jobs = {state: sum(r.jobs.get(state, 0) for r in tenant_bill.rows) for state in ("ran", "ended", "preempted",
+                                                                                       "running")}
+    payload: dict[str, Any] = {
+        "period": month, "run_id": run_id, "policy": run["policy"], "kind": run["kind"], "source": run["source"],
+        "basis": basis, "currency": settings.currency or run["currency"], "aggregate": request.aggregate,
+        "share_idle": bill.share_idle, "country_iso_code": settings.country_iso_code, "region": settings.region,
+        "totals": totals, "idle": _figures(bill, bill.idle), "tenants": _rows(tenant_bill, basis, "tenant"),
+        "rows": _rows(bill, basis, "name"), "jobs": jobs,
+        "node_sleep_hours": round(sleep_hours(request.ledger, run_id, start_s, end_s), 3),
+        "pricing": _pricing_payload(run, settings, bill, bill.totals["energy_kwh"]),
+        "days": [{"day": dt.datetime.fromtimestamp(d["day_start_s"], dt.UTC).date().isoformat(),
+                  **{k: v for k, v in d.items() if k != "day_start_s"}} for d in bill.days],
+        "baseline": None,
+    }
+    if request.baseline_run is not None:
+        base_run = choose_run(request.ledger, request.baseline_run, "--baseline")
+        if base_run["run_id"] == run_id:
+            raise BadInput(f"--baseline: run {run_id} is the run reported; name another run of {request.ledger}")
+        base_pricing = _pricing(base_run, settings)
+        base_data = month_input(request.ledger, int(str(base_run["run_id"])), start_s, end_s)
+        problem = _uncovered(settings, [h.hour_start_s for h in base_data.site_hours if h.energy_kwh > 0])
+        if problem:
+            raise BadInput(problem)
+        base_bill = make_bill(base_data, base_pricing, request.aggregate, request.share_idle)
+        payload["baseline"] = _savings(bill, base_bill, base_run, bill.share_idle)
+    months = _earlier_months(month, TREND_MONTHS)
+    history = site_hours(request.ledger, run_id, months[0][1], end_s)
+    priced_months = [m for m in months if _uncovered(settings, [h.hour_start_s for h in history
+                                                                if m[1] <= h.hour_start_s < m[2]
+                                                                and h.energy_kwh > 0]) is None]
+    payload["trend"] = month_site_totals(history, pricing, priced_months)
+    return payload
+
+
+def report_main(ledger_file: str, month: str, run_id: int | None, output_format: str, out_file: str | None,
+                aggregate: str, share_idle: str, baseline_run: int | None, settings_file: str | None) -> None:
+    """`greengpu report`: check the flags, build the payload, write it to stdout or `out_file`."""
+    import click
+
+    from greengpu.report.monthly import render
+    from greengpu.report.settings import read_settings
+
+    ledger = Path(ledger_file)
+    month = resolve_month(month)
+    if out_file is not None:
+        # `{month}` in --out: one file per month from the same command line (a cron line, a systemd timer).
+        out_file = out_file.replace("{month}", month)
+        target = Path(out_file)
+        if target.resolve() == ledger.resolve():
+            raise BadInput(f"--out: {out_file} is the ledger itself; a report never writes to its input")
+        if settings_file and target.resolve() == Path(settings_file).resolve():
+            raise BadInput(f"--out: {out_file} is the settings file; a report never writes to its input")
+        if target.is_dir():
+            raise BadInput(f"--out: {out_file} is a directory")
+        if not target.parent.is_dir():
+            raise BadInput(f"--out: folder {target.parent} does not exist")
+    settings = read_settings(settings_file) if settings_file else ReportSettings()
+    request = ReportRequest(ledger=ledger, month=month, run_id=run_id, aggregate=aggregate,
+                            share_idle=share_idle, baseline_run=baseline_run, settings=settings)
+    text = render(build_report(request), output_format)
+    if out_file is None:
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    try:
+        Path(out_file).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise BadInput(f"--out: cannot write {out_file}: {error.strerror}") from None
+
+
+SCHEDULED_FORMATS = ("html", "csv", "json")
+
+
+def write_scheduled_reports(ledger: Path, run_id: int | None, folder: Path, now: dt.datetime,
+                            settings: ReportSettings | None = None,
+                            formats: tuple[str, ...] = SCHEDULED_FORMATS) -> list[Path]:
+    """Last month's report in each of `formats`, written to `folder` as greengpu-YYYY-MM.FORMAT: what the
+    systemd timer runs on the first of each month, and what a daemon that meters into the ledger calls then.
+    Each file is written whole to a temporary name first, so a reader never sees half a report."""
+    from greengpu.report.monthly import render
+
+    month = resolve_month("last", now)
+    payload = build_report(ReportRequest(ledger=ledger, month=month, run_id=run_id,
+                                         settings=settings or ReportSettings()))
+    written = []
+    for output_format in formats:
+        target = folder / f"greengpu-{month}.{output_format}"
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            partial.write_text(render(payload, output_format), encoding="utf-8")
+            partial.replace(target)
+        except OSError as error:
+            raise BadInput(f"{target}: cannot write the report: {error.strerror}") from None
+        written.append(target)
+    return written
