@@ -54,3 +54,7 @@ class ClusterBody(Protocol):
     def release_gpus(self, reason: str) -> list[str]:
         """Every GPU back to its default limit and clocks unlocked (fail safe); returns what changed."""
         ...
+
+    def settle(self) -> None:
+        """The tick's actions are all carried out (a body that batches its own writes flushes them here)."""
+        ...

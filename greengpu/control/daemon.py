@@ -180,6 +180,7 @@ class Daemon:
             exempt = self.store.exempt()
             for action in self._wanted(result, seen, exempt):
                 report.actions.append(self._carry_out(action, seen, now_s))
+            self.body.settle()
         self._gauges(seen)
         self.last_good_tick_s = self.clock()
         self.metrics.ticks.labels("ok").inc()

@@ -216,8 +216,8 @@ class FakeCluster:
         try:
             return self._act(action, now_s)
         finally:
-            # Node power is saved at once (the crash tests look at it); job starts and stops are saved at the
-            # next look, as a workload manager that dies loses what it had not written down.
+            # Node power is saved at once (the crash tests look at it); job starts and stops when the tick
+            # settles, as a workload manager that dies loses what it had not written down.
             if isinstance(action, SleepNode | WakeNode):
                 self._save()
 
@@ -276,6 +276,10 @@ class FakeCluster:
         if self.nodes[node].power != PowerState.AWAKE.value:
             raise ActionFailed(f"{node}: not awake")
         return self.nvml[node]
+
+    def settle(self) -> None:
+        """Write down the job starts and stops of the tick (node power was written at once)."""
+        self._save()
 
     def release_gpus(self, reason: str) -> list[str]:
         lines = []
