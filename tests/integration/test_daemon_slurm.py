@@ -13,7 +13,12 @@ from dataclasses import replace
 import pytest
 from inventories import a100_type, wol_node, write_inventory
 from slurm_harness import SlurmCluster
-from test_slurm_power_save import MACS, assert_back_in_service_and_not_requeued, write_hook_wrappers
+from test_slurm_power_save import (
+    MACS,
+    assert_back_in_service_and_not_requeued,
+    slurm_cluster,  # noqa: F401 - the real Slurm fixture, used by its name
+    write_hook_wrappers,
+)
 
 from greengpu.backends import slurm
 from greengpu.config.inventory import load_cluster
@@ -26,7 +31,7 @@ from greengpu.control.slurm_body import SlurmBody
 
 @pytest.mark.parametrize("slurm_cluster", [2], indirect=True)
 def test_the_daemon_sleeps_idle_nodes_through_slurm_and_a_job_wakes_them(
-        slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+        slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     root = slurm_cluster.root
     port = slurm_cluster.listen_for_magic_packets({n: MACS[n] for n in ("node1", "node2")})
     inventory = write_inventory(root / "cluster.yaml", {"gpu4": a100_type(gpus=4, host_idle_w=300, boot_s=10)},
