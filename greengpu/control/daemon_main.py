@@ -65,14 +65,14 @@ def stale_after_s(interval_s: float) -> float:
 def build_body(options: DaemonOptions, state_dir: Path) -> ClusterBody:
     cluster = load_cluster(options.cluster_file)
     if options.backend == "fake" or options.source == "fake":
-        from greengpu.control.fake_cluster import FakeCluster, generated_jobs
+        from greengpu.control.fake_cluster import FakeCluster, first_start_s, generated_jobs
 
-        now_s = time.time()
+        now_s = first_start_s(state_dir, time.time())  # a restart keeps the stream's clock
         if options.trace_file is not None:
             from greengpu.sim.traces import read_trace
 
             trace = read_trace(options.trace_file, options.trace_format)
-            # The trace replays from now on, its gaps kept.
+            # The trace replays from the cluster's first start on, its gaps kept.
             shift = now_s - trace.jobs[0].submit_time_s if trace.jobs else 0.0
             jobs = [replace(job, submit_time_s=job.submit_time_s + shift) for job in trace.jobs]
         else:

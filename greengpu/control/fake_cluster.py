@@ -73,6 +73,20 @@ def generated_jobs(cluster: Cluster, start_s: float, count: int = 2000, seed: in
     return jobs
 
 
+def first_start_s(state_dir: Path, now_s: float) -> float:
+    """When the fake cluster in `state_dir` first started (its job stream's origin), or `now_s` for a new one.
+
+    A restarted daemon replays the same job stream on the same clock, so a crash does not push every
+    job still to come into the future."""
+    path = state_dir / "fake-cluster.json"
+    if path.exists():
+        try:
+            return float(json.loads(path.read_text()).get("origin_s", now_s))
+        except (ValueError, OSError):
+            return now_s
+    return now_s
+
+
 class FakeCluster:
     """The cluster body of `--backend fake` (a `ClusterBody`)."""
 
@@ -92,6 +106,7 @@ class FakeCluster:
         self.pending: dict[str, PendingJob] = {}
         self.finished: dict[str, float] = {}
         self.next_arrival = 0
+        self.origin_s = start_s
         self._load()
         self._type_of = {n.name: n.type_name for n in cluster.nodes}
         self._taken = {(s.node, s.gpu_index) for r in self.running.values() for s in r.slots}
@@ -119,6 +134,7 @@ class FakeCluster:
         saved = json.loads(self.state_path.read_text())
         self.nodes = {n["name"]: FakeNode(**n) for n in saved["nodes"]}
         self.next_arrival = int(saved["next_arrival"])
+        self.origin_s = float(saved.get("origin_s", self.origin_s))
         self.finished = {job_id: float(end_s) for job_id, end_s in saved.get("finished", {}).items()}
         for job_id, start_s, end_s, slots in saved["running"]:
             self.running[job_id] = RunningJob(job=self.jobs[job_id], slots=tuple(GpuSlot(n, g) for n, g in slots),
@@ -128,6 +144,7 @@ class FakeCluster:
 
     def _save(self) -> None:
         state = {"nodes": [asdict(n) for n in self.nodes.values()], "next_arrival": self.next_arrival,
+                 "origin_s": self.origin_s,
                  "finished": self.finished,
                  "running": [[r.job.job_id, r.start_time_s, r.expected_end_s, [[s.node, s.gpu_index] for s in r.slots]]
                              for r in self.running.values()],
