@@ -49,7 +49,8 @@ class HealthPolicy:
     window_s: float = DAY_S
     """Trends are taken over this window: counts in it, divided by its length."""
     warning_score: float = 0.7
-    failing_score: float = 0.9
+    failing_score: float = 0.95
+    """About 2.5 times one signal's warning level (hazards add): 25 single-bit errors a day alone."""
     sbe_per_day: SignalLevels = SignalLevels(ok=0.0, warn=10.0)
     """Single-bit (corrected) ECC errors per day."""
     memory_temp_spread_c: SignalLevels = SignalLevels(ok=5.0, warn=15.0)
