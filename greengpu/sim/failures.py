@@ -1,0 +1,212 @@
+"""An optional GPU failure model for replays: each GPU's health score rises when it starts to degrade,
+its hazard of failing rises with the score, and failures kill the jobs on the GPU (docs/HEALTH.md).
+
+The timeline is drawn once per GPU from a seeded stream that depends only on the seed, the node and the
+GPU index, never on what the scheduler does: the same trace, model and seed put the same failures at the
+same times whatever the placement, so a replay with health-aware placement and one without differ only
+in which jobs sit on the GPUs that fail.
+
+Per GPU: sudden failures at a base rate (`base_failures_per_gpu_year`); degradations start at their own
+rate, then the score climbs linearly from 0 to 1 over `ramp_days` and stays there; the hazard is
+`base * hazard_ratio ** score` (a proportional-hazards model with the score as covariate). The scheduler
+sees the score through the health policy's thresholds (warning, failing), as it would see the agent's
+score. A failed GPU is dead until repaired `repair_hours` later (a new GPU: score 0, new draws).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from greengpu.health.cluster import node_states_with_health
+from greengpu.health.score import HealthPolicy, HealthState
+from greengpu.model import Cluster, NodeState, RunningJob
+
+YEAR_S = 365.0 * 86400.0
+
+
+class GpuEventKind(StrEnum):
+    WARNING = "warning"
+    """The score crossed the warning threshold."""
+    FAILING = "failing"
+    """The score crossed the failing threshold (predicted; the GPU still works)."""
+    FAILED = "failed"
+    """The GPU failed: the jobs on it are lost back to their last checkpoint."""
+    REPAIRED = "repaired"
+
+
+@dataclass(frozen=True)
+class FailureModel:
+    """The failure model's rates (defaults: docs/HEALTH.md gives their sources)."""
+
+    seed: int = 0
+    base_failures_per_gpu_year: float = 0.09
+    """Failures of a GPU that shows no warning sign (Llama 3's 16k-GPU run: about one a GPU per 11 years)."""
+    degradations_per_gpu_year: float = 0.09
+    """How often a GPU starts to degrade (as often as sudden failures: about half the failures warn first)."""
+    ramp_days: float = 7.0
+    """Days from the start of a degradation to a score of 1."""
+    hazard_ratio: float = 100.0
+    """Hazard at score 1 over the base hazard (a correctable error raises the odds of an uncorrectable
+    one in the same month 9-400 fold in Google's DRAM study)."""
+    repair_hours: float = 72.0
+    policy: HealthPolicy = field(default_factory=HealthPolicy)
+
+    def __post_init__(self) -> None:
+        for name in ("base_failures_per_gpu_year", "degradations_per_gpu_year", "ramp_days", "repair_hours"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+        if not (self.ramp_days > 0 and self.base_failures_per_gpu_year > 0):
+            raise ValueError("ramp_days and base_failures_per_gpu_year must be positive")
+        if not (math.isfinite(self.hazard_ratio) and self.hazard_ratio > 1):
+            raise ValueError(f"hazard_ratio must be above 1, got {self.hazard_ratio!r}")
+
+    def scaled(self, factor: float) -> FailureModel:
+        """The same model with every rate `factor` times higher and time scales as they were (an accelerated
+        scenario: more events in a short trace, the same ratios between them)."""
+        return replace(self, base_failures_per_gpu_year=self.base_failures_per_gpu_year * factor,
+                       degradations_per_gpu_year=self.degradations_per_gpu_year * factor)
+
+
+@dataclass(frozen=True, order=True)
+class GpuEvent:
+    time_s: float
+    node: str
+    gpu_index: int
+    kind: GpuEventKind
+
+
+def failure_time_s(start_s: float, onset_s: float, ramp_s: float, base_per_s: float, ratio: float,
+                   exposure: float) -> float:
+    """When the cumulative hazard from `start_s` reaches `exposure` (a unit exponential draw): the inverse of
+    base before `onset_s`, base * ratio ** ((t - onset) / ramp) during the ramp, base * ratio after it."""
+    before = base_per_s * max(0.0, onset_s - start_s)
+    if exposure <= before:
+        return start_s + exposure / base_per_s
+    exposure -= before
+    log_ratio = math.log(ratio)
+    during = base_per_s * ramp_s * (ratio - 1.0) / log_ratio
+    if exposure <= during:
+        return onset_s + ramp_s * math.log1p(exposure * log_ratio / (base_per_s * ramp_s)) / log_ratio
+    return onset_s + ramp_s + (exposure - during) / (base_per_s * ratio)
+
+
+def gpu_timeline(model: FailureModel, node: str, gpu_index: int, start_s: float, end_s: float) -> list[GpuEvent]:
+    """One GPU's events in [start_s, end_s), from its own seeded stream."""
+    rng = random.Random(f"{model.seed}/{node}/{gpu_index}")
+    base_per_s = model.base_failures_per_gpu_year / YEAR_S
+    degrade_per_s = model.degradations_per_gpu_year / YEAR_S
+    ramp_s = model.ramp_days * 86400.0
+    events: list[GpuEvent] = []
+    life_s = start_s
+    while life_s < end_s:
+        onset_s = life_s + rng.expovariate(degrade_per_s) if degrade_per_s > 0 else math.inf
+        failed_s = failure_time_s(life_s, onset_s, ramp_s, base_per_s, model.hazard_ratio, rng.expovariate(1.0))
+        for score, kind in ((model.policy.warning_score, GpuEventKind.WARNING),
+                            (model.policy.failing_score, GpuEventKind.FAILING)):
+            # The score is linear in time on the ramp: it passes a threshold `score` of the way up.
+            crossed_s = onset_s + score * ramp_s
+            if crossed_s < min(failed_s, end_s):
+                events.append(GpuEvent(crossed_s, node, gpu_index, kind))
+        if failed_s >= end_s:
+            break
+        events.append(GpuEvent(failed_s, node, gpu_index, GpuEventKind.FAILED))
+        life_s = failed_s + model.repair_hours * 3600.0
+        if life_s < end_s:
+            events.append(GpuEvent(life_s, node, gpu_index, GpuEventKind.REPAIRED))
+    return events
+
+
+def failure_timeline(cluster: Cluster, model: FailureModel, start_s: float, end_s: float) -> tuple[GpuEvent, ...]:
+    """Every GPU's events in [start_s, end_s), in time order."""
+    events: list[GpuEvent] = []
+    for node in cluster.nodes:
+        for gpu in range(cluster.node_type(node).gpus):
+            events.extend(gpu_timeline(model, node.name, gpu, start_s, end_s))
+    return tuple(sorted(events))
+
+
+@dataclass
+class FailureStats:
+    failures: int = 0
+    jobs_hit: int = 0
+    jobs_hit_by_class: dict[str, int] = field(default_factory=dict)
+    lost_gpu_s: float = 0.0
+    lost_gpu_s_by_class: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "gpu_failures": self.failures,
+            "jobs_hit_by_failures": self.jobs_hit,
+            "jobs_hit_by_failures_by_class": dict(sorted(self.jobs_hit_by_class.items())),
+            "failure_lost_gpu_hours": self.lost_gpu_s / 3600.0,
+            "failure_lost_gpu_hours_by_class": {c: s / 3600.0 for c, s in sorted(self.lost_gpu_s_by_class.items())},
+        }
+
+
+class FailureReplay:
+    """The failure model during one replay: what the scheduler sees of GPU health, and what failures cost.
+
+    `health_aware`: the scheduler sees warning and failing scores; otherwise it sees only dead GPUs (a
+    failed GPU is gone for everyone: its node takes no new work until the repair).
+    """
+
+    def __init__(self, timeline: tuple[GpuEvent, ...], health_aware: bool) -> None:
+        self.timeline = timeline
+        self.health_aware = health_aware
+        self.states: dict[str, dict[int, HealthState]] = {}
+        self.dead: set[tuple[str, int]] = set()
+        self.stats = FailureStats()
+        self._version = 0
+        self._memo: tuple[object, int, Mapping[str, NodeState]] | None = None
+
+    def apply(self, event: GpuEvent) -> bool:
+        """Record `event`; True when what the scheduler sees changed."""
+        key = (event.node, event.gpu_index)
+        seen = self.states.setdefault(event.node, {})
+        before = seen.get(event.gpu_index, HealthState.HEALTHY)
+        if event.kind is GpuEventKind.FAILED:
+            self.dead.add(key)
+            self.stats.failures += 1
+            after = HealthState.FAILING
+        elif event.kind is GpuEventKind.REPAIRED:
+            self.dead.discard(key)
+            after = HealthState.HEALTHY
+        elif self.health_aware and key not in self.dead:
+            after = HealthState(event.kind.value)
+        else:
+            after = before
+        if after is HealthState.HEALTHY:
+            seen.pop(event.gpu_index, None)
+        else:
+            seen[event.gpu_index] = after
+        if after is not before:
+            self._version += 1
+            return True
+        return False
+
+    def jobs_on(self, running: Mapping[str, RunningJob], event: GpuEvent) -> list[str]:
+        """The running jobs that hold a share of the event's GPU."""
+        return [job_id for job_id, r in running.items()
+                if any(s.node == event.node and s.gpu_index == event.gpu_index for s in r.slots)]
+
+    def charge(self, running: RunningJob, lost_gpu_s: float) -> None:
+        """Count a job a failure hit and the GPU-seconds of work it lost."""
+        job_class = running.job.job_class
+        self.stats.jobs_hit += 1
+        self.stats.jobs_hit_by_class[job_class] = self.stats.jobs_hit_by_class.get(job_class, 0) + 1
+        self.stats.lost_gpu_s += lost_gpu_s
+        self.stats.lost_gpu_s_by_class[job_class] = self.stats.lost_gpu_s_by_class.get(job_class, 0.0) + lost_gpu_s
+
+    def node_states(self, base: Mapping[str, NodeState]) -> Mapping[str, NodeState]:
+        """`base` (power states) with the GPU health the scheduler sees; the same object while neither changes,
+        so the core's books skip the walk."""
+        if self._memo is not None and self._memo[0] is base and self._memo[1] == self._version:
+            return self._memo[2]
+        merged = node_states_with_health(base, self.states) if any(self.states.values()) else base
+        self._memo = (base, self._version, merged)
+        return merged
