@@ -54,6 +54,7 @@ from greengpu.sched.invariants import check_invariants
 from greengpu.sched.preemption import last_checkpoint_s
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.state import cluster_layout
+from greengpu.sim.failures import FailureReplay, GpuEvent
 
 FULL_CHECK_EVERY = 2000
 """Cycles between full invariant checks (every cycle checks what its own placements could break)."""
@@ -64,6 +65,8 @@ CLASS_WAIT_SLA_S = {"inference": 300.0, "interactive": 300.0}
 
 _READY = (PowerState.AWAKE, PowerState.WAKING)
 _ARRIVE, _FINISH, _WAKE_DONE, _SUSPEND_DONE, _IDLE_CHECK, _TICK, _WAKE_CHECK, _HOUR = range(8)
+_GPU_EVENT = 8
+"""A GPU health change or failure from the optional failure model (sim/failures.py)."""
 
 
 @dataclass
@@ -108,8 +111,11 @@ class Simulation:
 
     def __init__(self, cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
                  check_every_cycle: bool = True, progress: Callable[[int, int], None] | None = None,
-                 attribute: bool = False, never_wake: Collection[str] = ()) -> None:
+                 attribute: bool = False, never_wake: Collection[str] = (),
+                 failures: FailureReplay | None = None) -> None:
         self.cluster = cluster
+        self.failures = failures
+        """The optional GPU failure model (None: GPUs never fail; every figure as without it)."""
         self.policy = policy
         self.jobs = list(jobs)
         for job in self.jobs:  # a nan time would never leave the event heap: refuse it, never hang on it
@@ -534,8 +540,9 @@ class Simulation:
 
     def _cycle(self) -> None:
         self.cycles += 1
+        node_states = self.node_states if self.failures is None else self.failures.node_states(self.node_states)
         snapshot = ClusterSnapshot(time_s=self.now_s, cluster=self.cluster, running=self._running_tuple(),
-                                   pending=tuple(self.pending.values()), node_states=self.node_states)
+                                   pending=tuple(self.pending.values()), node_states=node_states)
         result = schedule_cycle(snapshot, self.policy.scheduler, self.policy.interval_s)
         grace_s = self.policy.scheduler.preemption.grace_s
         for action in result.actions:
@@ -575,7 +582,8 @@ class Simulation:
         """No job runs, none is still to arrive, no node is waking or suspending: a cycle that placed
         and woke nothing now would place and wake nothing at any later time."""
         return not self.running and self.arrivals_left == 0 and not any(
-            node.power in (PowerState.WAKING, PowerState.SUSPENDING) for node in self.nodes.values())
+            node.power in (PowerState.WAKING, PowerState.SUSPENDING) for node in self.nodes.values()) and not (
+            self.failures is not None and self.failures.awaiting_repair)  # a repaired GPU may take them
 
     def _record(self, problems: list[str]) -> None:
         if problems:
@@ -630,6 +638,9 @@ class Simulation:
             self._schedule_idle_check(node)
         for index, job in enumerate(self.jobs):
             self._push(job.submit_time_s, _ARRIVE, index)
+        if self.failures is not None:
+            for event in self.failures.timeline:
+                self._push(event.time_s, _GPU_EVENT, event)
         if self.rise_forecast is not None:
             self._push((math.floor(origin_s / HOUR_S) + 1) * HOUR_S, _HOUR, None)
         self.arrivals_left = len(self.jobs)
@@ -728,6 +739,29 @@ class Simulation:
                 self._wake_for_reserve(self.policy.sleep.max_wakes_per_min - self._recent(self.wake_times))
             if self.arrivals_left or self.pending or self.running:
                 self._push(self.now_s + HOUR_S, _HOUR, None)
+        elif kind == _GPU_EVENT:
+            self._gpu_event(data)
+
+    def _gpu_event(self, event: GpuEvent) -> None:
+        """A health change the scheduler may see, or a failure: the jobs on the GPU are requeued with the work
+        since their last checkpoint lost (counted apart from preemptions)."""
+        assert self.failures is not None
+        applied = self.failures.apply(event, lambda name: self.nodes[name].jobs > 0)
+        self._dirty = self._dirty or applied.changed
+        for later in applied.later:  # the next life of a GPU replaced before it failed
+            self._push(later.time_s, _GPU_EVENT, later)
+        if not applied.failed:
+            return
+        for job_id in self.failures.jobs_on(self.running, event):
+            victim = self.running[job_id]
+            checkpoint_s = last_checkpoint_s(victim, self.now_s)
+            self.failures.charge(victim, (self.now_s - checkpoint_s) * victim.job.gpus)
+            saved_s = self._work_done_s(victim, checkpoint_s)  # before _stop forgets the job's pace
+            self._stop(job_id)
+            self.stopping.discard(job_id)
+            remaining = replace(victim.job, duration_s=max(1.0, victim.job.duration_s - saved_s))
+            self.pending[job_id] = PendingJob(remaining, preemptions=victim.preemptions)
+            self._dirty = True
 
     def _demand_changed(self, delta_gpus: float) -> None:
         self.offered_gpus += delta_gpus
@@ -789,6 +823,8 @@ class Simulation:
             "currency": self.cluster.site.currency,
             "scheduling_cycles": self.cycles,
         }
+        if self.failures is not None:
+            values.update(self.failures.stats.as_dict())
         return SimResult(values)
 
 

@@ -16,6 +16,7 @@ from greengpu.sim.failures import (
     FailureReplay,
     GpuEvent,
     GpuEventKind,
+    failure_replay,
     failure_time_s,
     failure_timeline,
     gpu_timeline,
@@ -89,24 +90,26 @@ def test_what_the_scheduler_sees_with_and_without_health_aware_placement() -> No
         GpuEvent(10.0, "n0", 1, GpuEventKind.WARNING),
         GpuEvent(20.0, "n0", 1, GpuEventKind.FAILING),
         GpuEvent(30.0, "n0", 1, GpuEventKind.FAILED),
-        GpuEvent(40.0, "n0", 1, GpuEventKind.REPAIRED),
+        GpuEvent(40.0, "n0", 1, GpuEventKind.REPAIRED, life=1),
     )
-    aware, blind = FailureReplay(timeline, True), FailureReplay(timeline, False)
+    model = FailureModel()
+    aware, blind = FailureReplay(model, timeline, 1e9, True), FailureReplay(model, timeline, 1e9, False)
     base = {"n9": NodeState(PowerState.ASLEEP)}
     seen: list[tuple[object, object]] = []
     for event in timeline:
-        changed = aware.apply(event), blind.apply(event)
+        changed = aware.apply(event).changed, blind.apply(event).changed
         seen.append((changed, (aware.node_states(base).get("n0"), blind.node_states(base).get("n0"))))
     assert [c for c, _ in seen] == [(True, False), (True, False), (False, True), (True, True)]
     assert seen[0][1][0] == NodeState(warning_gpus=frozenset({1}))
     assert seen[2][1] == (NodeState(failing_gpus=frozenset({1})),) * 2
     assert seen[3][1] == (None, None)
+    assert [e for e in timeline if aware.apply(e).failed] == []  # old events of a GPU already repaired
     assert aware.node_states(base) is base  # nothing to add: the same mapping, the core's books skip the walk
     assert aware.stats.failures == blind.stats.failures == 1
 
 
 def test_failure_stats_count_jobs_and_lost_gpu_hours_by_class() -> None:
-    replay = FailureReplay((), True)
+    replay = FailureReplay(FailureModel(), (), 1e9, True)
     event = GpuEvent(100.0, "n0", 2, GpuEventKind.FAILED)
     running = {
         "a": RunningJob(job("a", job_class="inference"), (GpuSlot("n0", 2, 500),), 0.0, 1e4),
@@ -129,3 +132,34 @@ def test_the_model_refuses_rates_that_make_no_sense() -> None:
         FailureModel(base_failures_per_gpu_year=-1)
     with pytest.raises(ValueError):
         FailureModel(ramp_days=float("nan"))
+
+
+def test_health_aware_replay_replaces_a_failing_gpu_once_its_node_is_empty_and_its_old_failure_never_comes() -> None:
+    model = FailureModel(seed=5, repair_hours=1.0)
+    timeline = (
+        GpuEvent(10.0, "n0", 1, GpuEventKind.FAILING),
+        GpuEvent(20.0, "", -1, GpuEventKind.CHECK),
+        GpuEvent(30.0, "", -1, GpuEventKind.CHECK),
+        GpuEvent(40.0, "n0", 1, GpuEventKind.FAILED),
+    )
+    replay = FailureReplay(model, timeline, 1e9, True)
+    assert replay.apply(timeline[0]).changed
+    assert replay.apply(timeline[1], lambda node: True).later == []  # jobs still run there: not yet
+    later = replay.apply(timeline[2], lambda node: False).later  # empty: drained, the GPU replaced
+    assert later[0] == GpuEvent(30.0 + 3600.0, "n0", 1, GpuEventKind.REPAIRED, life=1)
+    assert all(e.life >= 1 and e.time_s > 3630.0 for e in later[1:])  # its successors' own lives
+    assert later[1:] == gpu_timeline(model, "n0", 1, 3630.0, 1e9, life=1)
+    assert replay.stats.replaced_before_failing == 1
+    assert replay.node_states({})["n0"].failing_gpus == {1}  # out of service while replaced
+    assert not replay.apply(timeline[3]).failed  # the old GPU's failure never comes
+    assert replay.stats.failures == 0
+    assert replay.apply(later[0]).changed and replay.node_states({}) == {}
+
+
+def test_failure_replay_adds_checks_only_when_health_aware() -> None:
+    cluster = make_cluster([(1, node_type(2), "d")])
+    model = FailureModel(seed=5, check_interval_s=3600.0).scaled(100)
+    aware = failure_replay(cluster, model, 0.0, 2 * DAY_S, True)
+    blind = failure_replay(cluster, model, 0.0, 2 * DAY_S, False)
+    assert [e for e in aware.timeline if e.kind is not GpuEventKind.CHECK] == list(blind.timeline)
+    assert sum(e.kind is GpuEventKind.CHECK for e in aware.timeline) == 48
