@@ -77,10 +77,14 @@ class FailureModel:
             raise ValueError(f"hazard_ratio must be above 1, got {self.hazard_ratio!r}")
 
     def scaled(self, factor: float) -> FailureModel:
-        """The same model with every rate `factor` times higher and time scales as they were (an accelerated
-        scenario: more events in a short trace, the same ratios between them)."""
+        """An accelerated scenario: `factor` times as many sudden failures and degradations, while a degrading
+        GPU's course stays what it was (its hazard at score 1, `base * hazard_ratio`, is unchanged; so are
+        the ramp and the repair). More events in a short trace, each as the default model has it."""
+        if not 1 <= factor < self.hazard_ratio:
+            raise ValueError(f"an acceleration factor must be in [1, hazard_ratio), got {factor!r}")
         return replace(self, base_failures_per_gpu_year=self.base_failures_per_gpu_year * factor,
-                       degradations_per_gpu_year=self.degradations_per_gpu_year * factor)
+                       degradations_per_gpu_year=self.degradations_per_gpu_year * factor,
+                       hazard_ratio=self.hazard_ratio / factor)
 
 
 @dataclass(frozen=True, order=True)

@@ -3,9 +3,10 @@
 The public Philly trace (64,483 jobs over 72 days) on the bundled 1,000-GPU Philly cluster under the
 default policy, with a deterministic mix: a fifth of the 1-GPU jobs of tenants with a quota (by a hash
 of the job id) are non-interruptible inference, the rest training that checkpoints every 30 minutes.
-The failure model (greengpu/sim/failures.py) runs at 10 times its default rates, so that 72 days hold enough failures to
-compare (the ratios between sudden failures, degradations and the hazard are the defaults'). Both runs
-share the trace, the model and the seed; only placement differs.
+The failure model (greengpu/sim/failures.py) is accelerated ten times (`FailureModel.scaled`: ten
+times the sudden failures and degradations, each degrading GPU's course as by default), so that 72
+days hold enough failures to compare. Both runs share the trace, the model and the seed; only
+placement differs (and with it, which failing GPUs are replaced before they fail).
 
 Run on demand:  nice -n 10 python3 -m pytest tests/benchmarks/test_bench_health.py -s
 """
@@ -26,7 +27,7 @@ from greengpu.sim.engine import Simulation
 from greengpu.sim.failures import FailureModel, failure_replay
 from greengpu.sim.traces import read_trace
 
-SEEDS = (1, 2, 3)
+SEEDS = (1, 2, 3, 4, 5)
 ACCELERATION = 10.0
 
 
@@ -80,6 +81,5 @@ def test_health_aware_placement_spares_inference_and_loses_fewer_gpu_hours() -> 
     blind, aware = totals[False], totals[True]
     print(f"\n[health] mean of {len(SEEDS)} seeds, blind -> aware: " +
           ", ".join(f"{k} {blind[k]:,.1f} -> {aware[k]:,.1f}" for k in blind))
-    assert aware["failures"] == blind["failures"]  # the same failures: only placement differs
     assert aware["inference_hit"] < blind["inference_hit"]
     assert aware["lost_gpu_h"] < blind["lost_gpu_h"]

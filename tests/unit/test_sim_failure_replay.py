@@ -28,7 +28,7 @@ def run(failures: FailureReplay | None, jobs: list[Job] = JOBS, policy: str = "d
 
 def replay_of(seed: int, health_aware: bool) -> FailureReplay:
     origin_s = JOBS[0].submit_time_s
-    model = FailureModel(seed=seed).scaled(300)  # a week on ten GPUs: enough failures to see
+    model = FailureModel(seed=seed, hazard_ratio=1000.0).scaled(300)  # a week on ten GPUs: failures to see
     return failure_replay(CLUSTER, model, origin_s, origin_s + 14 * 86400.0, health_aware)
 
 

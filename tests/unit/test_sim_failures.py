@@ -28,7 +28,7 @@ DAY_S = 86400.0
 def test_the_same_seed_gives_the_same_timeline_and_a_gpu_does_not_depend_on_the_others() -> None:
     small = make_cluster([(2, node_type(4), "d")])
     large = make_cluster([(50, node_type(4), "d")])
-    model = FailureModel(seed=7).scaled(50)
+    model = FailureModel(seed=7).scaled(50)  # many events
     first = failure_timeline(small, model, 0.0, 365 * DAY_S)
     assert first == failure_timeline(small, model, 0.0, 365 * DAY_S)
     assert first != failure_timeline(small, FailureModel(seed=8).scaled(50), 0.0, 365 * DAY_S)
@@ -125,6 +125,17 @@ def test_failure_stats_count_jobs_and_lost_gpu_hours_by_class() -> None:
     assert HealthState.FAILING.value == GpuEventKind.FAILING.value  # the replay maps event kinds onto states
 
 
+def test_an_accelerated_model_has_more_events_but_the_same_course_of_a_degrading_gpu() -> None:
+    model = FailureModel()
+    fast = model.scaled(10)
+    assert fast.base_failures_per_gpu_year == pytest.approx(10 * model.base_failures_per_gpu_year)
+    assert fast.degradations_per_gpu_year == pytest.approx(10 * model.degradations_per_gpu_year)
+    assert fast.base_failures_per_gpu_year * fast.hazard_ratio == pytest.approx(
+        model.base_failures_per_gpu_year * model.hazard_ratio)
+    with pytest.raises(ValueError):
+        model.scaled(100)
+
+
 def test_the_model_refuses_rates_that_make_no_sense() -> None:
     with pytest.raises(ValueError):
         FailureModel(hazard_ratio=1.0)
@@ -158,7 +169,7 @@ def test_health_aware_replay_replaces_a_failing_gpu_once_its_node_is_empty_and_i
 
 def test_failure_replay_adds_checks_only_when_health_aware() -> None:
     cluster = make_cluster([(1, node_type(2), "d")])
-    model = FailureModel(seed=5, check_interval_s=3600.0).scaled(100)
+    model = FailureModel(seed=5, check_interval_s=3600.0).scaled(50)
     aware = failure_replay(cluster, model, 0.0, 2 * DAY_S, True)
     blind = failure_replay(cluster, model, 0.0, 2 * DAY_S, False)
     assert [e for e in aware.timeline if e.kind is not GpuEventKind.CHECK] == list(blind.timeline)
