@@ -12,7 +12,7 @@ from greengpu.health.alerts import alert_dict, alert_line, build_alert, jobs_on_
 from greengpu.health.cluster import drains_due, node_states_with_health
 from greengpu.health.score import HealthState, assess
 from greengpu.health.signals import GpuHealthSample, SignalHistory
-from greengpu.model import GpuSlot, NodeState, PowerState, RunningJob, Tenant
+from greengpu.model import GpuSlot, NodeState, PowerState, RunningJob, Tenant, WakeNode
 from greengpu.sched.placement import needs_healthy_gpus
 
 A100x4 = node_type(4)
@@ -134,3 +134,14 @@ def test_an_alert_names_the_gpu_its_score_signals_and_the_jobs_with_their_checkp
     assert [j["tenant"] for j in data["jobs"]] == ["web", "lab"]  # type: ignore[index]
     quiet = assess((GpuHealthSample(0.0, ecc_corrected_total=5),), (), 0.0)
     assert build_alert(0.0, "n7", 0, "GPU-x", quiet, ()) is None
+
+
+def test_work_a_failing_node_cannot_take_wakes_a_sleeping_replacement() -> None:
+    driver = driver_with({}, nodes=2)
+    asleep = {"n0001": NodeState(PowerState.ASLEEP)}
+    driver.snapshot = replace(driver.snapshot, node_states=node_states_with_health(
+        asleep, {"n0000": {3: HealthState.FAILING}}))
+    driver.submit(job("needs-a-gpu", job_class="inference", interruptible=False))
+    result = driver.cycle()
+    assert [a.node for a in result.actions if isinstance(a, WakeNode)] == ["n0001"]
+    assert placed(result.actions) == {}
