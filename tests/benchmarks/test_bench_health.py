@@ -57,14 +57,16 @@ def test_health_aware_placement_spares_inference_and_loses_fewer_gpu_hours() -> 
     jobs = mixed_jobs()
     totals: dict[bool, dict[str, float]] = {}
     for health_aware in (False, True):
-        sums = {"failures": 0.0, "inference_hit": 0.0, "jobs_hit": 0.0, "lost_gpu_h": 0.0, "inference_lost_gpu_h": 0.0,
-                "p95_wait_s": 0.0, "energy_kwh": 0.0, "wall_s": 0.0}
+        keys = ("failures", "replaced", "inference_hit", "jobs_hit", "lost_gpu_h", "inference_lost_gpu_h",
+                "p95_wait_s", "energy_kwh", "wall_s")
+        sums = dict.fromkeys(keys, 0.0)
         for seed in SEEDS:
             result = replay(jobs, seed, health_aware)
             assert result["invariant_violations"] == 0
             assert result["jobs_completed"] == len(jobs)
             row = {
                 "failures": result["gpu_failures"],
+                "replaced": result["gpus_replaced_before_failing"],
                 "inference_hit": result["jobs_hit_by_failures_by_class"].get("inference", 0),
                 "jobs_hit": result["jobs_hit_by_failures"],
                 "lost_gpu_h": result["failure_lost_gpu_hours"],
