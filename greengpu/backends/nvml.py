@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from greengpu.energy.capping import LimitConstraints
 from greengpu.health.signals import GpuHealthSample
+from greengpu.model import LimitConstraints
 
 log = logging.getLogger("greengpu.nvml")
 

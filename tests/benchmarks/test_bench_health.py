@@ -49,7 +49,7 @@ def replay(jobs: list[Job], seed: int, health_aware: bool) -> dict[str, Any]:
     origin_s = jobs[0].submit_time_s
     end_s = max(j.submit_time_s for j in jobs) + 30 * 86400.0
     failures = failure_replay(cluster, FailureModel(seed=seed).scaled(ACCELERATION), origin_s, end_s, health_aware)
-    return Simulation(cluster, load_policy("default"), jobs, failures=failures).run().values
+    return Simulation(cluster, load_policy("default"), jobs, failures=failures).run().to_json()
 
 
 @pytest.mark.benchmark

@@ -21,7 +21,7 @@ FAILURE_KEYS = {"gpu_failures", "gpus_replaced_before_failing", "jobs_hit_by_fai
 
 
 def run(failures: FailureReplay | None, jobs: list[Job] = JOBS, policy: str = "default") -> dict[str, object]:
-    values = Simulation(CLUSTER, load_policy(policy), jobs, failures=failures).run().values
+    values = Simulation(CLUSTER, load_policy(policy), jobs, failures=failures).run().to_json()
     values.pop("sim_wall_s")
     return values
 
@@ -33,7 +33,7 @@ def replay_of(seed: int, health_aware: bool) -> FailureReplay:
 
 
 def test_without_a_failure_model_the_figures_are_what_they_were() -> None:
-    plain = Simulation(CLUSTER, load_policy("default"), JOBS).run().values
+    plain = Simulation(CLUSTER, load_policy("default"), JOBS).run().to_json()
     plain.pop("sim_wall_s")
     assert run(None) == plain
     assert not FAILURE_KEYS & plain.keys()
