@@ -33,9 +33,20 @@ import click
               help="With --backend fake: replay this trace from now on instead of a generated job stream.")
 @click.option("--trace-format", type=click.Choice(["csv", "philly", "sacct"]), default="csv", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="With --backend fake: the job stream's seed.")
+@click.option("--lease-namespace", default=None, metavar="NS",
+              help="With --source kubernetes: the namespace of the coordination.k8s.io Lease that elects the one "
+              "replica that acts (default: the pod's own namespace).")
+@click.option("--lease-name", default="greengpu-daemon", show_default=True, metavar="NAME",
+              help="With --source kubernetes: the Lease's name.")
+@click.option("--kube-host", default=None, metavar="URL",
+              help="With --source kubernetes: the API server URL (default: in-cluster config, else kubeconfig).")
+@click.option("--suspend-command", default=None, metavar="TEMPLATE",
+              help="With --source kubernetes: run per node to suspend it ({node}); default: ssh NODE greengpu "
+              "node-suspend.")
 def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once: bool, dry_run: bool, listen: str,
            state_dir: str, interval_s: float, token_file: str | None, webhook_url: str | None,
-           trace_file: str | None, trace_format: str, seed: int) -> None:
+           trace_file: str | None, trace_format: str, seed: int, lease_namespace: str | None,
+           lease_name: str, kube_host: str | None, suspend_command: str | None) -> None:
     """Run the control loop on a cluster: observe, decide with the simulator's own tick, act, account.
 
     Every action is journalled before and after it is carried out and written to the audit log; when
@@ -51,6 +62,7 @@ def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once:
     code = run_daemon(DaemonOptions(
         cluster_file=cluster_file, policy=load_policy(policy_name), source=source, backend=backend, once=once,
         dry_run=dry_run, listen=listen, state_dir=state_dir, interval_s=interval_s, token_file=token_file,
-        webhook_url=webhook_url, trace_file=trace_file, trace_format=trace_format, seed=seed))
+        webhook_url=webhook_url, trace_file=trace_file, trace_format=trace_format, seed=seed, kube_host=kube_host,
+        suspend_command=suspend_command, lease_namespace=lease_namespace, lease_name=lease_name))
     if code:
         raise click.exceptions.Exit(code)

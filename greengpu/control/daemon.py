@@ -43,6 +43,9 @@ from greengpu.tick.tick import TickResult, control_tick
 log = logging.getLogger("greengpu.daemon")
 
 RATE_WINDOW_S = 60.0
+REFUSED_SLEEP_BACKOFF_S = 900.0
+"""A node whose sleep was refused (a PodDisruptionBudget, a busy node) is not asked again for this long:
+one alert, not one a tick."""
 LIMIT_TOLERANCE_W = 0.5
 KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
         SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks"}
@@ -84,8 +87,12 @@ class Daemon:
     """One cluster's control loop, one tick at a time (the scheduler around it calls `tick`)."""
 
     def __init__(self, body: ClusterBody, policy: Policy, store: DaemonStore, audit: AuditLog, alerts: Alerts,
-                 *, dry_run: bool = False, clock: Callable[[], float] = time.time) -> None:
+                 *, dry_run: bool = False, clock: Callable[[], float] = time.time,
+                 leader: Callable[[float], bool] | None = None) -> None:
+        """`leader(now_s)`: whether this replica may act now (a Kubernetes Lease; None: it always may)."""
         self.body = body
+        self.leader = leader
+        self.leading = leader is None
         self.policy = policy
         self.store = store
         self.audit = audit
@@ -97,6 +104,9 @@ class Daemon:
         self.last_result: TickResult | None = None
         self.last_observation: Observation | None = None
         self._energy_then: dict[str, float] = {}
+        self._woken: dict[str, float] = {}
+        self._sleep_refused_until: dict[str, float] = {}
+        """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
         self.energy_by_tenant_j: dict[str, float] = {}
 
     # --- start-up ------------------------------------------------------------------------------
@@ -147,8 +157,18 @@ class Daemon:
         except Exception as error:  # noqa: BLE001 - any failure to observe means: unsure, fail safe
             return self._failed(now_s, f"cannot observe the {self.body.name} cluster: {error}")
         self.last_observation = seen
-        self._meter(seen)
-        if paused:
+        if self.leader is not None:
+            try:
+                self.leading = self.leader(now_s)
+            except Exception as error:  # noqa: BLE001 - unsure who leads: act as a standby, never as a second leader
+                self.leading = False
+                log.warning("cannot tell whether this replica leads (%s): standing by", error)
+        if self.leading:  # a standby neither meters (the leader does) nor alerts
+            self._meter(seen)
+            self._check_wakes(seen, now_s)
+        if not self.leading:
+            report = TickReport(True, [], "standby: another replica holds the lease")
+        elif paused:
             released = self.body.release_gpus("paused")
             report = TickReport(True, [("release", line, "done") for line in released], "paused")
         else:
@@ -165,6 +185,19 @@ class Daemon:
         self.metrics.last_good.set(self.last_good_tick_s)
         self.metrics.tick_seconds.observe(time.perf_counter() - started)
         return report
+
+    def _check_wakes(self, seen: Observation, now_s: float) -> None:
+        """A node woken more than `wake_timeout_s` ago and still not up raises one `wake_failed` alert."""
+        for node, sent_s in list(self._woken.items()):
+            state = seen.snapshot.node_states.get(node)
+            if state is None or state.power is PowerState.AWAKE:
+                del self._woken[node]
+            elif now_s - sent_s > self.policy.sleep.wake_timeout_s:
+                del self._woken[node]
+                self.metrics.alerts.labels("wake_failed").inc()
+                self.alerts.raise_alert("wake_failed", f"{node}: not up {now_s - sent_s:.0f} s after its wake-up "
+                                        f"({state.power.value}); check its power, BMC and wake-on-LAN", now_s,
+                                        node=node)
 
     def _failed(self, now_s: float, message: str) -> TickReport:
         self.metrics.ticks.labels("failed").inc()
@@ -185,6 +218,8 @@ class Daemon:
                 continue  # the workload manager schedules its own jobs
             node = getattr(action, "node", "")
             if node in exempt and not isinstance(action, WakeNode):
+                continue
+            if isinstance(action, SleepNode) and self._sleep_refused_until.get(node, 0.0) > seen.snapshot.time_s:
                 continue
             if isinstance(action, SetPowerLimit | LockClocks) and not self._differs(action, seen):
                 continue
@@ -223,8 +258,12 @@ class Daemon:
             try:
                 outcome = self.body.act(action, now_s)
                 state, counted = "done", "done"
+                if isinstance(action, WakeNode):
+                    self._woken.setdefault(action.node, now_s)
             except ActionFailed as error:
                 outcome, state, counted = str(error), "failed", "failed"
+                if isinstance(action, SleepNode):
+                    self._sleep_refused_until[node] = now_s + REFUSED_SLEEP_BACKOFF_S
                 self.metrics.alerts.labels("action_failed").inc()
                 self.alerts.raise_alert("action_failed", f"{kind} {node or job_id}: {error}", now_s,
                                         node=node, job=job_id, tenant=tenant)
@@ -279,6 +318,7 @@ class Daemon:
                 nodes[node.name] = (found.power if found is not None else PowerState.AWAKE).value
         waiting = self.last_result.scheduled.waiting.job_ids if self.last_result is not None else ()
         return {"source": self.body.name, "dry_run": self.dry_run, "paused": self.store.paused(),
+                "leading": self.leading,
                 "last_good_tick_s": self.last_good_tick_s, "nodes": nodes,
                 "jobs_waiting_for_capacity": list(waiting), "exempt_nodes": sorted(self.store.exempt()),
                 "actions_open": len(self.store.open_entries()),

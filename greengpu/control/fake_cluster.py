@@ -79,8 +79,11 @@ class FakeCluster:
     name = "fake"
     schedules_jobs = True
 
-    def __init__(self, cluster: Cluster, jobs: list[Job], state_dir: Path, start_s: float) -> None:
+    def __init__(self, cluster: Cluster, jobs: list[Job], state_dir: Path, start_s: float,
+                 never_wake: frozenset[str] = frozenset()) -> None:
         self.cluster = cluster
+        self.never_wake = never_wake
+        """Nodes whose wake-ups are lost (a dead NIC or BMC): they stay waking (the daemon's alert tests)."""
         self.jobs = {job.job_id: job for job in jobs}
         self.arrivals = sorted(jobs, key=lambda j: (j.submit_time_s, j.job_id))
         self.state_path = state_dir / "fake-cluster.json"
@@ -135,7 +138,8 @@ class FakeCluster:
             if node.power == PowerState.SUSPENDING.value and now_s >= node.since_s + SUSPEND_S:
                 node.power, node.since_s, node.idle_since_s = PowerState.ASLEEP.value, now_s, None
             boot_s = self.cluster.node_types[self._type(node.name)].boot_s
-            if node.power == PowerState.WAKING.value and now_s >= node.since_s + boot_s:
+            if (node.power == PowerState.WAKING.value and now_s >= node.since_s + boot_s
+                    and node.name not in self.never_wake):
                 node.power, node.since_s, node.idle_since_s = PowerState.AWAKE.value, now_s, now_s
                 for gpu in self.fakes[node.name].gpus:  # a power cycle puts NVML's limits and clocks back
                     gpu.limit_w, gpu.locked_clock_mhz = gpu.default_limit_w, None

@@ -35,12 +35,12 @@ JOBS = [Job(job_id="train", tenant="a", gpus=4, duration_s=1500, submit_time_s=T
         Job(job_id="wide", tenant="b", gpus=8, duration_s=600, submit_time_s=T0 + 1260, gpus_per_node=4)]
 
 
-def make(tmp_path: Path, clock: ManualClock, dry_run: bool = False, jobs: list[Job] | None = None
-         ) -> tuple[Daemon, FakeCluster, DaemonStore]:
+def make(tmp_path: Path, clock: ManualClock, dry_run: bool = False, jobs: list[Job] | None = None,
+         never_wake: frozenset[str] = frozenset()) -> tuple[Daemon, FakeCluster, DaemonStore]:
     cluster = three_nodes(tmp_path)
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
-    body = FakeCluster(cluster, JOBS if jobs is None else jobs, state, start_s=T0)
+    body = FakeCluster(cluster, JOBS if jobs is None else jobs, state, start_s=T0, never_wake=never_wake)
     store = DaemonStore(state)
     audit = AuditLog(state / "audit.jsonl")
     daemon = Daemon(body, load_policy("default"), store, audit, Alerts(audit), dry_run=dry_run, clock=clock)
@@ -74,6 +74,19 @@ def test_the_loop_sleeps_idle_nodes_wakes_them_for_work_and_caps_what_runs(tmp_p
     assert {r["job"] for r in places} >= {"train", "wide"} and all(r["tenant"] in ("a", "b") for r in places)
     assert daemon.energy_by_tenant_j.get("a", 0.0) > 0  # measured GPU energy charged to the tenant that ran
     assert not [r for r in audit if r.get("alert")]  # no action was refused: each was decided on the right state
+
+
+def test_a_node_that_never_comes_up_raises_one_wake_failed_alert(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    wide = [Job(job_id="all", tenant="a", gpus=12, duration_s=600, submit_time_s=T0 + 1200, gpus_per_node=4)]
+    daemon, body, _ = make(tmp_path, clock, jobs=wide, never_wake=frozenset({"n1", "n2", "n3"}))
+    for _ in range(40):
+        clock.now_s += 60
+        daemon.tick()
+    alerts = [r for r in daemon.audit.records() if r.get("alert") == "wake_failed"]
+    assert alerts and len({a["node"] for a in alerts}) == len(alerts)  # one alert per lost node, not one a tick
+    assert all("not up" in a["message"] for a in alerts)
+    assert "all" in body.pending  # the job still waits: nothing pretends it ran
 
 
 def test_dry_run_decides_and_journals_but_changes_nothing(tmp_path: Path) -> None:
@@ -249,7 +262,7 @@ def test_the_command_runs_serves_refuses_a_second_daemon_and_stops_on_sigterm(tm
 @pytest.mark.parametrize("extra, says", [
     (["--listen", "nowhere"], "--listen"),
     (["--token-file", "/nonexistent/token"], "--token-file"),
-    (["--backend", "real", "--source", "kubernetes"], "not available in this version"),
+    (["--lease-name", "other"], "use them with --source kubernetes"),
     (["--interval-s", "nan"], "finite"),
 ])
 def test_bad_options_are_one_line_and_exit_2_before_anything_changes(
