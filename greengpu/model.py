@@ -293,11 +293,15 @@ class NodeState:
     power: PowerState = PowerState.AWAKE
     drained: bool = False
     since_s: float = 0.0
+    warning_gpus: frozenset[int] = frozenset()
+    """GPU indexes whose health score is at `warning` (greengpu.health): interruptible work only."""
+    failing_gpus: frozenset[int] = frozenset()
+    """GPU indexes that are `failing`: the node takes no new work and is drained once empty."""
 
     @property
     def schedulable(self) -> bool:
         """Whether new work may be placed on the node now."""
-        return self.power is PowerState.AWAKE and not self.drained
+        return self.power is PowerState.AWAKE and not self.drained and not self.failing_gpus
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,19 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
+def _xid_events(lib: Any, handle: Any) -> dict[str, Any]:
+    """Create an event set, register the GPU for critical Xids, wait 0 ms (Timeout: none pending), free it."""
+    out: dict[str, Any] = {}
+    event_set = attempt(out, "nvmlEventSetCreate", lib.nvmlEventSetCreate)
+    out["nvmlEventSetCreate"] = "created" if event_set is not None else out["nvmlEventSetCreate"]
+    if event_set is not None:
+        attempt(out, "nvmlDeviceRegisterEvents_XidCritical", lambda: lib.nvmlDeviceRegisterEvents(
+            handle, pynvml.nvmlEventTypeXidCriticalError, event_set))
+        attempt(out, "nvmlEventSetWait_0ms", lambda: lib.nvmlEventSetWait(event_set, 0))
+        attempt(out, "nvmlEventSetFree", lambda: lib.nvmlEventSetFree(event_set))
+    return out
+
+
 def probe(lib: Any, index: int, write: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpu": index}
     attempt(out, "nvmlInit", lib.nvmlInit)
@@ -76,6 +89,19 @@ def probe(lib: Any, index: int, write: bool) -> dict[str, Any]:
         "nvmlDeviceGetTotalEccErrors_uncorrected_volatile": lambda: lib.nvmlDeviceGetTotalEccErrors(
             handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
         "nvmlDeviceGetCurrentClocksEventReasons": lambda: lib.nvmlDeviceGetCurrentClocksEventReasons(handle),
+        # GPU health signals (docs/HEALTH.md)
+        "nvmlDeviceGetTotalEccErrors_corrected_aggregate": lambda: lib.nvmlDeviceGetTotalEccErrors(
+            handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_AGGREGATE_ECC),
+        "nvmlDeviceGetTotalEccErrors_uncorrected_aggregate": lambda: lib.nvmlDeviceGetTotalEccErrors(
+            handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC),
+        "nvmlDeviceGetRetiredPages_sbe": lambda: lib.nvmlDeviceGetRetiredPages(
+            handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+        "nvmlDeviceGetRemappedRows": lambda: lib.nvmlDeviceGetRemappedRows(handle),
+        "nvmlDeviceGetPcieReplayCounter": lambda: lib.nvmlDeviceGetPcieReplayCounter(handle),
+        "nvmlDeviceGetFieldValues_MEMORY_TEMP_return_type_uiVal": lambda: [
+            [v.nvmlReturn, v.valueType, v.value.uiVal]
+            for v in lib.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP])],
+        "xid_event_set": lambda: _xid_events(lib, handle),
     }
     for name, call in reads.items():
         attempt(out, name, call)

@@ -8,6 +8,9 @@ simulator and `greengpu agent --backend fake` exercise what runs on a GPU node. 
 - writes without root raise `NVMLError_NoPermission` (`root=False`);
 - GPUs without an energy counter (pre-Volta), ECC, or clock locking raise `NVMLError_NotSupported`;
 - calls before `nvmlInit` raise `NVMLError_Uninitialized`;
+- health signals as each generation has them: page retirement up to Volta, row remapping from Ampere,
+  memory temperature (a field value) on HBM data-centre GPUs, Xid events through an event set;
+  a GPU without one raises `NVMLError_NotSupported` (a field value carries its own NotSupported code);
 - arguments go through the same ctypes conversions pynvml applies before calling the library: a
   float where pynvml builds a `c_uint` raises `TypeError`, a negative integer wraps around to a huge
   unsigned value (which NVML then refuses as out of range), and an enum argument outside its NVML
@@ -68,6 +71,23 @@ class FakeGpu:
     ecc_uncorrected: int = 0
     ecc_corrected: int = 0
     updated_s: float | None = None
+    # health signals (docs/HEALTH.md); None or False: the GPU does not report it
+    page_retirement: bool = False
+    """Pre-Ampere dynamic page retirement (nvmlDeviceGetRetiredPages)."""
+    row_remapping: bool = True
+    """Ampere and later row remapping (nvmlDeviceGetRemappedRows)."""
+    retired_pages_sbe: list[int] = field(default_factory=list)
+    retired_pages_dbe: list[int] = field(default_factory=list)
+    remapped_rows_correctable: int = 0
+    remapped_rows_uncorrectable: int = 0
+    remap_pending: bool = False
+    remap_failure: bool = False
+    memory_temp_offset_c: float | None = 3.0
+    """Memory (HBM) temperature above the die's; None: no memory sensor (GDDR cards)."""
+    pcie_replays: int = 0
+    hw_slowdown_reasons: int = 0
+    """Hardware slowdown clock event reason bits forced on (thermal, power brake)."""
+    xid_events: bool = True
 
     def power_w(self) -> float:
         return min(self._demand_w(), self.limit_w)
@@ -87,14 +107,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "H200": dict(name="NVIDIA H200", min_limit_w=200, max_limit_w=700, default_limit_w=700, idle_w=75,
                  draw_w=700, max_sm_clock_mhz=1980, memory_total_bytes=141 * 1024 * MIB),
     "V100": dict(name="Tesla V100-SXM2-32GB", min_limit_w=100, max_limit_w=300, default_limit_w=300, idle_w=40,
-                 draw_w=300, max_sm_clock_mhz=1530, memory_total_bytes=32 * 1024 * MIB),
+                 draw_w=300, max_sm_clock_mhz=1530, memory_total_bytes=32 * 1024 * MIB, page_retirement=True,
+                row_remapping=False),
     # Pascal: no energy counter, no clock locking (both arrived with Volta).
     "P100": dict(name="Tesla P100-PCIE-16GB", min_limit_w=125, max_limit_w=250, default_limit_w=250, idle_w=30,
                  draw_w=250, max_sm_clock_mhz=1328, memory_total_bytes=16 * 1024 * MIB, has_energy_counter=False,
-                 can_lock_clocks=False),
+                 can_lock_clocks=False, page_retirement=True, row_remapping=False, xid_events=False),
     # A consumer card: no ECC.
     "RTX6000": dict(name="Quadro RTX 6000", min_limit_w=100, max_limit_w=260, default_limit_w=260, idle_w=20,
-                    draw_w=260, max_sm_clock_mhz=2100, memory_total_bytes=24 * 1024 * MIB, has_ecc=False),
+                    draw_w=260, max_sm_clock_mhz=2100, memory_total_bytes=24 * 1024 * MIB, has_ecc=False,
+                    row_remapping=False, memory_temp_offset_c=None),
 }
 
 
@@ -113,6 +135,28 @@ def make_gpus(spec: str) -> list[FakeGpu]:
 class _Handle:
     def __init__(self, index: int) -> None:
         self.index = index
+
+
+class _EventSet:
+    """An NVML event set: the GPUs registered with it and the events waiting to be read."""
+
+    def __init__(self) -> None:
+        self.registered: dict[int, int] = {}
+        """GPU index -> event type mask."""
+        self.queue: list[tuple[int, int, int]] = []
+        """(GPU index, event type, event data) in arrival order."""
+        self.freed = False
+
+
+class _EventData:
+    """What `nvmlEventSetWait` returns: the fields of pynvml's `c_nvmlEventData_t` (device is the handle)."""
+
+    def __init__(self, device: _Handle, event_type: int, event_data: int) -> None:
+        self.device = device
+        self.eventType = event_type
+        self.eventData = event_data
+        self.gpuInstanceId = 0xFFFFFFFF
+        self.computeInstanceId = 0xFFFFFFFF
 
 
 def _error(code: int) -> pynvml.NVMLError:
@@ -150,6 +194,8 @@ class FakeNvml:
         self._lock = threading.RLock()
         self.calls: list[str] = []
         """Names of the write calls that reached the fake, in order (tests check what NVML saw)."""
+        self._event_sets: list[_EventSet] = []
+        self._events = threading.Condition(self._lock)
 
     # --- test and demo controls --------------------------------------------------------------
 
@@ -163,6 +209,14 @@ class FakeNvml:
             gpu = self._advance(index)
             gpu.utilization = utilization
             gpu.pids = list(pids)
+
+    def inject_xid(self, index: int, xid: int) -> None:
+        """An Xid event on GPU `index`: queued on every event set that registered it for critical Xids."""
+        with self._events:
+            for event_set in self._event_sets:
+                if event_set.registered.get(index, 0) & pynvml.nvmlEventTypeXidCriticalError:
+                    event_set.queue.append((index, pynvml.nvmlEventTypeXidCriticalError, xid))
+            self._events.notify_all()
 
     def save(self) -> None:
         """Write the GPUs' state to `state_path` (atomically), when there is one."""
@@ -295,7 +349,7 @@ class FakeNvml:
             reasons |= pynvml.nvmlClocksEventReasonSwPowerCap
         if gpu.locked_clock_mhz is not None:
             reasons |= pynvml.nvmlClocksEventReasonApplicationsClocksSetting
-        return reasons
+        return reasons | gpu.hw_slowdown_reasons
 
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int:
         self._require_init()
@@ -307,6 +361,85 @@ class FakeNvml:
         if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED:
             return gpu.ecc_corrected
         return gpu.ecc_uncorrected
+
+    def nvmlDeviceGetRetiredPages(self, handle: Any, source_filter: int) -> list[int]:
+        self._require_init()
+        cause = _enum(source_filter, pynvml.NVML_PAGE_RETIREMENT_CAUSE_COUNT)
+        gpu = self._gpu(handle)
+        if not gpu.has_ecc or not gpu.page_retirement:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR:
+            return list(gpu.retired_pages_dbe)
+        return list(gpu.retired_pages_sbe)
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        gpu = self._gpu(handle)
+        if not gpu.has_ecc or not gpu.row_remapping:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return (gpu.remapped_rows_correctable, gpu.remapped_rows_uncorrectable, int(gpu.remap_pending),
+                int(gpu.remap_failure))
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
+        return self._gpu(handle).pcie_replays
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: Sequence[Any]) -> Any:
+        # pynvml fills a c_nvmlFieldValue_t array (TypeError for a float id) and NVML answers each field
+        # with its own return code: an unknown or unsupported field is NotSupported in its slot, not raised.
+        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for i, field_id in enumerate(field_ids):
+            try:
+                (values[i].fieldId, values[i].scopeId) = field_id
+            except TypeError:
+                values[i].fieldId = field_id
+        gpu = self._gpu(handle)
+        for value in values:
+            if value.fieldId == pynvml.NVML_FI_DEV_MEMORY_TEMP and gpu.memory_temp_offset_c is not None:
+                value.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                value.value.uiVal = int(round(self._die_temperature(gpu) + gpu.memory_temp_offset_c))
+                value.nvmlReturn = pynvml.NVML_SUCCESS
+            else:
+                value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return values
+
+    # --- events (Xid) ----------------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> _EventSet:
+        self._require_init()
+        with self._lock:
+            event_set = _EventSet()
+            self._event_sets.append(event_set)
+            return event_set
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None:
+        event_types = int(ctypes.c_ulonglong(event_types).value)
+        gpu = self._gpu(handle)
+        if not isinstance(event_set, _EventSet) or event_set.freed:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if event_types & pynvml.nvmlEventTypeXidCriticalError and not gpu.xid_events:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        with self._lock:
+            event_set.registered[handle.index] = event_set.registered.get(handle.index, 0) | event_types
+
+    def nvmlEventSetWait(self, event_set: Any, timeout_ms: int) -> _EventData:
+        timeout_ms = _c_uint(timeout_ms)
+        self._require_init()
+        if not isinstance(event_set, _EventSet) or event_set.freed:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        with self._events:
+            if not event_set.queue:
+                self._events.wait_for(lambda: bool(event_set.queue), timeout=timeout_ms / 1000.0)
+            if not event_set.queue:
+                raise _error(pynvml.NVML_ERROR_TIMEOUT)
+            index, event_type, data = event_set.queue.pop(0)
+            return _EventData(_Handle(index), event_type, data)
+
+    def nvmlEventSetFree(self, event_set: Any) -> None:
+        self._require_init()
+        if not isinstance(event_set, _EventSet) or event_set.freed:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        with self._lock:
+            event_set.freed = True
+            self._event_sets.remove(event_set)
 
     def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
         self._require_init()
@@ -327,8 +460,11 @@ class FakeNvml:
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         self._require_init()
         _enum(sensor, pynvml.NVML_TEMPERATURE_COUNT)
-        gpu = self._gpu(handle)
-        return int(30 + 45 * gpu.power_w() / gpu.max_limit_w)
+        return int(self._die_temperature(self._gpu(handle)))
+
+    @staticmethod
+    def _die_temperature(gpu: FakeGpu) -> float:
+        return 30 + 45 * gpu.power_w() / gpu.max_limit_w
 
     def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int, version: int = pynvml.nvmlTemperature_v1) -> int:
         if version != pynvml.nvmlTemperature_v1:

@@ -31,6 +31,7 @@ from greengpu.backends.nvml import GpuLost, NvmlBackend, NvmlUnavailable
 from greengpu.backends.slurm import SlurmError
 from greengpu.control.agent import Agent
 from greengpu.control.exporter import LoopHealth, agent_metrics_server, parse_listen, sd_notify, watchdog_interval_s
+from greengpu.control.health_watch import HealthWatch
 from greengpu.control.jobclass import ClassSource, DaemonWaiting, KubernetesPods, LocalMap, SlurmJobs, load_class_file
 from greengpu.control.journal import Journal
 from greengpu.errors import BadInput
@@ -181,8 +182,11 @@ def run_agent(options: AgentOptions) -> int:
                   nonbinding_after_s=options.nonbinding_after_s, node=node_name(options),
                   host_share_w=node_host_share_w(options))
     health = LoopHealth(stale_after_s=stale_after_s(options))
+    # GPU health: observe only, sampled after each good tick; never stops the loop.
+    watch = HealthWatch(backend, node_name(options),
+                        jobs=lambda: {i: c.job for i, c in agent.gpus.items()})
     try:
-        server = agent_metrics_server(agent, host, port, health)  # bound before any GPU is touched
+        server = agent_metrics_server(agent, host, port, health, watch)  # bound before any GPU is touched
     except OSError as error:
         log.error("cannot serve metrics on %s: %s", options.listen, error.strerror or error)
         return 1
@@ -214,6 +218,7 @@ def run_agent(options: AgentOptions) -> int:
                 agent.tick()
                 health.tick_ok()
                 released = False
+                watch.tick()  # GPU health (docs/HEALTH.md)
             except TICK_FAILURES as error:
                 health.tick_failed(str(error))
                 log.error("tick failed: %s", error)

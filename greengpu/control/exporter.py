@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from greengpu import __version__
 from greengpu.control.agent import Agent
+from greengpu.control.health_watch import HealthWatch
 
 log = logging.getLogger("greengpu.exporter")
 
@@ -72,9 +73,10 @@ class LoopHealth:
 class GpuCollector(Collector):
     """Reads every GPU through the agent's backend when Prometheus scrapes."""
 
-    def __init__(self, agent: Agent, health: LoopHealth | None = None) -> None:
+    def __init__(self, agent: Agent, health: LoopHealth | None = None, watch: HealthWatch | None = None) -> None:
         self.agent = agent
         self.health = health
+        self.watch = watch
 
     def collect(self) -> Iterable[Metric]:
         backend = self.agent.backend
@@ -142,6 +144,35 @@ class GpuCollector(Collector):
                                     "because GPU work waited for capacity (relax_when_queued)")
         relaxed.add_metric([], 1.0 if self.agent.relaxed_for_queue else 0.0)
         yield relaxed
+        if self.watch is not None:
+            yield from health_metrics(self.watch)
+
+
+def health_metrics(watch: HealthWatch) -> Iterable[Metric]:
+    """The GPU health watch's last assessment of each GPU (docs/HEALTH.md): score, state, each signal's value
+    and contribution, and the latched critical events. From the last tick, not read at scrape time: the score
+    is a trend over a window, not a live value."""
+    labels = ["gpu", "uuid"]
+    score = GaugeMetricFamily("greengpu_gpu_health_score", "GPU fault-risk score, 0 to 1 (warning above 0.7 "
+                              "by default)", labels=labels)
+    state = GaugeMetricFamily("greengpu_gpu_health_state", "1 for the GPU's health state (healthy, warning, "
+                              "failing), 0 for the others", labels=[*labels, "state"])
+    value = GaugeMetricFamily("greengpu_gpu_health_signal", "A health signal's value over the window (unit in "
+                              "the label)", labels=[*labels, "signal", "unit"])
+    share = GaugeMetricFamily("greengpu_gpu_health_contribution", "A health signal's share of the score",
+                              labels=[*labels, "signal"])
+    critical = GaugeMetricFamily("greengpu_gpu_health_critical_events", "Critical events seen (uncorrectable "
+                                 "ECC, critical Xid, failed row remap) since the agent started", labels=labels)
+    for index, assessment in sorted(watch.assessments.items()):
+        gpu = [str(index), watch.uuids.get(index, f"GPU-{index}")]
+        score.add_metric(gpu, assessment.score)
+        for name in ("healthy", "warning", "failing"):
+            state.add_metric([*gpu, name], 1.0 if assessment.state.value == name else 0.0)
+        for signal in assessment.signals:
+            value.add_metric([*gpu, signal.signal, signal.unit], signal.value)
+            share.add_metric([*gpu, signal.signal], signal.contribution)
+        critical.add_metric(gpu, float(len(assessment.critical)))
+    yield from (score, state, value, share, critical)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -207,10 +238,11 @@ class MetricsServer:
         self._server.server_close()
 
 
-def agent_metrics_server(agent: Agent, host: str, port: int, health: LoopHealth | None = None) -> MetricsServer:
+def agent_metrics_server(agent: Agent, host: str, port: int, health: LoopHealth | None = None,
+                         watch: HealthWatch | None = None) -> MetricsServer:
     """The agent's metrics server, bound but not serving yet (`start()`)."""
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(GpuCollector(agent, health))
+    registry.register(GpuCollector(agent, health, watch))
     return MetricsServer(registry, host, port, health)
 
 

@@ -37,7 +37,7 @@ from greengpu.policy import SchedulerPolicy
 from greengpu.sched.backfill import Reservation, ends_by_node, reserve
 from greengpu.sched.books import Books, books_for, forget_books
 from greengpu.sched.order import fair_share, queue_order
-from greengpu.sched.placement import allowed_models, chunks_for, place
+from greengpu.sched.placement import allowed_models, chunks_for, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimFinder
 from greengpu.sched.wake import WakePlan
 
@@ -155,7 +155,8 @@ class _Cycle:
             failed = self._smallest_failed.get(shape)
             if failed is not None and size >= failed:
                 return None
-        slots = place(self.state, job, excluded=excluded, whole_node_reserve=self.policy.whole_node_reserve)
+        slots = place(self.state, job, excluded=excluded, whole_node_reserve=self.policy.whole_node_reserve,
+                      warning=warning_gpus_by_node(self.state, self.snapshot.node_states))  # GPU health
         if slots is None and shape is not None:
             self._smallest_failed[shape] = min(size, self._smallest_failed.get(shape, size))
         return slots
@@ -264,7 +265,8 @@ class _Cycle:
                 self.stopping_for.setdefault(job.job_id, []).append(victim)
         self._hold(job.job_id, choice.nodes)
         if grace_s <= 0:
-            slots = place(self.state, job, excluded=self._excluded_for(job.job_id))
+            slots = place(self.state, job, excluded=self._excluded_for(job.job_id),
+                          warning=warning_gpus_by_node(self.state, self.snapshot.node_states))  # GPU health
             if slots is not None and self.admit(pending, slots, backfilled=False):
                 return True
         self.waiting[job.job_id] = WAIT_PREEMPTING

@@ -8,16 +8,21 @@ Rules, in order:
   then opens a fresh GPU;
 - a multi-node gang goes into one topology `domain` when one can hold it (the tightest such
   domain), otherwise across as few domains as possible;
-- GPU model constraints (`gpu_types`) are honoured; a gang never mixes GPU models.
+- GPU model constraints (`gpu_types`) are honoured; a gang never mixes GPU models;
+- GPU health (`warning` GPUs per node, from `NodeState.warning_gpus`): a job that is not interruptible
+  training or batch first tries nodes without warning GPUs and uses them only when healthy capacity
+  cannot hold it; on a node with warning GPUs it takes the healthy ones first, interruptible work the
+  warning ones first (so healthy GPUs stay free for inference). Failing GPUs never get here: their
+  node is not schedulable.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Mapping
 
-from greengpu.model import GpuSlot, Job
+from greengpu.model import GPU_UNITS, GpuSlot, Job, NodeState
 from greengpu.sched.state import PlacementState
 
 Slots = tuple[GpuSlot, ...]
@@ -187,8 +192,88 @@ def place(
     excluded: Collection[int] = _NO_NODES,
     only: Collection[int] | None = None,
     whole_node_reserve: int = 0,
+    warning: Mapping[int, frozenset[int]] | None = None,
 ) -> Slots | None:
-    """Concrete GPU slots for the whole of `job`, or None. Does not change `state`."""
+    """Concrete GPU slots for the whole of `job`, or None. Does not change `state`.
+
+    `warning`: node index -> indexes of its GPUs at health `warning` (see `warning_gpus_by_node`).
+    """
+    if not warning:
+        return _place(state, job, excluded, only, whole_node_reserve)
+    healthy_first = needs_healthy_gpus(job)
+    slots = None
+    if healthy_first:
+        slots = _place(state, job, _Either(excluded, warning), only, whole_node_reserve)
+    if slots is None:
+        slots = _place(state, job, excluded, only, whole_node_reserve)
+    return None if slots is None else _prefer_gpus(state, slots, warning, healthy_first)
+
+
+# --------------------------------------------------------------------------- GPU health
+
+
+def needs_healthy_gpus(job: Job) -> bool:
+    """Whether `job` keeps off warning GPUs while healthy ones fit it: all but interruptible training and batch,
+    which lose at most the work since their last checkpoint when a GPU fails."""
+    return not (job.interruptible and job.job_class in ("training", "batch"))
+
+
+_WARNING_MEMO: list[tuple[object, object, dict[int, frozenset[int]]]] = []
+
+
+def warning_gpus_by_node(state: PlacementState, node_states: Mapping[str, NodeState]) -> dict[int, frozenset[int]]:
+    """Node index -> its warning GPUs, from the snapshot's node states (remembered for the same mapping)."""
+    if _WARNING_MEMO and _WARNING_MEMO[0][0] is node_states and _WARNING_MEMO[0][1] is state.index:
+        return _WARNING_MEMO[0][2]
+    index = state.index
+    found = {index[name]: s.warning_gpus for name, s in node_states.items() if s.warning_gpus and name in index}
+    _WARNING_MEMO[:] = [(node_states, state.index, found)]
+    return found
+
+
+class _Either(Collection[int]):
+    """Nodes in `first` or in `second` (membership only: no set is built per placement)."""
+
+    def __init__(self, first: Collection[int], second: Collection[int]) -> None:
+        self.first, self.second = first, second
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.first or node in self.second
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(set(self.first) | set(self.second))
+
+    def __len__(self) -> int:
+        return len(set(self.first) | set(self.second))
+
+
+def _prefer_gpus(state: PlacementState, slots: Slots, warning: Mapping[int, frozenset[int]],
+                 healthy_first: bool) -> Slots:
+    """The same nodes and shares, with each node's fresh GPUs re-picked: healthy ones first for jobs that need
+    them, warning ones first for the rest. GPUs already shared (chosen by best fit) stay as they are."""
+    by_node: dict[str, list[GpuSlot]] = {}
+    for slot in slots:
+        by_node.setdefault(slot.node, []).append(slot)
+    result: list[GpuSlot] = []
+    for name, node_slots in by_node.items():
+        node = state.index[name]
+        bad = warning.get(node)
+        free_units = state.gpu_free[node]
+        fresh = [s for s in node_slots if free_units[s.gpu_index] == GPU_UNITS]
+        if not bad or not fresh:
+            result.extend(node_slots)
+            continue
+        result.extend(s for s in node_slots if free_units[s.gpu_index] != GPU_UNITS)
+        free = sorted((g for g, units in enumerate(free_units) if units == GPU_UNITS),
+                      key=lambda g: ((g in bad) == healthy_first, g))
+        result.extend(GpuSlot(name, gpu, s.units) for gpu, s in zip(free, fresh, strict=False))
+    return tuple(result)
+
+
+def _place(
+    state: PlacementState, job: Job, excluded: Collection[int], only: Collection[int] | None,
+    whole_node_reserve: int,
+) -> Slots | None:
     models = allowed_models(state, job)
     if not models:
         return None

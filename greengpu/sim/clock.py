@@ -17,6 +17,8 @@ class EventKind(IntEnum):
     TICK = 5
     WAKE_CHECK = 6
     HOUR = 7
+    GPU_EVENT = 8
+    """A GPU health change or failure from the optional failure model (sim/failures.py)."""
 
 
 class EventClock:

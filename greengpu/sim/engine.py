@@ -38,6 +38,7 @@ from greengpu.policy import Policy
 from greengpu.sched.invariants import check_invariants
 from greengpu.sim.checks import PlacementChecks
 from greengpu.sim.clock import EventClock, EventKind
+from greengpu.sim.failures import FailureReplay, GpuEvent
 from greengpu.sim.jobs import JobRunner
 from greengpu.sim.nodes import NodeFleet, SimNode
 from greengpu.sim.pace import Pacer
@@ -55,8 +56,11 @@ class Simulation:
 
     def __init__(self, cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
                  check_every_cycle: bool = True, progress: Callable[[int, int], None] | None = None,
-                 attribute: bool = False, never_wake: Collection[str] = ()) -> None:
+                 attribute: bool = False, never_wake: Collection[str] = (),
+                 failures: FailureReplay | None = None) -> None:
         self.cluster = cluster
+        self.failures = failures
+        """The optional GPU failure model (None: GPUs never fail; every figure as without it)."""
         self.policy = policy
         self.jobs = list(jobs)
         for job in self.jobs:  # a nan time would never leave the event heap: refuse it, never hang on it
@@ -139,8 +143,11 @@ class Simulation:
             self.clock.push((math.floor(self.clock.now_s / interval) + 1) * interval, EventKind.TICK, None)
 
     def _snapshot(self) -> ClusterSnapshot:
+        node_states = self.fleet.node_states
+        if self.failures is not None:  # GPU health the scheduler sees (docs/HEALTH.md)
+            node_states = self.failures.node_states(node_states)
         return ClusterSnapshot(time_s=self.clock.now_s, cluster=self.cluster, running=self.work.running_tuple(),
-                               pending=tuple(self.pending.values()), node_states=self.fleet.node_states,
+                               pending=tuple(self.pending.values()), node_states=node_states,
                                tenant_usage_gpu_s=self.usage.snapshot(self.clock.now_s))
 
     def _cycle(self) -> None:
@@ -182,7 +189,8 @@ class Simulation:
     def _nothing_can_change(self) -> bool:
         """No job runs, none is still to arrive, no node is waking or suspending: a cycle that placed
         and woke nothing now would place and wake nothing at any later time."""
-        return not self.running and self.arrivals_left == 0 and not self.fleet.any_in_transition()
+        return not self.running and self.arrivals_left == 0 and not self.fleet.any_in_transition() and not (
+            self.failures is not None and self.failures.awaiting_repair)  # a repaired GPU may take them
 
     def run(self) -> SimResult:
         """Replay every job; return the figures."""
@@ -207,6 +215,9 @@ class Simulation:
             self.sleep.schedule_idle_check(node)
         for index, job in enumerate(self.jobs):
             self.clock.push(job.submit_time_s, EventKind.ARRIVE, index)
+        if self.failures is not None:
+            for gpu_event in self.failures.timeline:
+                self.clock.push(gpu_event.time_s, EventKind.GPU_EVENT, gpu_event)
         self.sleep.start_forecast(origin_s)
         self.arrivals_left = len(self.jobs)
         end_s = origin_s + self.until_s if self.until_s is not None else math.inf
@@ -274,6 +285,23 @@ class Simulation:
             self._dirty = True
         elif kind is EventKind.HOUR:
             self.sleep.hour_turns(bool(self.arrivals_left or self.pending or self.running))
+        elif kind is EventKind.GPU_EVENT:
+            self._gpu_event(data)
+
+    def _gpu_event(self, event: GpuEvent) -> None:
+        """A health change the scheduler may see, or a failure: the jobs on the GPU are requeued with the work
+        since their last checkpoint lost (counted apart from preemptions)."""
+        assert self.failures is not None
+        applied = self.failures.apply(event, lambda name: self.fleet.nodes[name].jobs > 0)
+        self._dirty = self._dirty or applied.changed
+        for later in applied.later:  # the next life of a GPU replaced before it failed
+            self.clock.push(later.time_s, EventKind.GPU_EVENT, later)
+        if not applied.failed:
+            return
+        for job_id in self.failures.jobs_on(self.running, event):
+            victim, lost_gpu_s = self.work.fail(job_id)
+            self.failures.charge(victim, lost_gpu_s)
+            self._dirty = True
 
     def _demand_changed(self, delta_gpus: float) -> None:
         self.offered_gpus += delta_gpus
@@ -301,7 +329,8 @@ class Simulation:
             node_sleep_hours=self.sleep_s / 3600.0, wakes=self.sleep.wakes,
             failed_nodes=tuple(sorted(self.sleep.failed_nodes)), sla_violations=sla,
             invariant_violations=self.checks.violations, sim_wall_s=wall_s, pue=self.cluster.site.pue,
-            currency=self.cluster.site.currency, scheduling_cycles=self.cycles)
+            currency=self.cluster.site.currency, scheduling_cycles=self.cycles,
+            failures=self.failures.stats.as_dict() if self.failures is not None else None)
 
 
 def simulate(cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,

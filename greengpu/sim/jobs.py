@@ -225,6 +225,19 @@ class JobRunner:
         remaining = replace(victim.job, duration_s=max(1.0, victim.job.duration_s - saved_s))
         self.pending[victim.job.job_id] = PendingJob(remaining, preemptions=history)
 
+    def fail(self, job_id: str) -> tuple[RunningJob, float]:
+        """Stop a job a GPU failure hit and requeue it with the work since its last checkpoint lost; returns the
+        job as it ran and the GPU-seconds lost (counted by the failure model, not as a preemption)."""
+        victim = self.running[job_id]
+        now_s = self.clock.now_s
+        checkpoint_s = last_checkpoint_s(victim, now_s)
+        saved_s = self.pacer.work_done_s(job_id, checkpoint_s)  # before _stop forgets the job's pace
+        self._stop(job_id)
+        self.stopping.discard(job_id)
+        remaining = replace(victim.job, duration_s=max(1.0, victim.job.duration_s - saved_s))
+        self.pending[job_id] = PendingJob(remaining, preemptions=victim.preemptions)
+        return victim, (now_s - checkpoint_s) * victim.job.gpus
+
     def signal(self, action: PreemptJob) -> None:
         """Tell a victim to checkpoint and stop; the core kills it when the grace is over."""
         victim = self.running[action.job_id]

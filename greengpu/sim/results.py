@@ -73,6 +73,8 @@ class SimResult:
     pue: float
     currency: str
     scheduling_cycles: int
+    failures: Mapping[str, Any] | None = None
+    """The failure model's figures (sim/failures.py); None when the replay ran without it (no keys added)."""
 
     def to_json(self) -> dict[str, Any]:
         """The result as the JSON object `greengpu simulate --json` prints (one per policy)."""
@@ -103,6 +105,7 @@ class SimResult:
             "pue": self.pue,
             "currency": self.currency,
             "scheduling_cycles": self.scheduling_cycles,
+            **(self.failures or {}),
         }
 
 
