@@ -38,6 +38,9 @@ import click
               "replica that acts (default: the pod's own namespace).")
 @click.option("--lease-name", default="greengpu-daemon", show_default=True, metavar="NAME",
               help="With --source kubernetes: the Lease's name.")
+@click.option("--ledger", "ledger_file", default=None, metavar="FILE.db",
+              help="Meter energy, cost and CO2 per tenant, node and job into this SQLite ledger (default: ledger.db "
+              "in --state); greengpu report bills it.")
 @click.option("--kube-host", default=None, metavar="URL",
               help="With --source kubernetes: the API server URL (default: in-cluster config, else kubeconfig).")
 @click.option("--suspend-command", default=None, metavar="TEMPLATE",
@@ -46,7 +49,7 @@ import click
 def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once: bool, dry_run: bool, listen: str,
            state_dir: str, interval_s: float, token_file: str | None, webhook_url: str | None,
            trace_file: str | None, trace_format: str, seed: int, lease_namespace: str | None,
-           lease_name: str, kube_host: str | None, suspend_command: str | None) -> None:
+           lease_name: str, ledger_file: str | None, kube_host: str | None, suspend_command: str | None) -> None:
     """Run the control loop on a cluster: observe, decide with the simulator's own tick, act, account.
 
     Every action is journalled before and after it is carried out and written to the audit log; when
@@ -63,6 +66,7 @@ def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once:
         cluster_file=cluster_file, policy=load_policy(policy_name), source=source, backend=backend, once=once,
         dry_run=dry_run, listen=listen, state_dir=state_dir, interval_s=interval_s, token_file=token_file,
         webhook_url=webhook_url, trace_file=trace_file, trace_format=trace_format, seed=seed, kube_host=kube_host,
-        suspend_command=suspend_command, lease_namespace=lease_namespace, lease_name=lease_name))
+        suspend_command=suspend_command, lease_namespace=lease_namespace, lease_name=lease_name,
+        ledger_file=ledger_file))
     if code:
         raise click.exceptions.Exit(code)

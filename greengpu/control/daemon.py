@@ -15,6 +15,7 @@ A restart first reconciles the journal's open entries against what it observes (
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ActionFailed, ClusterBody, Observation
+from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_store import DaemonStore
+from greengpu.errors import BadInput
 from greengpu.model import (
     Action,
     KillJob,
@@ -88,9 +91,11 @@ class Daemon:
 
     def __init__(self, body: ClusterBody, policy: Policy, store: DaemonStore, audit: AuditLog, alerts: Alerts,
                  *, dry_run: bool = False, clock: Callable[[], float] = time.time,
-                 leader: Callable[[float], bool] | None = None) -> None:
+                 leader: Callable[[float], bool] | None = None, meter: DaemonMeter | None = None) -> None:
         """`leader(now_s)`: whether this replica may act now (a Kubernetes Lease; None: it always may)."""
         self.body = body
+        self.meter = meter
+        """Metering into the ledger (None: metrics only)."""
         self.leader = leader
         self.leading = leader is None
         self.policy = policy
@@ -165,6 +170,7 @@ class Daemon:
                 log.warning("cannot tell whether this replica leads (%s): standing by", error)
         if self.leading:  # a standby neither meters (the leader does) nor alerts
             self._meter(seen)
+            self._ledger(seen, now_s)
             self._check_wakes(seen, now_s)
         # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
         result = control_tick(seen.snapshot, self.policy, seen.gpus, seen.sleep)
@@ -187,6 +193,15 @@ class Daemon:
         self.metrics.last_good.set(self.last_good_tick_s)
         self.metrics.tick_seconds.observe(time.perf_counter() - started)
         return report
+
+    def _ledger(self, seen: Observation, now_s: float) -> None:
+        if self.meter is None:
+            return
+        try:
+            self.meter.record(seen)
+        except (sqlite3.Error, OSError, BadInput) as error:  # a full disk must not stop the levers
+            self.metrics.alerts.labels("ledger_failed").inc()
+            self.alerts.raise_alert("ledger_failed", f"cannot write the ledger {self.meter.path}: {error}", now_s)
 
     def _check_wakes(self, seen: Observation, now_s: float) -> None:
         """A node woken more than `wake_timeout_s` ago and still not up raises one `wake_failed` alert."""

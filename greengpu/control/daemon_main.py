@@ -27,6 +27,7 @@ from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ClusterBody
 from greengpu.control.daemon import Daemon
 from greengpu.control.daemon_http import DaemonServer, read_token
+from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_store import DaemonLocked, DaemonStore
 from greengpu.control.exporter import parse_listen, sd_notify
 from greengpu.errors import BadInput
@@ -55,6 +56,8 @@ class DaemonOptions:
     suspend_command: str | None = None
     lease_namespace: str | None = None
     lease_name: str = "greengpu-daemon"
+    ledger_file: str | None = None
+    """Where metering goes (default: ledger.db in the state directory)."""
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -109,6 +112,16 @@ def lease_election(options: DaemonOptions, body: ClusterBody) -> Callable[[float
     return LeaseElection(body.sleeper.api, namespace, options.lease_name, identity).lead
 
 
+def open_meter(options: DaemonOptions, body: ClusterBody, store: DaemonStore) -> DaemonMeter:
+    """The ledger run this daemon meters into: the one it opened before a restart, or a new one."""
+    path = Path(options.ledger_file) if options.ledger_file else Path(options.state_dir) / "ledger.db"
+    known = store.setting(f"ledger_run:{path.resolve()}")
+    meter = DaemonMeter.open(body.cluster, path, int(known) if known else None, options.policy.name,
+                             f"{options.source}:{options.cluster_file}")
+    store.set_setting(f"ledger_run:{path.resolve()}", str(meter.run_id))
+    return meter
+
+
 def check_source(options: DaemonOptions) -> None:
     """Refuse, before anything is touched, options that do not go together."""
     if (options.lease_namespace is not None or options.lease_name != "greengpu-daemon") \
@@ -144,7 +157,8 @@ def run_daemon(options: DaemonOptions) -> int:
         raise
     audit = AuditLog(state_dir / "audit.jsonl")
     daemon = Daemon(body, options.policy, store, audit, Alerts(audit, options.webhook_url), dry_run=options.dry_run,
-                    leader=lease_election(options, body))
+                    leader=lease_election(options, body), meter=None if options.dry_run else open_meter(options,
+                                                                                                        body, store))
 
     def health() -> str | None:
         last = daemon.last_good_tick_s

@@ -156,6 +156,15 @@ class DaemonStore:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO settings VALUES ('paused', ?)", ("1" if paused else "0",))
 
+    def setting(self, key: str) -> str | None:
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def set_setting(self, key: str, value: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (key, value))
+
     def exempt(self) -> set[str]:
         with self._tx() as db:
             return {row[0] for row in db.execute("SELECT node FROM exempt_nodes").fetchall()}

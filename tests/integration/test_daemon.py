@@ -51,9 +51,17 @@ def power(body: FakeCluster) -> dict[str, str]:
     return {name: node.power for name, node in body.nodes.items()}
 
 
-def test_the_loop_sleeps_idle_nodes_wakes_them_for_work_and_caps_what_runs(tmp_path: Path) -> None:
+def test_the_loop_sleeps_idle_nodes_wakes_them_for_work_and_caps_what_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from greengpu.cli import main
+    from greengpu.control.daemon_meter import DaemonMeter
+
     clock = ManualClock(T0)
     daemon, body, store = make(tmp_path, clock)
+    ledger = tmp_path / "ledger.db"
+    daemon.meter = DaemonMeter.open(body.cluster, ledger, None, "default", "fake")
     seen_asleep = False
     for _ in range(40):  # 40 minutes, one tick a minute
         clock.now_s += 60
@@ -74,6 +82,14 @@ def test_the_loop_sleeps_idle_nodes_wakes_them_for_work_and_caps_what_runs(tmp_p
     assert {r["job"] for r in places} >= {"train", "wide"} and all(r["tenant"] in ("a", "b") for r in places)
     assert daemon.energy_by_tenant_j.get("a", 0.0) > 0  # measured GPU energy charged to the tenant that ran
     assert not [r for r in audit if r.get("alert")]  # no action was refused: each was decided on the right state
+    # The metered month, billed: both tenants that ran, GPU energy measured from the fake GPUs' counters.
+    assert daemon.meter is not None and daemon.meter.measured_nodes
+    assert main(["report", "--ledger", str(ledger), "--month", "2023-11", "--run", str(daemon.meter.run_id),
+                 "--format", "json"]) == 0
+    bill = json.loads(capsys.readouterr().out)
+    rows = {row["name"]: row for row in bill["rows"]}
+    assert {"a", "b"} <= set(rows), bill.keys()
+    assert rows["a"]["energy_kwh"] > 0 and rows["b"]["energy_kwh"] > 0
 
 
 def test_a_node_that_never_comes_up_raises_one_wake_failed_alert(tmp_path: Path) -> None:

@@ -6,8 +6,10 @@ once, never requeued. Needs root and `slurm-wlm munge` (installed by .ci/run).""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -21,17 +23,20 @@ from test_slurm_power_save import (
 )
 
 from greengpu.backends import slurm
+from greengpu.cli import main
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.daemon import Daemon
+from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_store import DaemonStore
 from greengpu.control.slurm_body import SlurmBody
 
 
 @pytest.mark.parametrize("slurm_cluster", [2], indirect=True)
 def test_the_daemon_sleeps_idle_nodes_through_slurm_and_a_job_wakes_them(
-        slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
     root = slurm_cluster.root
     port = slurm_cluster.listen_for_magic_packets({n: MACS[n] for n in ("node1", "node2")})
     inventory = write_inventory(root / "cluster.yaml", {"gpu4": a100_type(gpus=4, host_idle_w=300, boot_s=10)},
@@ -50,7 +55,10 @@ def test_the_daemon_sleeps_idle_nodes_through_slurm_and_a_job_wakes_them(
     state = root / "daemon"
     store = DaemonStore(state)
     audit = AuditLog(state / "audit.jsonl")
-    daemon = Daemon(SlurmBody(load_cluster(inventory), run=slurm.run), policy, store, audit, Alerts(audit))
+    cluster = load_cluster(inventory)
+    ledger = state / "ledger.db"
+    meter = DaemonMeter.open(cluster, ledger, None, policy.name, "slurm")
+    daemon = Daemon(SlurmBody(cluster, run=slurm.run), policy, store, audit, Alerts(audit), meter=meter)
     stop = threading.Event()
     failures: list[str] = []
 
@@ -69,7 +77,8 @@ def test_the_daemon_sleeps_idle_nodes_through_slurm_and_a_job_wakes_them(
         sleeps = {e.node for e in store.entries() if e.kind == "sleep" and e.state == "done"}
         assert sleeps == {"node1", "node2"}
 
-        job = slurm_cluster.run("sbatch", "--parsable", "--gres=gpu:2", "--wrap", "echo daemon job").stdout.strip()
+        job = slurm_cluster.run("sbatch", "--parsable", "-A", "physics", "--gres=gpu:2", "--wrap",
+                                "sleep 5").stdout.strip()
         slurm_cluster.wait(lambda: slurm_cluster.job_state(job) == "COMPLETED", 120, f"job {job} to complete")
     finally:
         stop.set()
@@ -82,3 +91,9 @@ def test_the_daemon_sleeps_idle_nodes_through_slurm_and_a_job_wakes_them(
     records = [r for r in audit.records() if r.get("kind") == "sleep"]
     assert records and all(r["rule"].startswith("idle") for r in records)  # the sleep lever's rule, audited
     assert store.open_entries() == []
+    # The ledger holds the job's energy under its account, and that month's report lists it.
+    month = time.strftime("%Y-%m", time.gmtime())
+    assert main(["report", "--ledger", str(ledger), "--month", month, "--run", str(meter.run_id),
+                 "--format", "json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert "physics" in rows and rows["physics"]["energy_kwh"] > 0 and rows["physics"]["gpu_hours"] > 0

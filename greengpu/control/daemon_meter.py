@@ -1,0 +1,84 @@
+"""The daemon's metering into the SQLite ledger, so that `greengpu report` bills real months.
+
+Each tick charges the time since the last one. A node's GPU energy is measured where the body reads
+the GPUs' energy counters (the fake cluster, agents' counters), else modelled from the inventory: a
+busy GPU at its default limit, an idle one at its idle power. Host energy is modelled (the inventory's
+idle or sleep power). A job is charged its GPUs' share of its nodes' GPU power and of their hosts, as
+in a replay, so tenant rows plus idle add up to the site. Each tick is one transaction in the ledger.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from greengpu.accounting.attribution import Attribution
+from greengpu.accounting.ledger import append_usage, open_metered_run
+from greengpu.accounting.meter import EnergyMeter
+from greengpu.control.body import Observation
+from greengpu.model import GPU_UNITS, Cluster, PowerState
+
+MAX_GAP_S = 900.0
+"""A gap longer than this between two ticks (the daemon was down) is not charged: nobody measured it."""
+
+
+class DaemonMeter:
+    """Charges every tick's period to the ledger run `run_id` at `path`."""
+
+    def __init__(self, cluster: Cluster, path: Path, run_id: int) -> None:
+        self.cluster = cluster
+        self.path = path
+        self.run_id = run_id
+        self._then_s: float | None = None
+        self._energy_then: dict[str, float] = {}
+        self._type = {n.name: n.type_name for n in cluster.nodes}
+        self.measured_nodes: set[str] = set()
+        """Nodes whose GPU energy came from counters at the last period (the rest was modelled)."""
+
+    @classmethod
+    def open(cls, cluster: Cluster, path: Path, run_id: int | None, policy: str, source: str) -> DaemonMeter:
+        """Continue run `run_id`, or open a new daemon run in the ledger."""
+        if run_id is None:
+            run_id = open_metered_run(path, cluster.site, policy=policy, source=source)
+        return cls(cluster, path, run_id)
+
+    def record(self, seen: Observation) -> None:
+        """Charge the period since the last tick (nothing at the first one)."""
+        now_s = seen.snapshot.time_s
+        then_s, self._then_s = self._then_s, now_s
+        energy_then, self._energy_then = self._energy_then, dict(seen.gpu_energy_j)
+        if then_s is None or not 0 < now_s - then_s <= MAX_GAP_S:
+            return
+        period_s = now_s - then_s
+        attribution = Attribution(EnergyMeter(self.cluster.site))
+        busy_gpus: dict[str, float] = {}
+        for running in seen.snapshot.running:
+            for name, units in running.units_by_node.items():
+                busy_gpus[name] = busy_gpus.get(name, 0.0) + units / GPU_UNITS
+        busy_w_per_gpu: dict[str, float] = {}
+        self.measured_nodes = set()
+        for node in self.cluster.nodes:
+            node_type = self.cluster.node_types[node.type_name]
+            state = seen.snapshot.node_states.get(node.name)
+            power = state.power if state is not None else PowerState.AWAKE
+            asleep = power is PowerState.ASLEEP
+            host_w = node_type.host_sleep_w if asleep else node_type.host_idle_w
+            busy = min(float(node_type.gpus), busy_gpus.get(node.name, 0.0))
+            idle_w = (node_type.gpus - busy) * node_type.gpu_idle_w
+            before, after = energy_then.get(node.name), seen.gpu_energy_j.get(node.name)
+            if asleep or power is PowerState.FAILED:
+                gpu_w = 0.0
+            elif before is not None and after is not None and after >= before:
+                gpu_w = (after - before) / period_s
+                self.measured_nodes.add(node.name)
+            else:
+                gpu_w = idle_w + busy * node_type.gpu_max_w
+            if busy > 0:
+                busy_w_per_gpu[node.name] = max(0.0, gpu_w - idle_w) / busy
+            attribution.node_draw(node.name, node_type.gpus, then_s, now_s, gpu_w, host_w, asleep)
+        for running in seen.snapshot.running:
+            held = dict(running.units_by_node)
+            gpus = {n: self.cluster.node_types[self._type[n]].gpus for n in held}
+            hosts = {n: self.cluster.node_types[self._type[n]].host_idle_w for n in held}
+            attribution.job_ran(running.job, held, max(then_s, running.start_time_s), now_s,
+                                {n: busy_w_per_gpu.get(n, 0.0) for n in held}, hosts, gpus)
+        append_usage(self.path, self.run_id, attribution)
