@@ -35,6 +35,11 @@ class AuditLog:
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
 
+    def write_many(self, records: list[dict[str, Any]]) -> None:
+        if records:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.writelines(json.dumps(record, sort_keys=True) + "\n" for record in records)
+
     def records(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []

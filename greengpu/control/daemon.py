@@ -184,8 +184,7 @@ class Daemon:
         else:
             report = TickReport(True)
             exempt = self.store.exempt()
-            for action in self._wanted(result, seen, exempt):
-                report.actions.append(self._carry_out(action, seen, now_s))
+            report.actions.extend(self._carry_out(self._wanted(result, seen, exempt), seen, now_s))
             self.body.settle()
         self._gauges(seen)
         self.last_good_tick_s = self.clock()
@@ -252,46 +251,56 @@ class Daemon:
             return abs(current[0] - action.limit_w) > LIMIT_TOLERANCE_W
         return current[1] != action.min_mhz
 
-    def _carry_out(self, action: Action, seen: Observation, now_s: float) -> tuple[str, str, str]:
-        kind = KIND[type(action)]
-        node = getattr(action, "node", "")
-        gpu = getattr(action, "gpu_index", None)
-        job_id = getattr(action, "job_id", "")
-        detail: dict[str, Any] = {"reason": getattr(action, "reason", ""),
-                                  **{k: v for k, v in vars(action).items() if k not in ("reason", "slots")}}
-        tenant = ""
-        if job_id:
-            running = {r.job.job_id: r for r in seen.snapshot.running}
-            pending = {p.job.job_id: p.job for p in seen.snapshot.pending}
+    def _carry_out(self, actions: list[Action], seen: Observation, now_s: float) -> list[tuple[str, str, str]]:
+        """Journal every action of the tick (one transaction, before any is carried out), carry them out in
+        order, then close the entries (one transaction) and write the audit lines. A daemon that dies in
+        between leaves open entries, which the next start reconciles."""
+        running = {r.job.job_id: r for r in seen.snapshot.running}
+        pending = {p.job.job_id: p.job for p in seen.snapshot.pending}
+        planned = []
+        for action in actions:
+            job_id = getattr(action, "job_id", "")
+            detail: dict[str, Any] = {"reason": getattr(action, "reason", ""),
+                                      **{k: v for k, v in vars(action).items() if k not in ("reason", "slots")}}
             job = running[job_id].job if job_id in running else pending.get(job_id)
-            tenant = job.tenant if job is not None else ""
             if isinstance(action, PreemptJob | KillJob) and job_id in running:
                 detail["last_checkpoint_s"] = last_checkpoint_s(running[job_id], now_s)
-        entry = self.store.begin(now_s, kind, detail, node=node, gpu=gpu, job=job_id)
+            planned.append((KIND[type(action)], detail, getattr(action, "node", ""),
+                            getattr(action, "gpu_index", None), job_id, job.tenant if job is not None else ""))
+        entries = self.store.begin_many(now_s, [(k, d, n, g, j) for k, d, n, g, j, _ in planned])
+        closed: list[tuple[int, str, str]] = []
+        records: list[dict[str, Any]] = []
+        done: list[tuple[str, str, str]] = []
+        for action, (kind, detail, node, gpu, job_id, tenant), entry in zip(actions, planned, entries, strict=True):
+            state, counted, outcome = self._act(action, kind, node, job_id, tenant, now_s)
+            closed.append((entry, state, outcome))
+            self.metrics.actions.labels(kind, counted).inc()
+            records.append({"time_s": now_s, "kind": kind, "node": node, "gpu": gpu, "job": job_id, "tenant": tenant,
+                            "rule": detail["reason"], "outcome": counted, "detail": outcome,
+                            **({"last_checkpoint_s": detail["last_checkpoint_s"]}
+                               if "last_checkpoint_s" in detail else {})})
+            done.append((kind, f"{node} GPU {gpu}" if gpu is not None else node or job_id, counted))
+        self.store.close_many(self.clock(), closed)
+        self.audit.write_many(records)
+        return done
+
+    def _act(self, action: Action, kind: str, node: str, job_id: str, tenant: str,
+             now_s: float) -> tuple[str, str, str]:
+        """(journal state, metric outcome, what happened) of carrying out one action."""
         if self.dry_run:
-            state, outcome = "done", "dry run: not carried out"
-            counted = "dry_run"
-        else:
-            try:
-                outcome = self.body.act(action, now_s)
-                state, counted = "done", "done"
-                if isinstance(action, WakeNode):
-                    self._woken.setdefault(action.node, now_s)
-            except ActionFailed as error:
-                outcome, state, counted = str(error), "failed", "failed"
-                if isinstance(action, SleepNode):
-                    self._sleep_refused_until[node] = now_s + REFUSED_SLEEP_BACKOFF_S
-                self.metrics.alerts.labels("action_failed").inc()
-                self.alerts.raise_alert("action_failed", f"{kind} {node or job_id}: {error}", now_s,
-                                        node=node, job=job_id, tenant=tenant)
-        self.store.close(entry, self.clock(), state, outcome)
-        self.metrics.actions.labels(kind, counted).inc()
-        self.audit.write({"time_s": now_s, "kind": kind, "node": node, "gpu": gpu, "job": job_id, "tenant": tenant,
-                          "rule": detail["reason"], "outcome": counted, "detail": outcome,
-                          **({"last_checkpoint_s": detail["last_checkpoint_s"]}
-                             if "last_checkpoint_s" in detail else {})})
-        target = f"{node} GPU {gpu}" if gpu is not None else node or job_id
-        return kind, target, counted
+            return "done", "dry_run", "dry run: not carried out"
+        try:
+            outcome = self.body.act(action, now_s)
+        except ActionFailed as error:
+            if isinstance(action, SleepNode):
+                self._sleep_refused_until[node] = now_s + REFUSED_SLEEP_BACKOFF_S
+            self.metrics.alerts.labels("action_failed").inc()
+            self.alerts.raise_alert("action_failed", f"{kind} {node or job_id}: {error}", now_s,
+                                    node=node, job=job_id, tenant=tenant)
+            return "failed", "failed", str(error)
+        if isinstance(action, WakeNode):
+            self._woken.setdefault(action.node, now_s)
+        return "done", "done", outcome
 
     # --- accounting and gauges -----------------------------------------------------------------
 

@@ -75,6 +75,9 @@ class DaemonStore:
         db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         try:
             db.execute("PRAGMA journal_mode=WAL")
+            # WAL with NORMAL: a committed entry survives the daemon's death (SIGKILL, a crash); only a power
+            # loss can take the last ones, and a node that lost power has lost what they describe too.
+            db.execute("PRAGMA synchronous=NORMAL")
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
@@ -118,6 +121,23 @@ class DaemonStore:
                                 "VALUES (?, ?, ?, ?, ?, ?, 'open')",
                                 (now_s, kind, node, gpu, job, json.dumps(detail, sort_keys=True)))
             return int(cursor.lastrowid or 0)
+
+    def begin_many(self, now_s: float, planned: list[tuple[str, dict[str, Any], str, int | None, str]]) -> list[int]:
+        """Open entries for a tick's actions at once, (kind, detail, node, gpu, job) each, before any is done."""
+        with self._tx() as db:
+            ids = []
+            for kind, detail, node, gpu, job in planned:
+                cursor = db.execute("INSERT INTO journal (time_s, kind, node, gpu, job, detail, state) "
+                                    "VALUES (?, ?, ?, ?, ?, ?, 'open')",
+                                    (now_s, kind, node, gpu, job, json.dumps(detail, sort_keys=True)))
+                ids.append(int(cursor.lastrowid or 0))
+            return ids
+
+    def close_many(self, now_s: float, outcomes: list[tuple[int, str, str]]) -> None:
+        """Close entries (id, state, outcome) at once."""
+        with self._tx() as db:
+            db.executemany("UPDATE journal SET state = ?, closed_s = ?, outcome = ? WHERE id = ?",
+                           [(state, now_s, outcome, entry_id) for entry_id, state, outcome in outcomes])
 
     def close(self, entry_id: int, now_s: float, state: str, outcome: str) -> None:
         """Close an entry: `done`, `failed` or `reconciled` (a restart settled it)."""
