@@ -18,7 +18,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -28,6 +28,7 @@ from greengpu.control.body import ActionFailed, ClusterBody, Observation
 from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_store import DaemonStore
 from greengpu.errors import BadInput
+from greengpu.forecast.reserve import DemandRiseForecaster
 from greengpu.model import (
     Action,
     KillJob,
@@ -41,6 +42,7 @@ from greengpu.model import (
 )
 from greengpu.policy import Policy
 from greengpu.sched.preemption import last_checkpoint_s
+from greengpu.tick.sleep import SleepObservation
 from greengpu.tick.tick import TickResult, control_tick
 
 log = logging.getLogger("greengpu.daemon")
@@ -109,6 +111,8 @@ class Daemon:
         self.last_result: TickResult | None = None
         self.last_observation: Observation | None = None
         self._energy_then: dict[str, float] = {}
+        self.rise_forecast = (DemandRiseForecaster() if policy.sleep.enabled and policy.sleep.use_forecast else None)
+        """With `sleep.use_forecast`: the hourly rise of demand, learnt from what the daemon observes."""
         self._woken: dict[str, float] = {}
         self._sleep_refused_until: dict[str, float] = {}
         """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
@@ -173,7 +177,7 @@ class Daemon:
             self._ledger(seen, now_s)
             self._check_wakes(seen, now_s)
         # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
-        result = control_tick(seen.snapshot, self.policy, seen.gpus, seen.sleep)
+        result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s))
         self.last_result = result
         self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
         if not self.leading:
@@ -192,6 +196,14 @@ class Daemon:
         self.metrics.last_good.set(self.last_good_tick_s)
         self.metrics.tick_seconds.observe(time.perf_counter() - started)
         return report
+
+    def _with_forecast(self, seen: Observation, now_s: float) -> SleepObservation:
+        """The sleep observation with the demand forecast's headroom (the warm reserve before a daily ramp)."""
+        if self.rise_forecast is None:
+            return seen.sleep
+        offered = sum(r.job.gpus for r in seen.snapshot.running) + sum(p.job.gpus for p in seen.snapshot.pending)
+        self.rise_forecast.observe(now_s, offered)
+        return replace(seen.sleep, forecast_headroom_gpus=self.rise_forecast.headroom_gpus(now_s, offered))
 
     def _ledger(self, seen: Observation, now_s: float) -> None:
         if self.meter is None:

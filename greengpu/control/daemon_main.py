@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
@@ -182,7 +182,7 @@ def run_daemon(options: DaemonOptions) -> int:
             print(json.dumps({"ok": report.ok, "message": report.message,
                               "actions": [{"kind": k, "target": t, "outcome": o} for k, t, o in report.actions]}))
             return 0 if report.ok else 1
-        return _loop(daemon, options.interval_s)
+        return _loop(daemon, options.interval_s, state_dir / "reports")
     finally:
         server.stop()
         if not options.dry_run and body.name == "fake":
@@ -190,10 +190,27 @@ def run_daemon(options: DaemonOptions) -> int:
         store.release()
 
 
-def _loop(daemon: Daemon, interval_s: float) -> int:
+def monthly_reports(daemon: Daemon, folder: Path, now: datetime | None = None) -> list[Path]:
+    """Last month's report from the metered ledger, in every format, into `folder` (the first of each month)."""
+    if daemon.meter is None or not daemon.leading:
+        return []
+    from greengpu.report.monthly_main import write_scheduled_reports
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        written = write_scheduled_reports(daemon.meter.path, daemon.meter.run_id, folder, now or datetime.now(UTC))
+    except Exception as error:  # noqa: BLE001 - a report that fails must not stop the control loop
+        daemon.alerts.raise_alert("report_failed", f"monthly report not written: {error}", time.time())
+        return []
+    for path in written:
+        log.info("monthly report written: %s", path)
+    return written
+
+
+def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
     from apscheduler.schedulers.blocking import BlockingScheduler
 
-    scheduler = BlockingScheduler()
+    scheduler = BlockingScheduler(timezone="UTC")
     ready = {"sent": False}
 
     def tick() -> None:
@@ -205,7 +222,9 @@ def _loop(daemon: Daemon, interval_s: float) -> int:
             log.info("%s %s: %s", kind, target, outcome)
 
     scheduler.add_job(tick, "interval", seconds=interval_s, coalesce=True, max_instances=1,
-                      next_run_time=datetime.now(), id="control-tick")
+                      next_run_time=datetime.now(UTC), id="control-tick")
+    scheduler.add_job(monthly_reports, "cron", args=(daemon, reports), day=1, hour=0, minute=10, coalesce=True,
+                      max_instances=1, id="monthly-report")
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)

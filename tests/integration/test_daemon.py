@@ -90,6 +90,16 @@ def test_the_loop_sleeps_idle_nodes_wakes_them_for_work_and_caps_what_runs(
     rows = {row["name"]: row for row in bill["rows"]}
     assert {"a", "b"} <= set(rows), bill.keys()
     assert rows["a"]["energy_kwh"] > 0 and rows["b"]["energy_kwh"] > 0
+    # On the first of the next month the loop writes last month's report in every format.
+    from datetime import UTC, datetime
+
+    from greengpu.control.daemon_main import monthly_reports
+
+    written = monthly_reports(daemon, tmp_path / "reports", datetime(2023, 12, 1, 0, 10, tzinfo=UTC))
+    from greengpu.report.monthly_main import SCHEDULED_FORMATS
+
+    assert sorted(p.name for p in written) == sorted(f"greengpu-2023-11.{f}" for f in SCHEDULED_FORMATS)
+    assert all(p.stat().st_size > 0 for p in written)
 
 
 def test_a_node_that_never_comes_up_raises_one_wake_failed_alert(tmp_path: Path) -> None:
