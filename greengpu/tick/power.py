@@ -71,8 +71,17 @@ def setting_actions(gpu: GpuObservation, decision: CapDecision) -> tuple[SetPowe
 
 def plan_power(gpus: Sequence[GpuObservation], policy: CappingPolicy,
                waiting: WorkWaiting | bool) -> tuple[PowerAction, ...]:
-    """Every GPU's limit and clock actions, in the order of `gpus` (a body applies only what differs)."""
+    """Every GPU's limit and clock actions, in the order of `gpus` (a body applies only what differs).
+
+    GPUs alike in everything the decision reads get one decision: a cluster of thousands of GPUs has a
+    handful of (class, model) pairs, and the efficiency pick walks a profile of hundreds of limits.
+    """
     actions: list[PowerAction] = []
+    decided: dict[tuple[object, ...], CapDecision] = {}
     for gpu in gpus:
-        actions.extend(setting_actions(gpu, gpu_setting(gpu, policy, waiting)))
+        key = (gpu.job_class, gpu.constraints, gpu.max_clock_mhz, gpu.host_share_w, gpu.cap_not_binding, gpu.profile)
+        decision = decided.get(key)
+        if decision is None:
+            decision = decided[key] = gpu_setting(gpu, policy, waiting)
+        actions.extend(setting_actions(gpu, decision))
     return tuple(actions)
