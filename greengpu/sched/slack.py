@@ -1,0 +1,125 @@
+"""A lever may spend slack, never queue time: which caps to lift and which nodes to keep awake. Pure.
+
+The energy levers (capping, sleep) save energy by running jobs slower and by powering idle nodes
+down. Both are free while the cluster has slack; both cost queue time as soon as a job waits that a
+faster job or an extra node would start sooner. From the scheduling core's typed wait results
+(greengpu.sched.waits), the running set and the inventory, this module names:
+
+- `uncapped_jobs`: the running jobs whose completion frees a waiting job's way. Their caps are
+  lifted (capping.decide with `capacity_short=True`), everyone else's stay on:
+    * a quota wait: the job's own tenant is at its limit, so its tenant's running jobs (on the GPU
+      models the job allows) are in its way;
+    * a reservation: the jobs on the reserved nodes;
+    * a gang that cannot assemble, a job blocked for capacity, a job waiting for a node to wake:
+      the jobs on every node it could use (a node of a model it allows, big enough for a piece of it);
+    * preempting (its victims stop when their grace ends), no model: nothing running is in its way.
+- `keep_awake`: the nodes no idle timeout may put to sleep now: every node a capacity-bound job
+  (capacity, gang, reservation, wake) could use. A job waiting for its quota is not helped by an
+  extra node, so it keeps none awake.
+
+Inputs are the core's own types and the inventory, so the simulator, the agent and the daemon
+apply the same rule to what they observe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from greengpu.model import Cluster, RunningJob
+from greengpu.sched.waits import Wait, WaitReason
+
+_SHAPED = (WaitReason.CAPACITY, WaitReason.GANG, WaitReason.WAKE)
+"""Waits freed by any node of the right shape (models, GPUs per node)."""
+
+
+@dataclass(frozen=True)
+class QueueGuard:
+    """What the levers must leave alone this tick so that no waiting job waits longer for them."""
+
+    uncapped_jobs: frozenset[str]
+    """Running jobs that run uncapped: their completion frees a waiting job's way."""
+    keep_awake: frozenset[str]
+    """Nodes that must not be put to sleep: a waiting job could use them."""
+
+    @property
+    def queue_waits(self) -> bool:
+        """Whether any waiting job is held up by something a lever controls."""
+        return bool(self.uncapped_jobs or self.keep_awake)
+
+
+NO_WAIT = QueueGuard(frozenset(), frozenset())
+
+
+class _Shapes:
+    """Nodes of each (models, least GPUs per node) shape, resolved once per cluster."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.model_of: dict[str, str] = {}
+        self.size_of: dict[str, int] = {}
+        for node in cluster.nodes:
+            node_type = cluster.node_types[node.type_name]
+            self.model_of[node.name] = node_type.gpu_model
+            self.size_of[node.name] = node_type.gpus
+        self.memo: dict[tuple[tuple[str, ...], int], frozenset[str]] = {}
+
+    def nodes(self, models: tuple[str, ...], node_gpus: int) -> frozenset[str]:
+        key = (models, node_gpus)
+        found = self.memo.get(key)
+        if found is None:
+            wanted = set(models)
+            found = self.memo[key] = frozenset(
+                name for name, model in self.model_of.items()
+                if model in wanted and self.size_of[name] >= node_gpus)
+        return found
+
+
+_SHAPES: list[_Shapes] = []
+
+
+def _shapes_of(cluster: Cluster) -> _Shapes:
+    if _SHAPES and _SHAPES[0].cluster is cluster:
+        return _SHAPES[0]
+    shapes = _Shapes(cluster)
+    _SHAPES[:] = [shapes]
+    return shapes
+
+
+def queue_guard(waits: Mapping[str, Wait], running: Iterable[RunningJob], cluster: Cluster) -> QueueGuard:
+    """Which running jobs run uncapped and which nodes stay awake, so that no waiting job waits for a lever.
+
+    `waits` is a cycle's `CycleResult.waits`; `running` the jobs running after its actions were
+    carried out; `cluster` the inventory.
+    """
+    if not waits:
+        return NO_WAIT
+    shapes = _shapes_of(cluster)
+    blocked_nodes: set[str] = set()
+    usable_nodes: set[str] = set()
+    quota_models: dict[str, set[str]] = {}
+    seen: set[int] = set()
+    for wait in waits.values():
+        if id(wait) in seen:
+            continue  # the core shares one Wait between jobs alike in everything it records
+        seen.add(id(wait))
+        reason = wait.reason
+        if reason is WaitReason.QUOTA:
+            quota_models.setdefault(wait.tenant, set()).update(wait.models)
+        elif reason in _SHAPED:
+            nodes = shapes.nodes(wait.models, wait.node_gpus)
+            blocked_nodes |= nodes
+            usable_nodes |= nodes
+        elif reason is WaitReason.RESERVATION:
+            blocked_nodes |= wait.nodes
+            usable_nodes |= shapes.nodes(wait.models, wait.node_gpus)
+    if not blocked_nodes and not quota_models:
+        return QueueGuard(frozenset(), frozenset(usable_nodes))
+    model_of = shapes.model_of
+    uncapped: set[str] = set()
+    for job in running:
+        models = quota_models.get(job.job.tenant)
+        own_tenant_in_way = models is not None and any(model_of.get(slot.node) in models for slot in job.slots)
+        if own_tenant_in_way or any(slot.node in blocked_nodes for slot in job.slots):
+            uncapped.add(job.job.job_id)
+    return QueueGuard(frozenset(uncapped), frozenset(usable_nodes))
