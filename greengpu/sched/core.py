@@ -85,7 +85,7 @@ class _Cycle:
         self.usage = snapshot.tenant_usage_gpu_s
         self.actions: list[Action] = []
         self.waits: dict[str, Wait] = {}
-        self._wait_memo: dict[tuple[object, ...], Wait] = {}
+        self._wait_memo = books.wait_memo
         self._models_of: dict[frozenset[str] | None, tuple[str, ...]] = {}
         self.reservations: list[Reservation] = []
         self.reserved_nodes: dict[int, float] = {}
@@ -421,11 +421,25 @@ class _Cycle:
             for item in queue_order(special, self.now_s, policy, self.share_of):
                 considered.append(item)
                 self.consider(item, models_for(item.job))
-            wait = self.wait
-            capacity = WaitReason.CAPACITY
-            self.waits = {**{p.job.job_id: wait(p.job, capacity) for p in rest}, **self.waits}
+            self.waits = {**self._capacity_waits(rest), **self.waits}
         self.plan_wakes(considered, rest, models_for)
         return CycleResult(tuple(self.actions), self.waits, tuple(self.reservations))
+
+    def _capacity_waits(self, rest: list[PendingJob]) -> dict[str, Wait]:
+        """The capacity waits of the jobs a full cycle skipped, remembered per job between cycles
+        (a saturated queue skips the same thousands of jobs cycle after cycle)."""
+        memo = self.books.capacity_wait_of
+        if len(memo) > 2 * len(self.snapshot.pending) + 64:
+            memo.clear()  # jobs that left the queue
+        found = memo.get
+        waits: dict[str, Wait] = {}
+        for item in rest:
+            job_id = item.job.job_id
+            wait = found(job_id)
+            if wait is None:
+                wait = memo[job_id] = self.wait(item.job, WaitReason.CAPACITY)
+            waits[job_id] = wait
+        return waits
 
     def plan_wakes(self, considered: list[PendingJob], rest: list[PendingJob],
                    models_for: Callable[[Job], tuple[str, ...]]) -> None:

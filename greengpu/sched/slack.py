@@ -5,7 +5,7 @@ down. Both are free while the cluster has slack; both cost queue time as soon as
 faster job or an extra node would start sooner. From the scheduling core's typed wait results
 (greengpu.sched.waits), the running set and the inventory, this module names:
 
-- `uncapped_jobs`: the running jobs whose completion frees a waiting job's way. Their caps are
+- `QueueGuard.lifts`: whether a running job's completion frees a waiting job's way. Its cap is
   lifted (capping.decide with `capacity_short=True`), everyone else's stay on:
     * a quota wait: the job's own tenant is at its limit, so its tenant's running jobs (on the GPU
       models the job allows) are in its way;
@@ -13,6 +13,8 @@ faster job or an extra node would start sooner. From the scheduling core's typed
     * a gang that cannot assemble, a job blocked for capacity, a job waiting for a node to wake:
       the jobs on every node it could use (a node of a model it allows, big enough for a piece of it);
     * preempting (its victims stop when their grace ends), no model: nothing running is in its way.
+  When the cluster's free GPUs are within the warm reserve the sleep policy keeps for bursts, no
+  cap is slack: the next burst would find the capped jobs still holding their GPUs, so all lift.
 - `keep_awake`: the nodes no idle timeout may put to sleep now: every node a capacity-bound job
   (capacity, gang, reservation, wake) could use. A job waiting for its quota is not helped by an
   extra node, so it keeps none awake.
@@ -23,6 +25,7 @@ apply the same rule to what they observe.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -37,18 +40,37 @@ _SHAPED = (WaitReason.CAPACITY, WaitReason.GANG, WaitReason.WAKE)
 class QueueGuard:
     """What the levers must leave alone this tick so that no waiting job waits longer for them."""
 
-    uncapped_jobs: frozenset[str]
-    """Running jobs that run uncapped: their completion frees a waiting job's way."""
+    blocked_nodes: frozenset[str]
+    """Nodes whose running jobs are in a waiting job's way (their caps lift)."""
+    blocked_quota: frozenset[tuple[str, str]]
+    """(tenant, GPU model) pairs whose running jobs are in a waiting job's way (a quota wait)."""
     keep_awake: frozenset[str]
     """Nodes that must not be put to sleep: a waiting job could use them."""
+    every_node: bool = False
+    """Every node of the cluster is in some job's way (then every running job runs uncapped)."""
+
+    def lifts(self, tenant: str, nodes: Iterable[str], model_of: Mapping[str, str]) -> bool:
+        """Whether a job of `tenant` running on `nodes` runs uncapped: its completion frees a waiting
+        job's way. `model_of` maps node names to GPU models (`model_of_nodes`)."""
+        if self.every_node:
+            return True
+        blocked, quota = self.blocked_nodes, self.blocked_quota
+        return any(node in blocked or (tenant, model_of.get(node, "")) in quota for node in nodes)
+
+    def uncapped_jobs(self, running: Iterable[RunningJob], cluster: Cluster) -> frozenset[str]:
+        """The ids of the running jobs whose caps lift."""
+        model_of = _shapes_of(cluster).model_of
+        return frozenset(r.job.job_id for r in running if self.lifts(r.job.tenant, r.nodes, model_of))
 
     @property
     def queue_waits(self) -> bool:
-        """Whether any waiting job is held up by something a lever controls."""
-        return bool(self.uncapped_jobs or self.keep_awake)
+        """Whether any waiting job is held up by something a lever controls (or no cap is slack)."""
+        return bool(self.every_node or self.blocked_nodes or self.blocked_quota or self.keep_awake)
 
 
-NO_WAIT = QueueGuard(frozenset(), frozenset())
+NO_WAIT = QueueGuard(frozenset(), frozenset(), frozenset())
+NO_SLACK = QueueGuard(frozenset(), frozenset(), frozenset(), every_node=True)
+"""Nothing waits, but the cluster's free GPUs are within the warm reserve: no cap is slack."""
 
 
 class _Shapes:
@@ -86,26 +108,33 @@ def _shapes_of(cluster: Cluster) -> _Shapes:
     return shapes
 
 
-def queue_guard(waits: Mapping[str, Wait], running: Iterable[RunningJob], cluster: Cluster) -> QueueGuard:
-    """Which running jobs run uncapped and which nodes stay awake, so that no waiting job waits for a lever.
+def model_of_nodes(cluster: Cluster) -> Mapping[str, str]:
+    """Each node's GPU model (for QueueGuard.lifts; read-only)."""
+    return _shapes_of(cluster).model_of
 
-    `waits` is a cycle's `CycleResult.waits`; `running` the jobs running after its actions were
-    carried out; `cluster` the inventory.
-    """
-    if not waits:
-        return NO_WAIT
+
+def queue_guard(waits: Mapping[str, Wait], cluster: Cluster, spare_gpus: float = math.inf) -> QueueGuard:
+    """Which running jobs run uncapped (`QueueGuard.lifts`) and which nodes stay awake, so that no
+    waiting job waits for a lever. `waits` is a cycle's `CycleResult.waits`; `cluster` the inventory.
+
+    `spare_gpus` is the slack the cluster has left for jobs yet to come: its free GPUs (awake or
+    asleep) less the warm reserve the sleep policy keeps ready for bursts. Below zero the next burst
+    already lacks room, and a job slowed now would hold its GPUs when that burst arrives: every cap
+    lifts. Work is in proportion to the distinct kinds of wait, not to the number of waiting jobs."""
     shapes = _shapes_of(cluster)
+    no_slack = spare_gpus < 0
+    if not waits:
+        return NO_SLACK if no_slack else NO_WAIT
     blocked_nodes: set[str] = set()
     usable_nodes: set[str] = set()
-    quota_models: dict[str, set[str]] = {}
-    seen: set[int] = set()
-    for wait in waits.values():
-        if id(wait) in seen:
-            continue  # the core shares one Wait between jobs alike in everything it records
-        seen.add(id(wait))
+    quota: set[tuple[str, str]] = set()
+    values = waits.values()
+    # The core shares one Wait between jobs alike in everything it records: visit each once (the
+    # dedup runs in C, so a queue of thousands costs well under a millisecond).
+    for wait in dict(zip(map(id, values), values, strict=True)).values():
         reason = wait.reason
         if reason is WaitReason.QUOTA:
-            quota_models.setdefault(wait.tenant, set()).update(wait.models)
+            quota.update((wait.tenant, model) for model in wait.models)
         elif reason in _SHAPED:
             nodes = shapes.nodes(wait.models, wait.node_gpus)
             blocked_nodes |= nodes
@@ -113,13 +142,5 @@ def queue_guard(waits: Mapping[str, Wait], running: Iterable[RunningJob], cluste
         elif reason is WaitReason.RESERVATION:
             blocked_nodes |= wait.nodes
             usable_nodes |= shapes.nodes(wait.models, wait.node_gpus)
-    if not blocked_nodes and not quota_models:
-        return QueueGuard(frozenset(), frozenset(usable_nodes))
-    model_of = shapes.model_of
-    uncapped: set[str] = set()
-    for job in running:
-        models = quota_models.get(job.job.tenant)
-        own_tenant_in_way = models is not None and any(model_of.get(slot.node) in models for slot in job.slots)
-        if own_tenant_in_way or any(slot.node in blocked_nodes for slot in job.slots):
-            uncapped.add(job.job.job_id)
-    return QueueGuard(frozenset(uncapped), frozenset(usable_nodes))
+    every = no_slack or len(blocked_nodes) == len(shapes.model_of)
+    return QueueGuard(frozenset(blocked_nodes), frozenset(quota), frozenset(usable_nodes), every)

@@ -49,10 +49,11 @@ from greengpu.model import (
     WakeNode,
 )
 from greengpu.policy import Policy
-from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, schedule_cycle
+from greengpu.sched.core import schedule_cycle
 from greengpu.sched.invariants import check_invariants
 from greengpu.sched.preemption import last_checkpoint_s
 from greengpu.sched.quota import QuotaLedger
+from greengpu.sched.slack import NO_WAIT, QueueGuard, model_of_nodes, queue_guard
 from greengpu.sched.state import cluster_layout
 
 FULL_CHECK_EVERY = 2000
@@ -175,7 +176,10 @@ class Simulation:
         self.stalled = False
         """Set when only work that can never be placed is left: the replay stops instead of retrying forever."""
         self._relaxes = policy.capping.relaxes_when_queued
-        """Whether running jobs go uncapped while jobs wait for capacity (then `_blocked` says when)."""
+        """Whether running jobs in a waiting job's way go uncapped (`_guard` says which)."""
+        self._guard: QueueGuard = NO_WAIT
+        """The last cycle's slack rule (greengpu.sched.slack): caps to lift, nodes to keep awake."""
+        self._model_of = model_of_nodes(cluster)
         self.asleep_nodes = 0
         self.arrivals_left = 0
         self.stopping: set[str] = set()
@@ -274,18 +278,24 @@ class Simulation:
         """Watts of each of `running`'s busy GPUs, per node, under its capping now."""
         return {name: self._capped(running.job, self.nodes[name])[0] for name in running.nodes}
 
-    def _set_relaxing(self, relaxing: bool) -> None:
-        """Uncap every running job while jobs wait for capacity; cap them again once none waits.
+    def _apply_guard(self) -> None:
+        """Uncap exactly the running jobs in a waiting job's way; cap the rest again (the slack rule).
 
-        A per-tick controller does exactly this (capping.decide with `capacity_short`): a slower job
-        would lengthen the queue, and once the queue is gone the cap saves energy again.
+        A per-tick controller does exactly this (capping.decide with `capacity_short` from
+        greengpu.sched.slack): a slower job in a waiting job's way lengthens the queue; a job in no one's
+        way saves energy at no queue time.
         """
+        guard, model_of, relaxed = self._guard, self._model_of, self._relaxed
         for running in list(self.running.values()):
+            job_id = running.job.job_id
+            lift = guard.lifts(running.job.tenant, running.nodes, model_of)
+            if lift == (job_id in relaxed):
+                continue
             watts_then = self._busy_w(running)
-            if relaxing:
-                self._relaxed.add(running.job.job_id)
+            if lift:
+                relaxed.add(job_id)
             else:
-                self._relaxed.discard(running.job.job_id)
+                relaxed.discard(job_id)
             self._repace(running, watts_then)
 
     def _repace(self, running: RunningJob, watts_then: dict[str, float]) -> None:
@@ -339,8 +349,9 @@ class Simulation:
     def _start(self, action: PlaceJob) -> None:
         waiting = self.pending.pop(action.job_id)
         job = waiting.job
-        if self._relaxes and self._blocked:
-            self._relaxed.add(job.job_id)  # others waited for capacity at the last cycle
+        nodes = dict.fromkeys(s.node for s in action.slots)
+        if self._relaxes and self._guard.lifts(job.tenant, nodes, self._model_of):
+            self._relaxed.add(job.job_id)  # in a waiting job's way at the last cycle
         else:
             self._relaxed.discard(job.job_id)
         speed = self._speed(job, dict.fromkeys(s.node for s in action.slots))
@@ -437,7 +448,8 @@ class Simulation:
         views = self._idle_awake_views()
         reserve = self._reserve_target_gpus()
         for action in plan_suspends(self.now_s, views, self.policy.sleep, blocked_pending=blocked,
-                                    suspends_last_minute=self._recent(self.suspend_times), reserve_gpus=reserve):
+                                    suspends_last_minute=self._recent(self.suspend_times), reserve_gpus=reserve,
+                                    keep_awake=self._guard.keep_awake):
             node = self.nodes[action.node]
             self._set_power(node, PowerState.SUSPENDING)
             self.suspend_times.append(self.now_s)
@@ -557,10 +569,13 @@ class Simulation:
                 self._record(check_invariants(ClusterSnapshot(
                     time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
                     node_states=self.node_states)))
-        was_blocked = self._blocked
-        self._blocked = any(reason in (WAIT_CAPACITY, WAIT_WAKE) for reason in result.waiting.values())
-        if self._relaxes and self._blocked != was_blocked:
-            self._set_relaxing(self._blocked)
+        spare_gpus = self.cluster.total_gpus - self.allocated_gpus - self._reserve_target_gpus()
+        guard = queue_guard(result.waits, self.cluster, spare_gpus)
+        self._blocked = bool(guard.keep_awake)
+        if guard != self._guard:
+            self._guard = guard
+            if self._relaxes:
+                self._apply_guard()
         if self.policy.sleep.enabled:
             self._apply_wakes([a for a in result.actions if isinstance(a, WakeNode)])
             if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
@@ -761,6 +776,9 @@ class Simulation:
                 slowdowns.append(self.run_s[job.job_id] / job.duration_s)
         origin = jobs[0].submit_time_s if jobs else 0.0
         span_s = (self.now_s - origin) if jobs else 0.0
+        # Work done, at full speed, by the jobs that completed: capping stretches run time and a
+        # preemption re-runs lost work, and neither adds to it (so overload runs compare like with like).
+        completed_gpu_hours = sum(j.gpus * j.duration_s for j in jobs if j.job_id in self.completed) / 3600.0
         values: dict[str, Any] = {
             "policy": self.policy.name,
             "jobs": len(jobs),
@@ -770,6 +788,8 @@ class Simulation:
             "makespan_s": (self.last_finish_s - origin) if self.completed else 0.0,
             "energy_kwh": self.meter.facility_energy_kwh,
             "gpu_energy_kwh": self.meter.gpu_energy_kwh,
+            "energy_kwh_per_gpu_hour": (self.meter.facility_energy_kwh / completed_gpu_hours
+                                        if completed_gpu_hours > 0 else None),
             "cost": self.meter.cost,
             "co2_kg": self.meter.co2_g / 1000.0,
             "wait_s": wait_stats(waits),

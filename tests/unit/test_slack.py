@@ -41,8 +41,8 @@ def test_a_job_waiting_for_its_tenants_own_jobs_lifts_the_caps_on_those_jobs_onl
     result = run_cycle(cluster, jobs_running, [job("a3", gpus=2, tenant="a")])
     assert result.waits["a3"].reason is WaitReason.QUOTA
     assert result.waiting["a3"].startswith(f"{WAIT_QUOTA}: ")  # the JSON text is unchanged
-    guard = queue_guard(result.waits, jobs_running, cluster)
-    assert guard.uncapped_jobs == {"a1", "a2"}  # their ends let it start; b1's would not
+    guard = queue_guard(result.waits, cluster)
+    assert guard.uncapped_jobs(jobs_running, cluster) == {"a1", "a2"}  # their ends let it start; b1's would not
     assert guard.keep_awake == frozenset()  # an extra node would not start it: n0002 may sleep
 
 
@@ -55,8 +55,8 @@ def test_a_gang_that_cannot_assemble_lifts_the_caps_on_the_jobs_that_free_its_no
     result = run_cycle(cluster, jobs_running, [job("gang", gpus=16)], no_reservations)
     wait = result.waits["gang"]
     assert wait.reason is WaitReason.GANG and result.waiting["gang"] == WAIT_CAPACITY
-    guard = queue_guard(result.waits, jobs_running, cluster)
-    assert guard.uncapped_jobs == {"x", "y", "z"}
+    guard = queue_guard(result.waits, cluster)
+    assert guard.uncapped_jobs(jobs_running, cluster) == {"x", "y", "z"}
     assert guard.keep_awake == {"n0000", "n0001", "n0002"}  # n0004 (4 GPUs, idle) may sleep
 
 
@@ -68,8 +68,8 @@ def test_a_reserved_gang_lifts_the_caps_on_the_reserved_nodes_jobs() -> None:
     wait = result.waits["gang"]
     assert wait.reason is WaitReason.RESERVATION
     assert wait.nodes == {"n0000", "n0002"}  # n0000 frees first, n0002 next: the reservation's nodes
-    guard = queue_guard(result.waits, jobs_running, cluster)
-    assert guard.uncapped_jobs == {"soon", "half"}  # "late" is on no node the gang waits for
+    guard = queue_guard(result.waits, cluster)
+    assert guard.uncapped_jobs(jobs_running, cluster) == {"soon", "half"}  # "late" is on no node the gang waits for
 
 
 def test_no_node_sleeps_while_a_job_waits_that_it_could_serve() -> None:
@@ -81,7 +81,7 @@ def test_no_node_sleeps_while_a_job_waits_that_it_could_serve() -> None:
     # n0002 is idle but held for nothing: make the waiting job wait by filling it first in the queue.
     result = run_cycle(cluster, jobs_running, [blocker, wanted])
     assert result.waits["wants-h100"].capacity_bound
-    guard = queue_guard(result.waits, (*jobs_running, *[running("blocker", "n0002", 8)]), cluster)
+    guard = queue_guard(result.waits, cluster)
     assert "n0001" in guard.keep_awake and "n0002" in guard.keep_awake and "n0000" not in guard.keep_awake
     policy = SleepPolicy(enabled=True, idle_timeout_s=300, min_awake_s=0, warm_reserve_gpus=0,
                          priority_aware=True)
@@ -102,8 +102,8 @@ def test_capacity_waits_of_one_gpu_jobs_keep_every_usable_node_in_their_way() ->
     jobs_running = [running("a", "n0000", 8), running("b", "n0001", 8)]
     result = run_cycle(cluster, jobs_running, [job(f"w{i}", gpus=1) for i in range(3)])
     assert {w.reason for w in result.waits.values()} <= {WaitReason.CAPACITY, WaitReason.RESERVATION}
-    guard = queue_guard(result.waits, jobs_running, cluster)
-    assert guard.uncapped_jobs == {"a", "b"} and guard.keep_awake == {"n0000", "n0001"}
+    guard = queue_guard(result.waits, cluster)
+    assert guard.uncapped_jobs(jobs_running, cluster) == {"a", "b"} and guard.keep_awake == {"n0000", "n0001"}
 
 
 def test_nothing_waits_nothing_is_lifted() -> None:
@@ -111,8 +111,8 @@ def test_nothing_waits_nothing_is_lifted() -> None:
     jobs_running = [running("a", "n0000", 8)]
     result = run_cycle(cluster, jobs_running, [job("fits", gpus=4)])
     assert result.waits == {}
-    guard = queue_guard(result.waits, jobs_running, cluster)
-    assert not guard.queue_waits and guard.uncapped_jobs == frozenset()
+    guard = queue_guard(result.waits, cluster)
+    assert not guard.queue_waits and guard.uncapped_jobs(jobs_running, cluster) == frozenset()
 
 
 def test_a_job_no_gpu_model_can_hold_blocks_no_lever() -> None:
@@ -120,4 +120,15 @@ def test_a_job_no_gpu_model_can_hold_blocks_no_lever() -> None:
     jobs_running = [running("a", "n0000", 8)]
     result = run_cycle(cluster, jobs_running, [job("tpu", gpus=1, gpu_types=frozenset({"TPU"}))])
     assert result.waits["tpu"].reason is WaitReason.NO_MODEL
-    assert not queue_guard(result.waits, jobs_running, cluster).queue_waits
+    assert not queue_guard(result.waits, cluster).queue_waits
+
+
+def test_with_the_free_gpus_short_of_the_warm_reserve_no_cap_is_slack() -> None:
+    cluster = make_cluster([(2, X8, "r")])
+    jobs_running = [running("a", "n0000", 8), running("b", "n0001", 4)]
+    # 4 GPUs free, a reserve of 5 wanted: the next burst lacks room, so every cap lifts.
+    short = queue_guard({}, cluster, spare_gpus=4 - 5)
+    assert short.uncapped_jobs(jobs_running, cluster) == {"a", "b"}
+    assert short.keep_awake == frozenset()  # the reserve itself keeps nodes awake, not this rule
+    # Exactly the reserve free: the slack is spent to the last GPU, but none is missing yet.
+    assert queue_guard({}, cluster, spare_gpus=0).uncapped_jobs(jobs_running, cluster) == frozenset()
