@@ -13,8 +13,6 @@ faster job or an extra node would start sooner. From the scheduling core's typed
     * a gang that cannot assemble, a job blocked for capacity, a job waiting for a node to wake:
       the jobs on every node it could use (a node of a model it allows, big enough for a piece of it);
     * preempting (its victims stop when their grace ends), no model: nothing running is in its way.
-  When the cluster's free GPUs are within the warm reserve the sleep policy keeps for bursts, no
-  cap is slack: the next burst would find the capped jobs still holding their GPUs, so all lift.
 - `keep_awake`: the nodes no idle timeout may put to sleep now: every node a capacity-bound job
   (capacity, gang, reservation, wake) could use. A job waiting for its quota is not helped by an
   extra node, so it keeps none awake.
@@ -25,7 +23,6 @@ apply the same rule to what they observe.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -64,13 +61,11 @@ class QueueGuard:
 
     @property
     def queue_waits(self) -> bool:
-        """Whether any waiting job is held up by something a lever controls (or no cap is slack)."""
-        return bool(self.every_node or self.blocked_nodes or self.blocked_quota or self.keep_awake)
+        """Whether any waiting job is held up by something a lever controls."""
+        return bool(self.blocked_nodes or self.blocked_quota or self.keep_awake)
 
 
 NO_WAIT = QueueGuard(frozenset(), frozenset(), frozenset())
-NO_SLACK = QueueGuard(frozenset(), frozenset(), frozenset(), every_node=True)
-"""Nothing waits, but the cluster's free GPUs are within the warm reserve: no cap is slack."""
 
 
 class _Shapes:
@@ -113,18 +108,13 @@ def model_of_nodes(cluster: Cluster) -> Mapping[str, str]:
     return _shapes_of(cluster).model_of
 
 
-def queue_guard(waits: Mapping[str, Wait], cluster: Cluster, spare_gpus: float = math.inf) -> QueueGuard:
+def queue_guard(waits: Mapping[str, Wait], cluster: Cluster) -> QueueGuard:
     """Which running jobs run uncapped (`QueueGuard.lifts`) and which nodes stay awake, so that no
     waiting job waits for a lever. `waits` is a cycle's `CycleResult.waits`; `cluster` the inventory.
-
-    `spare_gpus` is the slack the cluster has left for jobs yet to come: its free GPUs (awake or
-    asleep) less the warm reserve the sleep policy keeps ready for bursts. Below zero the next burst
-    already lacks room, and a job slowed now would hold its GPUs when that burst arrives: every cap
-    lifts. Work is in proportion to the distinct kinds of wait, not to the number of waiting jobs."""
-    shapes = _shapes_of(cluster)
-    no_slack = spare_gpus < 0
+    Work is in proportion to the distinct kinds of wait, not to the number of waiting jobs."""
     if not waits:
-        return NO_SLACK if no_slack else NO_WAIT
+        return NO_WAIT
+    shapes = _shapes_of(cluster)
     blocked_nodes: set[str] = set()
     usable_nodes: set[str] = set()
     quota: set[tuple[str, str]] = set()
@@ -142,5 +132,5 @@ def queue_guard(waits: Mapping[str, Wait], cluster: Cluster, spare_gpus: float =
         elif reason is WaitReason.RESERVATION:
             blocked_nodes |= wait.nodes
             usable_nodes |= shapes.nodes(wait.models, wait.node_gpus)
-    every = no_slack or len(blocked_nodes) == len(shapes.model_of)
+    every = len(blocked_nodes) == len(shapes.model_of)
     return QueueGuard(frozenset(blocked_nodes), frozenset(quota), frozenset(usable_nodes), every)

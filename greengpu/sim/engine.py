@@ -569,8 +569,7 @@ class Simulation:
                 self._record(check_invariants(ClusterSnapshot(
                     time_s=self.now_s, cluster=self.cluster, running=tuple(self.running.values()),
                     node_states=self.node_states)))
-        spare_gpus = self.cluster.total_gpus - self.allocated_gpus - self._reserve_target_gpus()
-        guard = queue_guard(result.waits, self.cluster, spare_gpus)
+        guard = queue_guard(result.waits, self.cluster)
         self._blocked = bool(guard.keep_awake)
         if guard != self._guard:
             self._guard = guard

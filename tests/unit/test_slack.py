@@ -122,13 +122,3 @@ def test_a_job_no_gpu_model_can_hold_blocks_no_lever() -> None:
     assert result.waits["tpu"].reason is WaitReason.NO_MODEL
     assert not queue_guard(result.waits, cluster).queue_waits
 
-
-def test_with_the_free_gpus_short_of_the_warm_reserve_no_cap_is_slack() -> None:
-    cluster = make_cluster([(2, X8, "r")])
-    jobs_running = [running("a", "n0000", 8), running("b", "n0001", 4)]
-    # 4 GPUs free, a reserve of 5 wanted: the next burst lacks room, so every cap lifts.
-    short = queue_guard({}, cluster, spare_gpus=4 - 5)
-    assert short.uncapped_jobs(jobs_running, cluster) == {"a", "b"}
-    assert short.keep_awake == frozenset()  # the reserve itself keeps nodes awake, not this rule
-    # Exactly the reserve free: the slack is spent to the last GPU, but none is missing yet.
-    assert queue_guard({}, cluster, spare_gpus=0).uncapped_jobs(jobs_running, cluster) == frozenset()
