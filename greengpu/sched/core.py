@@ -2,7 +2,8 @@
 
 The cycle, in order:
 1. victims whose checkpoint grace has run out are killed (KillJob) and their GPUs freed; the
-   nodes of victims still stopping stay held for the job they make room for;
+   nodes of victims still stopping stay held for the job they make room for; a victim whose
+   beneficiary no longer waits (it started elsewhere) is not killed: its preemption is withdrawn;
 2. pending jobs are taken in queue order (priority with age boost, fair share, age);
 3. each job is checked against its tenant's quota, then placed best-fit on nodes that are neither
    held nor reserved; a job that ends before a reservation starts may backfill reserved nodes;
@@ -62,6 +63,9 @@ class CycleResult:
     actions: tuple[Action, ...]
     waits: Mapping[str, Wait] = field(default_factory=dict)
     reservations: tuple[Reservation, ...] = ()
+    withdrawn: tuple[str, ...] = ()
+    """Running jobs asked to checkpoint and stop for a job that no longer waits: they keep running,
+    and the body clears their preemption signal (a checkpoint taken meanwhile costs nothing)."""
 
     @property
     def waiting(self) -> dict[str, str]:
@@ -80,6 +84,7 @@ class _Cycle:
         self.ledger = books.ledger
         self.started: list[RunningJob] = []
         self.stopped: list[str] = []
+        self.withdrawn: list[str] = []
         cluster = snapshot.cluster
         self.weights = {name: t.weight for name, t in cluster.tenants.items()}
         self.usage = snapshot.tenant_usage_gpu_s
@@ -216,8 +221,14 @@ class _Cycle:
         for running in self.snapshot.running:
             if running.preempt_signalled_s is None:
                 continue
-            self.finder.stopping.add(running.job.job_id)
             beneficiary = running.preempted_for
+            if beneficiary is not None and beneficiary not in pending_ids:
+                # The job it was asked to stop for no longer waits (it started elsewhere, e.g. on GPUs
+                # that freed up or a node that woke during the grace, or it left): stopping the victim
+                # now would only destroy its work. The preemption is withdrawn; it keeps running.
+                self.withdrawn.append(running.job.job_id)
+                continue
+            self.finder.stopping.add(running.job.job_id)
             nodes = {self.state.index[n] for n in running.nodes if n in self.state.index}
             if beneficiary is not None and beneficiary in pending_ids:
                 self._hold(beneficiary, nodes)
@@ -423,7 +434,7 @@ class _Cycle:
                 self.consider(item, models_for(item.job))
             self.waits = {**self._capacity_waits(rest), **self.waits}
         self.plan_wakes(considered, rest, models_for)
-        return CycleResult(tuple(self.actions), self.waits, tuple(self.reservations))
+        return CycleResult(tuple(self.actions), self.waits, tuple(self.reservations), tuple(self.withdrawn))
 
     def _capacity_waits(self, rest: list[PendingJob]) -> dict[str, Wait]:
         """The capacity waits of the jobs a full cycle skipped, remembered per job between cycles

@@ -562,6 +562,12 @@ class Simulation:
                 self._push(self.now_s + grace_s, _TICK, "grace")
             elif isinstance(action, PlaceJob):
                 self._start(action)
+        for job_id in result.withdrawn:  # its beneficiary started elsewhere: it runs on, unsignalled
+            signalled = self.running.get(job_id)
+            if signalled is not None:
+                self.running[job_id] = replace(signalled, preempt_signalled_s=None, preempted_for=None)
+                self.stopping.discard(job_id)
+                self._running_version += 1
         if self.check_every_cycle:
             placed = [self.running[a.job_id] for a in result.actions if isinstance(a, PlaceJob)]
             self._record(self._check_placements(placed))
