@@ -43,6 +43,8 @@ class NodeType:
     host_sleep_w: float
     boot_s: float
     gpu_memory_gb: float = 0.0
+    gpu_max_clock_mhz: int = 0
+    """The GPUs' maximum SM clock (0: not given; locked clocks are then decided as fractions only)."""
 
     @property
     def node_idle_w(self) -> float:
@@ -53,6 +55,21 @@ class NodeType:
     def node_peak_w(self) -> float:
         """Power of the whole node with every GPU at full load and default limit."""
         return self.host_idle_w + self.gpus * self.gpu_max_w
+
+
+@dataclass(frozen=True)
+class LimitConstraints:
+    """What NVML allows for one GPU, in watts (nvmlDeviceGetPowerManagementLimitConstraints, default limit).
+
+    Vocabulary shared by the capping decision and the NVML backend (neither imports the other)."""
+
+    min_w: float
+    max_w: float
+    default_w: float
+
+    def clamp(self, limit_w: float) -> float:
+        """`limit_w` brought inside [min_w, max_w]."""
+        return min(max(limit_w, self.min_w), self.max_w)
 
 
 @dataclass(frozen=True)
@@ -257,8 +274,6 @@ class PendingJob:
 
     job: Job
     preemptions: tuple[PreemptionRecord, ...] = ()
-    preempted_jobs: tuple[str, ...] = ()
-    """Jobs this one has preempted before: they may not preempt it back."""
 
 
 class PowerState(StrEnum):

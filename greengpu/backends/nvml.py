@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from greengpu.energy.capping import LimitConstraints
+from greengpu.model import LimitConstraints
 
 log = logging.getLogger("greengpu.nvml")
 

@@ -28,7 +28,7 @@ TOP_KEYS = ("site", "node_types", "nodes", "tenants", "pools")
 SITE_KEYS = ("pue", "price_per_kwh", "tariff_csv", "carbon_g_per_kwh", "carbon_csv", "currency", "name", "timezone")
 NODE_TYPE_KEYS = (
     "gpus", "gpu_model", "gpu_idle_w", "gpu_max_w", "gpu_min_limit_w", "host_idle_w", "host_sleep_w",
-    "boot_s", "gpu_memory_gb",
+    "boot_s", "gpu_memory_gb", "gpu_max_clock_mhz",
 )
 NODE_KEYS = ("name", "type", "domain", "mac", "wol_host", "wol_port", "ipmi_host")
 TENANT_KEYS = ("quota_gpus", "weight", "borrow_limit_gpus", "quota_gpus_by_model", "max_gpu_memory_gb")
@@ -107,11 +107,12 @@ def _node_type(fields: Fields, name: str) -> NodeType:
         raise fields.error("host_sleep_w", f"sleep power {host_sleep_w:g} W is above host_idle_w {host_idle_w:g} W")
     boot_s = fields.number("boot_s", 180.0, minimum=0.0, maximum=86_400.0)
     memory = fields.number("gpu_memory_gb", 0.0, minimum=0.0)
-    assert boot_s is not None and memory is not None
+    max_clock_mhz = fields.integer("gpu_max_clock_mhz", 0, minimum=0, maximum=10_000)
+    assert boot_s is not None and memory is not None and max_clock_mhz is not None
     return NodeType(
         name=name, gpus=gpus, gpu_model=model, gpu_idle_w=gpu_idle_w, gpu_max_w=gpu_max_w,
         gpu_min_limit_w=gpu_min_limit_w, host_idle_w=host_idle_w, host_sleep_w=host_sleep_w,
-        boot_s=boot_s, gpu_memory_gb=memory,
+        boot_s=boot_s, gpu_memory_gb=memory, gpu_max_clock_mhz=max_clock_mhz,
     )
 
 

@@ -1,8 +1,10 @@
 """The node agent: applies the capping decision to this node's GPUs, safely (`greengpu agent`).
 
-Each tick: read every GPU, ask the class source which job runs where, ask the pure decision
-(`greengpu.energy.capping.decide`) what each GPU should run at, and change only what differs. The
-decision is the simulator's, so what `plan` promises is what the agent does.
+Each tick: read every GPU, ask the class source which job runs where and whether work waits, build
+the tick's observation of each GPU (`gpu_observation`) and ask the tick's capping lever
+(`greengpu.tick.power.gpu_setting`) what it should run at, then change only what differs. The
+simulator asks the same lever with observations of the same shape (built from the inventory), so
+what `plan` and `simulate` promise is what the agent does.
 
 Safety rules, in the order they matter:
 1. Every write is journalled (with the value it replaced) before the agent goes on; a session that
@@ -28,8 +30,10 @@ from dataclasses import dataclass, field
 from greengpu.backends.nvml import GpuReading, NvmlBackend
 from greengpu.control.jobclass import ClassSource, GpuJob
 from greengpu.control.journal import Journal
-from greengpu.energy.capping import CapDecision, cap_binds, decide
+from greengpu.energy.capping import CapDecision, cap_binds
 from greengpu.policy import CappingPolicy
+from greengpu.tick.power import GpuObservation, PowerAction, gpu_setting, setting_actions
+from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
 
 log = logging.getLogger("greengpu.agent")
 
@@ -60,12 +64,25 @@ class GpuControl:
 class TickReport:
     readings: list[GpuReading] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
+    actions: list[PowerAction] = field(default_factory=list)
+    """What the tick's capping lever asked for each GPU this tick (applied where it differed)."""
+
+
+def gpu_observation(node: str, reading: GpuReading, job: GpuJob | None, cap_not_binding: bool,
+                    host_share_w: float) -> GpuObservation:
+    """The tick's view of one GPU as NVML reads it (the simulator builds the same from the inventory)."""
+    return GpuObservation(node=node, gpu_index=reading.index, job_class=job.job_class if job else None,
+                          constraints=reading.constraints, max_clock_mhz=reading.max_sm_clock_mhz,
+                          host_share_w=host_share_w, cap_not_binding=cap_not_binding)
 
 
 class Agent:
     def __init__(self, backend: NvmlBackend, policy: CappingPolicy, classes: ClassSource, journal: Journal,
                  dry_run: bool = False, nonbinding_after_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, node: str = "", host_share_w: float = 0.0) -> None:
+        """`node`: this node's name (in the actions); `host_share_w`: one GPU's share of the node's idle host
+        power from the inventory (`--cluster`), which the efficiency pick counts as the simulator does;
+        0 without an inventory (the pick then weighs GPU energy alone, as Zeus does)."""
         self.backend = backend
         self.policy = policy
         self.classes = classes
@@ -73,10 +90,17 @@ class Agent:
         self.dry_run = dry_run
         self.nonbinding_after_s = nonbinding_after_s
         self._clock = clock
+        self.node = node
+        self.host_share_w = host_share_w
         self.gpus: dict[int, GpuControl] = {}
         self.last_readings: list[GpuReading] = []
-        self.relaxed_for_queue = False
+        self.waiting: WorkWaiting = NOTHING_WAITS
+        """The GPU work that waited for capacity at the last tick (caps lift with `relax_when_queued`)."""
+
+    @property
+    def relaxed_for_queue(self) -> bool:
         """Whether the last tick lifted caps because GPU work waited for capacity (`relax_when_queued`)."""
+        return self.policy.relaxes_when_queued and self.waiting.waiting
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -160,8 +184,7 @@ class Agent:
         self.last_readings = readings
         jobs = self.classes.jobs(readings)
         # Work waiting for GPUs anywhere: with relax_when_queued, running jobs go uncapped until it starts.
-        short = self.policy.relaxes_when_queued and self.classes.capacity_short()
-        self.relaxed_for_queue = short
+        self.waiting = self.classes.work_waiting()
         for reading in readings:
             control = self.gpus.setdefault(reading.index, GpuControl())
             job = jobs.get(reading.index)
@@ -170,9 +193,9 @@ class Agent:
                 control.job, control.cap_bound, control.busy_samples = job, False, 0
                 control.cap_not_binding, control.limit_since_s = False, None
             self._learn_binding(control, reading, now)
-            decision = decide(job.job_class if job else None, self.policy, reading.constraints,
-                              reading.max_sm_clock_mhz, cap_not_binding=control.cap_not_binding,
-                              capacity_short=short)
+            seen = gpu_observation(self.node, reading, job, control.cap_not_binding, self.host_share_w)
+            decision = gpu_setting(seen, self.policy, self.waiting)
+            report.actions.extend(setting_actions(seen, decision))
             report.changes.extend(self._apply(reading, control, decision, now))
         for line in report.changes:
             log.info(line)

@@ -34,7 +34,9 @@ from greengpu.control.exporter import LoopHealth, agent_metrics_server, parse_li
 from greengpu.control.jobclass import ClassSource, KubernetesPods, LocalMap, SlurmJobs, load_class_file
 from greengpu.control.journal import Journal
 from greengpu.errors import BadInput
+from greengpu.model import Cluster
 from greengpu.policy import Policy
+from greengpu.tick.power import host_share_w
 
 log = logging.getLogger("greengpu.agent")
 
@@ -62,6 +64,8 @@ class AgentOptions:
     nonbinding_after_s: float
     stale_after_s: float | None = None
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    cluster: Cluster | None = None
+    """The inventory (`--cluster`): this node's host power counts in the efficiency pick, as in a replay."""
     """A last good tick older than this makes /healthz fail and the GPUs go back to default limits
     (None: 3 intervals, at least 30 s)."""
 
@@ -105,7 +109,7 @@ def build_class_source(options: AgentOptions) -> ClassSource:
     default_class = "training"
     if options.classes_file:
         by_gpu, by_partition, default_class = load_class_file(options.classes_file)
-    node = options.node or socket.gethostname().split(".")[0]
+    node = node_name(options)
     if options.class_source == "slurm":
         return SlurmJobs(node, by_partition, default_class)
     if options.class_source == "kubernetes":
@@ -126,6 +130,21 @@ def build_class_source(options: AgentOptions) -> ClassSource:
                               list_pending=api.pending_gpu_pods if options.policy.capping.relaxes_when_queued
                               else None, pods_by_gpu_uuid=pods_by_gpu_uuid)
     return LocalMap(by_gpu, default_class)
+
+
+def node_name(options: AgentOptions) -> str:
+    return options.node or socket.gethostname().split(".")[0]
+
+
+def node_host_share_w(options: AgentOptions) -> float:
+    """One GPU's share of this node's idle host power, from the inventory; 0 without one."""
+    if options.cluster is None:
+        return 0.0
+    name = node_name(options)
+    node = next((n for n in options.cluster.nodes if n.name == name), None)
+    if node is None:
+        raise BadInput(f"--node {name}: not in the inventory given with --cluster")
+    return host_share_w(options.cluster.node_types[node.type_name])
 
 
 TICK_FAILURES: tuple[type[BaseException], ...] = (GpuLost, KubeError, SlurmError, OSError,
@@ -150,7 +169,8 @@ def run_agent(options: AgentOptions) -> int:
         return 1
     backend = build_backend(options)
     agent = Agent(backend, options.policy.capping, classes, Journal(options.journal), dry_run=options.dry_run,
-                  nonbinding_after_s=options.nonbinding_after_s)
+                  nonbinding_after_s=options.nonbinding_after_s, node=node_name(options),
+                  host_share_w=node_host_share_w(options))
     health = LoopHealth(stale_after_s=stale_after_s(options))
     try:
         server = agent_metrics_server(agent, host, port, health)  # bound before any GPU is touched

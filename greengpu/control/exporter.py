@@ -33,7 +33,7 @@ from greengpu.control.agent import Agent
 log = logging.getLogger("greengpu.exporter")
 
 DEFAULT_AGENT_LISTEN = "127.0.0.1:9474"
-"""The daemon has 9473 (docs/AGENT.md); the agent on the same host takes the next port."""
+"""The agent's port; the daemon serves on 9475 (docs/DAEMON.md), so both fit on one host."""
 LABELS = ["gpu", "uuid", "model"]
 
 

@@ -1,7 +1,7 @@
 """Which job, of which workload class, runs on each local GPU: the agent's input to the capping decision.
 
 Three sources, one answer (`{gpu index: GpuJob}`; a GPU missing from it is idle), and whether GPU
-work is waiting for capacity (`capacity_short`, for the policy's `relax_when_queued`):
+work is waiting for capacity (`work_waiting`, the tick's typed answer, for the policy's `relax_when_queued`):
 - `LocalMap`: a YAML file on the node (`gpus: {0: inference}`, `default_class: training`): for
   machines without a scheduler, and for `--backend fake`. It knows no queue: never short.
 - `SlurmJobs`: `scontrol -d -o show job` lists the jobs on this node with the GPU indices each holds
@@ -32,6 +32,7 @@ from greengpu.backends.nvml import GpuReading
 from greengpu.config.fields import Fields
 from greengpu.config.yamlsource import load_yaml_file
 from greengpu.model import JOB_CLASSES
+from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
 
 CLASS_COMMENT = re.compile(r"greengpu\.class=(\w+)")
 
@@ -49,8 +50,8 @@ class ClassSource(Protocol):
         """The job on each busy GPU of this node."""
         ...
 
-    def capacity_short(self) -> bool:
-        """Whether GPU work waited for capacity at the last `jobs()` call (the whole cluster's queue)."""
+    def work_waiting(self) -> WorkWaiting:
+        """The GPU work that waited for capacity at the last `jobs()` call (the whole cluster's queue)."""
         ...
 
 
@@ -78,8 +79,8 @@ class LocalMap:
                    for r in readings if r.pids and r.index in self.classes_by_gpu}
         return {**claimed, **_unclaimed_busy(readings, claimed, self.default_class)}
 
-    def capacity_short(self) -> bool:
-        return False  # no scheduler, no queue
+    def work_waiting(self) -> WorkWaiting:
+        return NOTHING_WAITS  # no scheduler, no queue
 
 
 def load_class_file(path: str | Path) -> tuple[dict[int, str], dict[str, str], str]:
@@ -142,16 +143,21 @@ def parse_scontrol_jobs(text: str, node: str, partition_classes: Mapping[str, st
 _GPU_REQUEST = re.compile(r"\b(?:TresPerNode|TresPerJob|TresPerTask|TresPerSocket|ReqTRES|Gres)=\S*\bgpu\b")
 
 
-def gpu_jobs_wait_for_resources(text: str) -> bool:
-    """Whether a pending job that asks for GPUs waits for resources, from `scontrol -d -o show job`.
+_JOB_ID = re.compile(r"\bJobId=(\S+)")
+
+
+def gpu_jobs_waiting_for_resources(text: str) -> WorkWaiting:
+    """The pending jobs that ask for GPUs and wait for resources, from `scontrol -d -o show job`.
 
     Slurm gives the first job that cannot start `Reason=Resources` and those queued behind it
     `Reason=Priority`; other reasons (limits, dependencies, held jobs) are not a shortage of GPUs.
     """
+    waiting = []
     for line in text.splitlines():
         if "JobState=PENDING" in line and "Reason=Resources" in line and _GPU_REQUEST.search(line):
-            return True
-    return False
+            found = _JOB_ID.search(line)
+            waiting.append(found.group(1) if found else "?")
+    return WorkWaiting(tuple(sorted(waiting)))
 
 
 class SlurmJobs:
@@ -164,16 +170,16 @@ class SlurmJobs:
         self.partition_classes = dict(partition_classes or {})
         self.default_class = default_class
         self._run = run or _scontrol
-        self._short = False
+        self._waiting = NOTHING_WAITS
 
     def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
         text = self._run(["scontrol", "-d", "-o", "show", "job"])
-        self._short = gpu_jobs_wait_for_resources(text)
+        self._waiting = gpu_jobs_waiting_for_resources(text)
         claimed = parse_scontrol_jobs(text, self.node, self.partition_classes, self.default_class)
         return {**claimed, **_unclaimed_busy(readings, claimed, self.default_class)}
 
-    def capacity_short(self) -> bool:
-        return self._short
+    def work_waiting(self) -> WorkWaiting:
+        return self._waiting
 
 
 _POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
@@ -209,18 +215,18 @@ class KubernetesPods:
         self.default_class = default_class
         self.proc_root = proc_root
         self._list_pending = list_pending
-        self._short = False
+        self._waiting = NOTHING_WAITS
 
-    def capacity_short(self) -> bool:
-        return self._short
+    def work_waiting(self) -> WorkWaiting:
+        return self._waiting
 
     def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
         busy = [r for r in readings if r.pids]
         if not busy:
-            self._short = False  # nothing here to uncap: spare the API server the cluster-wide list
+            self._waiting = NOTHING_WAITS  # nothing here to uncap: spare the API server the cluster-wide list
             return {}
         if self._list_pending is not None:
-            self._short = bool(self._list_pending())
+            self._waiting = WorkWaiting(tuple(sorted(f"{p.namespace}/{p.name}" for p in self._list_pending())))
         listed = self._list_pods(self.node)
         claimed: dict[int, GpuJob] = {}
         if self._pods_by_gpu_uuid is not None:

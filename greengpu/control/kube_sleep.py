@@ -14,6 +14,10 @@ pending GPU pods (the scheduling core picks the fewest nodes), uncordon after th
   room (the kube-scheduler already found no room on the awake ones); the core's `WakeNode` actions
   are the nodes to wake: a whole free node for a pod, never two halves.
 - Only nodes greengpu cordoned (annotation `greengpu.io/sleep`) are uncordoned after their wake.
+- Which idle nodes sleep, and which wake beyond what pending pods need, is the control tick's sleep
+  lever (`greengpu.tick.sleep`), asked with an observation built from the API and the state store
+  (`observe`), the same lever the simulator asks: sleep windows, the idle timeout, the warm reserve,
+  no sleep while GPU pods wait, and the suspend and wake rate limits hold on a live cluster too.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from dataclasses import dataclass
 
 from greengpu.backends.kubernetes import CLASS_ANNOTATION, SLEEP_ANNOTATION, KubeApi, KubeError, PodInfo
 from greengpu.control.sleep_control import SleepControl
+from greengpu.energy.sleep import NodeView
 from greengpu.energy.wake_verify import WakeEvent
 from greengpu.model import JOB_CLASSES, Cluster, ClusterSnapshot, Job, NodeState, PendingJob, PowerState, WakeNode
 from greengpu.policy import Policy
-from greengpu.sched.core import schedule_cycle
+from greengpu.tick.sleep import RESERVE_REASON, SleepObservation, plan_sleep, plan_wakes
+from greengpu.tick.tick import Scheduled, schedule
 
 log = logging.getLogger("greengpu.kube")
 
@@ -38,6 +44,8 @@ unlike Slurm's slurmd, which must register with a new boot time (docs/SLEEP.md).
 DRAIN_TIMEOUT_S = 300.0
 """How long evicted pods may take to terminate (their grace period) before the sleep is called off."""
 TERMINATION_POLL_S = 1.0
+RATE_WINDOW_S = 60.0
+ENDED = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class KubeSleep:
 
     def sleep(self, node: str, reason: str, force: bool = False) -> SleepOutcome:
         """Cordon, drain (`force`: bare and emptyDir pods too) and suspend `node`, or say why not."""
-        pods = [p for p in self.api.pods_on_node(node) if p.phase not in ("Succeeded", "Failed")]
+        pods = [p for p in self.api.pods_on_node(node) if p.phase not in ENDED]
         holding = [p for p in pods if p.gpus > 0]
         if holding:
             return SleepOutcome(node, False, f"{node}: not put to sleep: GPU pods run there "
@@ -107,11 +115,51 @@ class KubeSleep:
         except KubeError as error:
             log.error("%s: left cordoned: uncordon failed too: %s", node, error)
 
-    def wake_for_pending(self, now_s: float) -> list[str]:
-        """Wake the nodes the core needs for pending GPU pods; returns the nodes sent a wake-up."""
+    def observe(self, now_s: float) -> SleepObservation:
+        """The sleep lever's view of the cluster, built from the API and the state store (as the
+        simulator builds its own from simulated nodes): idle awake nodes with the time they were first
+        seen idle, asleep nodes, ready free GPUs, GPUs in use and the rate limits' last minute.
+
+        Only Ready nodes greengpu has not put to sleep count as awake; a node the API does not report
+        Ready is neither slept nor counted (when unsure, nothing changes).
+        """
+        store = self.control.store
+        records = {r.node: r for r in store.records()}
+        waking = {t.node for t in store.open_tracks()}
+        ready = self.api.ready_nodes()
+        asleep: list[NodeView] = []
+        awake_idle: dict[str, tuple[int, float]] = {}
+        ready_idle_gpus = 0
+        busy_gpus = 0.0
+        for node in self.cluster.nodes:
+            gpus = self.cluster.node_types[node.type_name].gpus
+            record = records.get(node.name)
+            if record is not None and record.state == "asleep":
+                asleep.append(NodeView(node.name, gpus, PowerState.ASLEEP, record.since_s, False, None))
+                continue
+            holding = [p for p in self.api.pods_on_node(node.name) if p.gpus > 0 and p.phase not in ENDED]
+            busy_gpus += sum(p.gpus for p in holding)
+            if holding:
+                continue
+            if node.name in waking:
+                ready_idle_gpus += gpus
+            elif node.name in ready:
+                # Awake since its verified wake, or long before greengpu first saw it.
+                since = record.since_s if record is not None and record.state == "up" else 0.0
+                awake_idle[node.name] = (gpus, since)
+        idle_since = store.note_idle(awake_idle, now_s)
+        idle_awake = tuple(NodeView(name, gpus, PowerState.AWAKE, since, False, idle_since[name])
+                           for name, (gpus, since) in awake_idle.items())
+        ready_idle_gpus += sum(gpus for gpus, _ in awake_idle.values())
+        return SleepObservation(now_s=now_s, idle_awake=idle_awake, asleep=tuple(asleep),
+                                ready_idle_gpus=ready_idle_gpus, busy_gpus=busy_gpus,
+                                suspends_last_minute=store.count_events("suspend", now_s - RATE_WINDOW_S),
+                                wakes_last_minute=store.count_events("send", now_s - RATE_WINDOW_S))
+
+    def pending_cycle(self, now_s: float) -> Scheduled:
+        """The core's cycle over the pending GPU pods, on a snapshot where only sleeping and waking nodes
+        have room (the kube-scheduler already found none on the awake ones)."""
         pods = self.api.pending_gpu_pods()
-        if not pods:
-            return []
         asleep = {r.node for r in self.control.store.records() if r.state == "asleep"}
         waking = {t.node for t in self.control.store.open_tracks()}
         states = {}
@@ -124,10 +172,25 @@ class KubeSleep:
                 states[node.name] = NodeState(drained=True)  # awake: the kube-scheduler found no room there
         snapshot = ClusterSnapshot(time_s=now_s, cluster=self.cluster, running=(),
                                    pending=tuple(PendingJob(_job(p, now_s)) for p in pods), node_states=states)
-        result = schedule_cycle(snapshot, self.policy.scheduler, self.policy.interval_s)
-        wakes = [a for a in result.actions if isinstance(a, WakeNode)]
+        return schedule(snapshot, self.policy)
+
+    def sleep_idle(self, now_s: float) -> list[SleepOutcome]:
+        """Put to sleep the idle nodes the tick's sleep lever chooses now (none while GPU pods wait)."""
+        if not self.policy.sleep.enabled:
+            return []
+        waiting = self.pending_cycle(now_s).waiting
+        chosen = plan_sleep(self.observe(now_s), self.policy.sleep, waiting)
+        return [self.sleep(action.node, action.reason) for action in chosen]
+
+    def wake_for_pending(self, now_s: float) -> list[str]:
+        """Wake the nodes the core needs for pending GPU pods, then any the warm reserve lacks, within the
+        wake rate limit (the tick's `plan_wakes`); returns the nodes sent a wake-up."""
+        scheduled = self.pending_cycle(now_s)
+        asked = [a for a in scheduled.cycle.actions if isinstance(a, WakeNode)]
+        wakes = plan_wakes(self.observe(now_s), self.policy.sleep, asked)
         for action in wakes:
-            self.control.wake([action.node], f"pending pod needs GPUs: {action.reason}")
+            why = action.reason if action.reason == RESERVE_REASON else f"pending pod needs GPUs: {action.reason}"
+            self.control.wake([action.node], why)
         return [a.node for a in wakes]
 
     def verify(self) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,10 @@ CREATE TABLE IF NOT EXISTS sleep_nodes (
     attempts INTEGER NOT NULL DEFAULT 0,
     first_sent_s REAL, sent_s REAL, deadline_s REAL, next_try_s REAL,
     wake_reason TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS idle_nodes (   -- awake nodes without work, and since when (the idle timeout)
+    node TEXT PRIMARY KEY,
+    since_s REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS sleep_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -108,6 +112,25 @@ class StateStore:
         with self._tx() as db:
             rows = db.execute("SELECT node, state, since_s, reason FROM sleep_nodes ORDER BY node").fetchall()
         return [SleepRecord(*row) for row in rows]
+
+    def note_idle(self, idle: Iterable[str], now_s: float) -> dict[str, float]:
+        """Remember when each node in `idle` (awake, without work) was first seen so, for as long as it
+        stays so; every other node is forgotten (busy, asleep or waking: its idle time starts afresh).
+        Returns each idle node's since-time."""
+        idle = list(idle)
+        with self._tx() as db:
+            kept = {row[0] for row in db.execute("SELECT node FROM idle_nodes").fetchall()}
+            db.executemany("DELETE FROM idle_nodes WHERE node = ?", [(n,) for n in kept - set(idle)])
+            db.executemany("INSERT OR IGNORE INTO idle_nodes (node, since_s) VALUES (?, ?)", [(n, now_s) for n in idle])
+            rows = db.execute("SELECT node, since_s FROM idle_nodes").fetchall()
+        wanted = set(idle)
+        return {node: since for node, since in rows if node in wanted}
+
+    def count_events(self, kind: str, since_s: float) -> int:
+        """Events of `kind` (`suspend`, `send`: a wake-up sent) at or after `since_s` (the rate limits)."""
+        with self._tx() as db:
+            row = db.execute("SELECT COUNT(*) FROM sleep_events WHERE kind = ? AND time_s > ?", (kind, since_s))
+            return int(row.fetchone()[0])
 
     def events(self, node: str | None = None) -> list[tuple[float, str, str, str]]:
         with self._tx() as db:

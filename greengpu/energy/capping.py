@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from greengpu.energy.power_model import TRAINING_CURVE, PowerCurve, busy_gpu
-from greengpu.model import NodeType
+from greengpu.model import LimitConstraints, NodeType
 from greengpu.policy import CappingPolicy, ClassCapping
 
 MODEL_STEP_W = 1.0
@@ -31,19 +31,6 @@ time; the model costs nothing to evaluate, so it is taken at every watt (NVML ta
 25 W grid missed the model's least-energy limit within budget (P100: 175 W instead of 162 W)."""
 BINDING_MARGIN = 0.95
 """A cap binds when power reaches this fraction of it (NVML averages power over about a second)."""
-
-
-@dataclass(frozen=True)
-class LimitConstraints:
-    """What NVML allows for one GPU, in watts (nvmlDeviceGetPowerManagementLimitConstraints, default limit)."""
-
-    min_w: float
-    max_w: float
-    default_w: float
-
-    def clamp(self, limit_w: float) -> float:
-        """`limit_w` brought inside [min_w, max_w]."""
-        return min(max(limit_w, self.min_w), self.max_w)
 
 
 @dataclass(frozen=True)

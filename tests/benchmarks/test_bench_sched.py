@@ -14,12 +14,12 @@ import time
 from dataclasses import replace
 
 from schedkit import job, make_cluster, node_type
+from transitions import apply_scheduler_actions
 
 from greengpu.model import GPU_UNITS, ClusterSnapshot, GpuSlot, PendingJob, PlaceJob, RunningJob, Tenant
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.core import schedule_cycle
 from greengpu.sched.invariants import check_invariants
-from greengpu.sched.transitions import apply_scheduler_actions
 
 SIZES = [1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64]
 

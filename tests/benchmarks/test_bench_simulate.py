@@ -33,7 +33,7 @@ def _replay(policy_name: str) -> tuple[dict[str, Any], int, float]:
     start = time.perf_counter()
     jobs = read_trace(trace, "philly").jobs
     read_s = time.perf_counter() - start
-    result = Simulation(cluster, load_policy(policy_name), jobs).run().values
+    result = Simulation(cluster, load_policy(policy_name), jobs).run().to_json()
     _REPLAYS[policy_name] = result
     return result, len(jobs), read_s
 

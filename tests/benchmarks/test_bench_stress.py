@@ -100,7 +100,7 @@ def replay(scenario: str, policy: str) -> dict[str, Any]:
         chosen = SCENARIOS[scenario]
         cluster, jobs = chosen.cluster(), chosen.jobs()
         started = time.perf_counter()
-        result = Simulation(cluster, load_policy(policy), jobs).run().values
+        result = Simulation(cluster, load_policy(policy), jobs).run().to_json()
         result["bench_wall_s"] = time.perf_counter() - started
         _RESULTS[key] = result
     return _RESULTS[key]

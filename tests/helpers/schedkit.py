@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from transitions import apply_scheduler_actions
+
 from greengpu.model import (
     Action,
     Cluster,
@@ -24,7 +26,6 @@ from greengpu.model import (
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.core import CycleResult, schedule_cycle
 from greengpu.sched.invariants import check_invariants
-from greengpu.sched.transitions import apply_scheduler_actions
 
 
 def node_type(gpus: int = 8, model: str = "A100", name: str | None = None, memory_gb: float = 80.0) -> NodeType:

@@ -26,8 +26,13 @@ def kube() -> Iterator[FakeKube]:
 def kube_options(tmp_path: Path, kube: FakeKube, port: int) -> list[str]:
     inventory = write_inventory(tmp_path / "cluster.yaml", {"gpu4": a100_type(gpus=4)},
                                 [wol_node("gpu[1-2]", "gpu4", "02:00:5e:30:00:01", port)])
+    # The shipped default with no minimum time asleep: the commands run on the wall clock, one after another.
+    shipped = (Path(__file__).parents[2] / "policies" / "default.yaml").read_text()
+    assert "min_asleep_s: 600" in shipped
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(shipped.replace("min_asleep_s: 600", "min_asleep_s: 0"))
     return ["kube", "--cluster", str(inventory), "--state", str(tmp_path / "state.db"), "--kube-host", kube.url,
-            "--suspend-command", f"touch {tmp_path}/suspended-{{node}}"]
+            "--policy", str(policy), "--suspend-command", f"touch {tmp_path}/suspended-{{node}}"]
 
 
 def one_json(capsys: pytest.CaptureFixture[str]) -> object:

@@ -106,7 +106,7 @@ def test_greengpu_suspends_idle_nodes_and_wakes_them_for_a_gpu_job(slurm_cluster
 
     def short_now() -> bool:
         source.jobs([])
-        return source.capacity_short()
+        return source.work_waiting().waiting
 
     blocked = slurm_cluster.run("sbatch", "--parsable", "-w", "node1", "--gres=gpu:4", "--wrap", "true").stdout.strip()
     slurm_cluster.wait(short_now, 30, f"job {blocked} to wait for resources")

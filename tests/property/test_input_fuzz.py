@@ -281,8 +281,8 @@ SERIES = {
 
 def test_every_base_input_is_valid(workdir: Path) -> None:
     """The fuzz starts from valid inputs, so a refusal is the mutation's doing."""
+    from greengpu.commands.plan_main import read_history_frame
     from greengpu.config.plan_settings import load_plan_file
-    from greengpu.control.plan_main import read_history_frame
 
     cluster = workdir / "cluster.yaml"
     cluster.write_text(CLUSTER, encoding="utf-8")

@@ -14,6 +14,7 @@ from greengpu.control.jobclass import LocalMap, parse_scontrol_jobs
 from greengpu.control.journal import Journal
 from greengpu.energy.capping import decide
 from greengpu.policy import CappingPolicy, ClassCapping
+from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
 
 POLICY = CappingPolicy(enabled=True, idle_to_min_limit=True, classes={
     "training": ClassCapping(mode="efficiency", max_slowdown=0.05),
@@ -190,18 +191,19 @@ def test_slurm_jobs_map_to_gpu_indices_and_classes() -> None:
 
 
 def test_capacity_is_short_only_while_a_gpu_job_waits_for_resources() -> None:
-    from greengpu.control.jobclass import SlurmJobs, gpu_jobs_wait_for_resources
+    from greengpu.control.jobclass import SlurmJobs, gpu_jobs_waiting_for_resources
 
-    assert gpu_jobs_wait_for_resources(SCONTROL + PENDING_GPU + PENDING_BEHIND)
+    waiting = gpu_jobs_waiting_for_resources(SCONTROL + PENDING_GPU + PENDING_BEHIND)
+    assert waiting.job_ids == ("104",)
     # Behind another job, waiting on a limit or held, or asking for CPUs only: no GPU shortage.
-    assert not gpu_jobs_wait_for_resources(SCONTROL + PENDING_BEHIND + PENDING_CPU + PENDING_HELD)
+    assert not gpu_jobs_waiting_for_resources(SCONTROL + PENDING_BEHIND + PENDING_CPU + PENDING_HELD).waiting
     listing = [SCONTROL + PENDING_GPU]
     source = SlurmJobs("gpu01", run=lambda argv: listing[0])
-    assert not source.capacity_short()  # nothing read yet
-    assert sorted(source.jobs([])) == [0, 1, 3] and source.capacity_short()
+    assert not source.work_waiting().waiting  # nothing read yet
+    assert sorted(source.jobs([])) == [0, 1, 3] and source.work_waiting().waiting
     listing[0] = SCONTROL
     source.jobs([])
-    assert not source.capacity_short()
+    assert not source.work_waiting().waiting
 
 
 def test_running_jobs_go_uncapped_while_gpu_work_waits_and_capped_again_after(tmp_path: Path) -> None:
@@ -211,8 +213,8 @@ def test_running_jobs_go_uncapped_while_gpu_work_waits_and_capped_again_after(tm
     class QueueAware(LocalMap):
         short = False
 
-        def capacity_short(self) -> bool:
-            return self.short
+        def work_waiting(self) -> WorkWaiting:
+            return WorkWaiting(("queued-job",)) if self.short else NOTHING_WAITS
 
     clock = ManualClock(0.0)
     fake = FakeNvml(make_gpus("2xA100"), clock=clock)
@@ -293,11 +295,11 @@ def test_kubernetes_pod_annotation_gives_the_class(tmp_path: Path) -> None:
         backend.open()
         jobs = source.jobs([backend.read(i) for i in range(4)])
         assert ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu07") in kube.requests
-        assert not source.capacity_short()
+        assert not source.work_waiting().waiting
         # A pod that asks for GPUs and is not scheduled anywhere: capacity is short.
         kube.pods.append(pod("sweep-17", "22223333-4444-5555-6666-777788889999", "", phase="Pending", gpus=2))
         source.jobs([backend.read(i) for i in range(4)])
-        assert source.capacity_short()
+        assert source.work_waiting().waiting
         # Served from the API server's watch cache: every node's agent asks each tick.
         assert ("GET", "/api/v1/pods?fieldSelector=status.phase%3DPending&resourceVersion=0") in kube.requests
     assert {i: (j.job_id, j.job_class) for i, j in jobs.items()} == {

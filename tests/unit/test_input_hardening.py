@@ -286,7 +286,7 @@ def test_the_simulator_stops_when_only_unplaceable_work_is_left() -> None:
     cluster = load_cluster_text(CLUSTER)
     jobs = [Job("small", "t", 1, 100.0, 0.0), Job("huge", "t", 64, 100.0, 10.0), Job("late", "t", 2, 50.0, 20.0)]
     started = time.perf_counter()
-    result = Simulation(cluster, load_policy("default"), jobs).run().values
+    result = Simulation(cluster, load_policy("default"), jobs).run().to_json()
     assert time.perf_counter() - started < FAST_S
     assert (result["jobs_completed"], result["jobs_not_started"], result["unplaceable_jobs"]) == (2, 1, ["huge"])
 

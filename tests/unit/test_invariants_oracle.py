@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from schedkit import job, make_cluster, node_type, placed
+from transitions import apply_scheduler_actions
 
 from greengpu.model import GPU_UNITS, ClusterSnapshot, GpuSlot, PendingJob, RunningJob, Tenant
 from greengpu.policy import SchedulerPolicy
@@ -19,7 +20,6 @@ from greengpu.sched import invariants
 from greengpu.sched.core import schedule_cycle
 from greengpu.sched.invariants import check_invariants
 from greengpu.sched.quota import QuotaLedger
-from greengpu.sched.transitions import apply_scheduler_actions
 
 A100x8 = node_type(8)
 

@@ -29,7 +29,7 @@ def cluster(site: Site) -> Cluster:
 
 def replay(site: Site, jobs: list[object], tmp_path: Path, policy: str = "always-on") -> tuple[dict, Path]:
     simulation = Simulation(cluster(site), load_policy(policy), jobs, attribute=True)  # type: ignore[arg-type]
-    result = simulation.run().values
+    result = simulation.run().to_json()
     assert simulation.attribution is not None
     path = tmp_path / "ledger.db"
     write_run(path, simulation.attribution, kind="simulate", policy=policy, source="test")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from greengpu.control.plan_main import parse_days
+from greengpu.commands.plan_main import parse_days
 from greengpu.errors import BadInput
 from greengpu.forecast.models import BASELINES
 from greengpu.forecast.plan import PlanSettings, make_plan, peak_upper_offset, theil_sen_slope
@@ -94,8 +94,8 @@ def test_plan_json_contract_and_bad_history(tmp_path: Path, repo: Path) -> None:
 def test_savings_compare_always_on_and_default_on_the_same_trace(repo: Path) -> None:
     from schedkit import job
 
+    from greengpu.commands.plan_main import _finish_savings, _start_savings
     from greengpu.config.inventory import load_cluster
-    from greengpu.control.plan_main import _finish_savings, _start_savings
 
     cluster = load_cluster(repo / "examples" / "lab-a100.cluster.yaml")
     t0 = 1_700_000_000.0

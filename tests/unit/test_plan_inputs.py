@@ -213,7 +213,7 @@ def test_an_unwritable_html_path_is_refused_before_planning(tmp_path: Path) -> N
 
 
 def test_the_data_credit_comes_from_the_settings_and_reaches_every_report(tmp_path: Path) -> None:
-    from greengpu.control.plan_main import PlanOptions, load_inputs
+    from greengpu.commands.plan_main import PlanOptions, load_inputs
 
     hours = pd.date_range("2027-01-01", periods=16 * 24, freq="h", tz="UTC")
     (tmp_path / "demand.csv").write_text("time,gpus_busy\n" + "".join(

@@ -83,7 +83,7 @@ def test_the_simulator_wakes_nodes_for_the_forecast_ramp_before_jobs_wait() -> N
     plain = Simulation(ramp_cluster(6), no_forecast, jobs)
     plain.run()
     forecast = Simulation(ramp_cluster(6), with_forecast, jobs)
-    result = forecast.run().values
+    result = forecast.run().to_json()
     assert result["invariant_violations"] == 0
 
     def waits_on(sim: Simulation, day: int) -> list[float]:

@@ -40,7 +40,7 @@ def test_a_quota_wait_lifts_the_cap_of_its_tenants_job_and_no_other() -> None:
             job("b1", tenant="b", duration_s=3600, submit_time_s=T0),
             job("a2", tenant="a", duration_s=600, submit_time_s=T0 + 1000)]
     simulation = Simulation(two_nodes(), capped_policy(), jobs)
-    result = simulation.run().values
+    result = simulation.run().to_json()
     # a2 waits for its tenant's quota from 1,000 s: only a1's completion frees its way, so a1 runs
     # uncapped from then; b1 is in nobody's way and keeps its cap to the end.
     a1_end = 1000 + math.ceil(3600 - 1000 * speed)
@@ -57,10 +57,10 @@ def test_a_quota_wait_lifts_the_cap_of_its_tenants_job_and_no_other() -> None:
 def test_energy_per_gpu_hour_counts_completed_work_at_full_speed() -> None:
     jobs = [job("a1", tenant="a", duration_s=3600, submit_time_s=T0),
             job("b1", tenant="b", duration_s=1800, submit_time_s=T0)]
-    result = Simulation(two_nodes(), load_policy("always-on"), jobs).run().values
+    result = Simulation(two_nodes(), load_policy("always-on"), jobs).run().to_json()
     assert result["energy_kwh_per_gpu_hour"] == pytest.approx(result["energy_kwh"] / 1.5)
-    capped = Simulation(two_nodes(), capped_policy(), jobs).run().values
+    capped = Simulation(two_nodes(), capped_policy(), jobs).run().to_json()
     # Capped jobs run longer but complete the same work: energy per GPU-hour counts the work.
     assert capped["energy_kwh_per_gpu_hour"] == pytest.approx(capped["energy_kwh"] / 1.5)
-    nothing = Simulation(two_nodes(), load_policy("always-on"), jobs, until_s=60).run().values
+    nothing = Simulation(two_nodes(), load_policy("always-on"), jobs, until_s=60).run().to_json()
     assert nothing["energy_kwh_per_gpu_hour"] is None

@@ -102,7 +102,7 @@ def test_running_jobs_go_uncapped_while_a_queue_lasts_and_capped_again_after() -
     jobs = [job("a", tenant="ta", duration_s=3600, submit_time_s=T0),
             job("b", tenant="tb", duration_s=600, submit_time_s=T0 + 1000)]
     simulation = Simulation(one_node(), policy, jobs, attribute=True)
-    result = simulation.run().values
+    result = simulation.run().to_json()
     # a runs capped for 1,000 s; b then waits for the only GPU, so a runs uncapped to its end.
     a_end = 1000 + math.ceil(3600 - 1000 * speed)
     # b starts once a is done; nothing waits then, so b runs capped.
@@ -143,3 +143,27 @@ def test_a_checkpoint_saves_the_work_done_at_each_pace_before_it() -> None:
     # b runs 1120-1720 (c waits, so uncapped); a then redoes only what it lost, uncapped while c waits;
     # c runs last, capped.
     assert result["makespan_s"] == 1720 + math.ceil(3600 - saved_s) + math.ceil(100 / speed)
+
+
+def test_fair_share_remembers_past_use_when_usage_weight_is_set() -> None:
+    """Tenant a used the one GPU for ten hours; then a and b each submit a job at the same moment.
+    With usage_weight 0 the tie goes to queue order (a first, it was submitted first); with usage
+    weighed, b's empty history puts it first: the replay keeps the decayed GPU-hours the core asks for."""
+    from greengpu.model import Tenant
+    from greengpu.policy import FairSharePolicy
+
+    cluster = replace(one_node(), tenants={"a": Tenant("a", quota_gpus=1), "b": Tenant("b", quota_gpus=1)})
+    jobs = [job("history", tenant="a", duration_s=36_000, submit_time_s=T0),
+            job("a-next", tenant="a", duration_s=600, submit_time_s=T0 + 36_000),
+            job("b-next", tenant="b", duration_s=600, submit_time_s=T0 + 36_000)]
+    base = load_policy("always-on")
+
+    def first_of_the_two(usage_weight: float) -> str:
+        fair = FairSharePolicy(usage_half_life_s=7 * 86_400.0, usage_weight=usage_weight)
+        policy = replace(base, scheduler=replace(base.scheduler, fair_share=fair))
+        sim = Simulation(cluster, policy, jobs)
+        sim.run()
+        return min(("a-next", "b-next"), key=lambda j: sim.first_start[j])
+
+    assert first_of_the_two(0.0) == "a-next"
+    assert first_of_the_two(1.0) == "b-next"

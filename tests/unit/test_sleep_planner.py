@@ -72,7 +72,7 @@ def waits(sim: Simulation) -> dict[str, float]:
 def test_a_waking_node_is_not_counted_on_before_it_is_up() -> None:
     jobs = [job("a", duration_s=60, submit_time_s=T0), job("b", duration_s=60, submit_time_s=T0 + 4000)]
     sim = Simulation(nodes(1), sleepy(), jobs)
-    result = sim.run().values
+    result = sim.run().to_json()
     assert waits(sim)["b"] == ONE_GPU.boot_s  # placed exactly when the boot completes, not before
     assert result["invariant_violations"] == 0  # no work on a node that is not up
 
@@ -92,7 +92,7 @@ def test_minimum_asleep_time_delays_a_wake_and_minimum_awake_time_delays_a_suspe
     jobs = [job("a", duration_s=60, submit_time_s=T0), job("b", duration_s=60, submit_time_s=T0 + 60 + 1830 + 100),
             job("c", duration_s=60, submit_time_s=T0 + 20_000)]
     sim = Simulation(nodes(1), sleepy(min_asleep_s=600, min_awake_s=2400), jobs)
-    result = sim.run().values
+    result = sim.run().to_json()
     asleep_at = T0 + 60 + 1800 + 30
     woken_at = asleep_at + 600  # not before the node has slept its minimum
     assert waits(sim)["b"] == pytest.approx(woken_at + 180 - jobs[1].submit_time_s, abs=60)
@@ -109,7 +109,7 @@ def test_a_node_that_never_wakes_is_retried_then_failed_and_the_job_goes_elsewhe
     policy = sleepy(wake_timeout_s=600, wake_retries=3, wake_backoff_s=30)
     jobs = [job("a", duration_s=60, submit_time_s=T0), job("b", duration_s=60, submit_time_s=T0 + 4000)]
     sim = Simulation(nodes(2), policy, jobs, never_wake={"n1"})
-    result = sim.run().values
+    result = sim.run().to_json()
     assert result["failed_nodes"] == ["n1"]
     assert result["jobs_completed"] == 2 and result["invariant_violations"] == 0
     assert result["wakes"] == 4 + 1  # four wake-ups to n1, then one to n2
@@ -125,7 +125,7 @@ def test_windows_confine_sleep() -> None:
     t0_minute = int(T0 % 86400 // 60)
     closed = SleepWindow(days=("mon",), start_minute=(t0_minute + 600) % 1440, end_minute=(t0_minute + 660) % 1440)
     sim = Simulation(nodes(1), sleepy(windows=(closed,)), jobs)
-    result = sim.run().values
+    result = sim.run().to_json()
     assert result["wakes"] == 0 and result["node_sleep_hours"] == 0
 
 

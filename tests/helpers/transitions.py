@@ -1,8 +1,9 @@
-"""Carry out scheduler actions on a snapshot: how a body that trusts nothing applies them.
+"""Carry out scheduler actions on a snapshot: how a body that trusts nothing applies them (the tests' body).
 
-Used by the simulator and the tests. It refuses actions that would break the cluster's physics
-(a slot already taken, a job that is not pending) rather than silently accepting them, so a
-scheduler bug shows up as an error, not as a wrong figure.
+The scheduling tests and benchmarks drive the core through this miniature body; the simulator has its
+own, which also integrates power and paces (greengpu/sim/engine.py). It refuses actions that would
+break the cluster's physics (a slot already taken, a job that is not pending) rather than silently
+accepting them, so a scheduler bug shows up as an error, not as a wrong figure.
 """
 
 from __future__ import annotations
@@ -62,10 +63,6 @@ def apply_scheduler_actions(snapshot: ClusterSnapshot, actions: Iterable[Action]
             by_job_id = action.for_job_id or victim.preempted_for
             if by_job_id is not None:
                 history = (*history, PreemptionRecord(now_s, by_job_id))
-            beneficiary = pending.get(by_job_id or "")
-            if beneficiary is not None:
-                pending[beneficiary.job.job_id] = replace(
-                    beneficiary, preempted_jobs=(*beneficiary.preempted_jobs, victim.job.job_id))
             pending[victim.job.job_id] = PendingJob(remaining_work(victim, now_s), preemptions=history)
         elif isinstance(action, PreemptJob):
             victim = running.get(action.job_id)

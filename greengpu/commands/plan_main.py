@@ -299,7 +299,7 @@ def _replay(cluster: Any, policy_name: str, jobs: Any, keep_finish_s: bool) -> d
     from greengpu.sim.engine import Simulation
 
     simulation = Simulation(cluster, load_policy(policy_name), jobs, attribute=True)
-    result = simulation.run().values
+    result = simulation.run().to_json()
     out = {k: result[k] for k in SAVINGS_KEYS}
     assert simulation.attribution is not None
     out["tenants"] = simulation.attribution.tenant_totals()

@@ -1,0 +1,1 @@
+"""The command modules of `greengpu` (each a click command or group; `greengpu.cli` assembles them)."""

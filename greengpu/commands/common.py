@@ -1,0 +1,112 @@
+"""Shared pieces of the command modules: exit codes, verbosity and notes, progress displays, event echoing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from greengpu.errors import BadInput
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+VERBOSITY = "greengpu.verbosity"
+"""Key in click's shared context meta: -1 quiet, 0 normal, 1 and more verbose."""
+
+
+class HelpFirstGroup(click.Group):
+    """A group whose subcommands answer --help before the group's own setup runs.
+
+    Click runs a group's callback before it parses the subcommand's arguments; the `slurm` and `kube`
+    groups load the cluster inventory there, so `greengpu slurm verify --help` failed on a machine
+    without /etc/greengpu/cluster.yaml. Help needs no configuration file.
+    """
+
+    group_class = type  # subgroups (slurm, kube) are of this class too
+
+    def invoke(self, ctx: click.Context) -> Any:
+        protected = getattr(ctx, "_protected_args", None)
+        args = [*(protected if protected is not None else ctx.protected_args), *ctx.args]
+        rest = args[1:]
+        if "--" in rest:
+            rest = rest[: rest.index("--")]
+        if args and any(arg in ctx.help_option_names for arg in rest):
+            name, command, sub_args = self.resolve_command(ctx, args)
+            if command is not None:
+                with ctx:
+                    command.make_context(name, sub_args, parent=ctx)  # prints the help and exits
+        return super().invoke(ctx)
+
+
+def verbosity() -> int:
+    """-1 with -q, 0 by default, the number of -v otherwise."""
+    ctx = click.get_current_context(silent=True)
+    return int(ctx.meta.get(VERBOSITY, 0)) if ctx is not None else 0
+
+
+def note(message: str) -> None:
+    """A remark for the person at the terminal, on stderr (never mixed into --json stdout); -q silences it."""
+    if verbosity() >= 0:
+        click.echo(f"greengpu: {message}", err=True)
+
+
+class phases:
+    """A spinner with the current phase and the time spent on stderr when it is a terminal (never with -q,
+    never on stdout, so --json output stays clean); yields a callback taking the phase's name."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not sys.stderr.isatty() or verbosity() < 0:
+            return None
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.bar.start()
+        task = self.bar.add_task(self.label, total=None)
+
+        def phase(name: str) -> None:
+            self.bar.update(task, description=f"{self.label}: {name}")
+
+        return phase
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def echo_events(events: list[Any], as_json: bool) -> None:
+    """Wake-verification events: one JSON array, or one line each for people."""
+    if as_json:
+        click.echo(json.dumps([{"node": e.node, "event": e.kind, "message": e.message} for e in events]))
+        return
+    for event in events:
+        click.echo(event.message)
+
+
+def echo_lines(lines: list[str], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(lines))
+        return
+    for line in lines:
+        click.echo(line)
+
+
+def checked_ledger_path(name: str) -> Path:
+    """A ledger path that can be written, checked before any replay starts."""
+    from greengpu.accounting.ledger import runs
+
+    path = Path(name)
+    if path.is_dir() or not path.parent.is_dir():
+        raise BadInput(f"--ledger: cannot write a ledger at {name}")
+    if path.exists():
+        runs(path)  # an existing file must be a ledger of this schema: fail now, not after the replay
+    return path

@@ -1,0 +1,67 @@
+"""`greengpu daemon`: the live control loop (wiring in greengpu.control.daemon_main)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from greengpu.errors import BadInput
+
+
+@click.command()
+@click.option("--cluster", "cluster_file", default="/etc/greengpu/cluster.yaml", show_default=True, metavar="FILE",
+              help="Cluster inventory YAML.")
+@click.option("--policy", "policy_name", default="default", show_default=True, metavar="P",
+              help="Built-in policy name or policy YAML: every lever's settings.")
+@click.option("--source", type=click.Choice(["fake", "slurm", "kubernetes"]), default="fake", show_default=True,
+              help="Where jobs and node states come from.")
+@click.option("--backend", type=click.Choice(["real", "fake"]), default="fake", show_default=True,
+              help="fake: a simulated cluster (fake GPUs, nodes that sleep and boot, a job stream); no cluster "
+              "needed.")
+@click.option("--once", is_flag=True, help="Reconcile, run one tick, print its actions as JSON and exit.")
+@click.option("--dry-run", is_flag=True, help="Decide, journal and log every action; carry none out.")
+@click.option("--listen", default="127.0.0.1:9475", show_default=True, metavar="HOST:PORT",
+              help="Where /metrics, /healthz and /v1/status are served (port 0: any free port).")
+@click.option("--state", "state_dir", default="/var/lib/greengpu/daemon", show_default=True, metavar="DIR",
+              help="State: the action journal, the audit log, the lock (one daemon per directory).")
+@click.option("--interval-s", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
+              help="Seconds between control ticks.")
+@click.option("--token-file", default=None, metavar="FILE",
+              help="Bearer token for POST /v1/pause, /v1/resume, /v1/exempt (without it they answer 403).")
+@click.option("--webhook", "webhook_url", default=None, metavar="URL",
+              help="Also POST each alert as JSON here (retried with backoff).")
+@click.option("--trace", "trace_file", default=None, metavar="FILE",
+              help="With --backend fake: replay this trace from now on instead of a generated job stream.")
+@click.option("--trace-format", type=click.Choice(["csv", "philly", "sacct"]), default="csv", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="With --backend fake: the job stream's seed.")
+@click.option("--lease-namespace", default=None, metavar="NS",
+              help="With --source kubernetes: the namespace of the coordination.k8s.io Lease that elects the one "
+              "replica that acts (default: the pod's own namespace).")
+@click.option("--lease-name", default="greengpu-daemon", show_default=True, metavar="NAME",
+              help="With --source kubernetes: the Lease's name.")
+def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once: bool, dry_run: bool, listen: str,
+           state_dir: str, interval_s: float, token_file: str | None, webhook_url: str | None,
+           trace_file: str | None, trace_format: str, seed: int, lease_namespace: str | None,
+           lease_name: str) -> None:
+    """Run the control loop on a cluster: observe, decide with the simulator's own tick, act, account.
+
+    Every action is journalled before and after it is carried out and written to the audit log; when
+    the cluster cannot be observed, GPUs go back to their default limits and no node is put to sleep
+    (docs/DAEMON.md).
+    """
+    import logging
+
+    from greengpu.config.policy import load_policy
+    from greengpu.control.daemon_main import DaemonOptions, run_daemon
+
+    if (lease_namespace is not None or lease_name != "greengpu-daemon") and source != "kubernetes":
+        raise BadInput("--lease-namespace and --lease-name elect a replica on Kubernetes: use them with "
+                       "--source kubernetes")
+    logging.basicConfig(level=logging.INFO, format="greengpu daemon: %(message)s", stream=sys.stderr, force=True)
+    code = run_daemon(DaemonOptions(
+        cluster_file=cluster_file, policy=load_policy(policy_name), source=source, backend=backend, once=once,
+        dry_run=dry_run, listen=listen, state_dir=state_dir, interval_s=interval_s, token_file=token_file,
+        webhook_url=webhook_url, trace_file=trace_file, trace_format=trace_format, seed=seed))
+    if code:
+        raise click.exceptions.Exit(code)

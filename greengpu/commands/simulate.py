@@ -1,0 +1,158 @@
+"""`greengpu simulate`: replay a trace under policies, side by side."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from greengpu.commands.common import checked_ledger_path, note, verbosity
+from greengpu.errors import BadInput
+
+
+@click.command()
+@click.option("--trace", "trace_file", required=True, metavar="FILE", help="Job trace (docs/TRACES.md).")
+@click.option("--trace-format", type=click.Choice(["csv", "philly", "sacct"]), default="csv", show_default=True,
+              help="csv: canonical columns; philly: the public Philly CSV; sacct: sacct --parsable2 output.")
+@click.option("--cluster", "cluster_file", required=True, metavar="FILE", help="Cluster inventory YAML.")
+@click.option("--policy", "policies", multiple=True, required=True, metavar="P",
+              help="Built-in policy name or policy file; repeat to compare policies side by side.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout (keys in docs/SIMULATOR.md).")
+@click.option("--until", "until_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Stop the virtual clock this many seconds after the first submit.")
+@click.option("--skip-bad-rows", is_flag=True, help="Skip malformed trace rows and jobs that can never start on the "
+              "cluster (counted) instead of stopping.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed for randomised events (spot interruptions); the same inputs and seed give the same results.")
+@click.option("--ledger", "ledger_file", default=None, metavar="FILE.db",
+              help="Also record energy, cost and CO2 per job, tenant and node in this SQLite ledger (one run per "
+                   "policy; read it with greengpu report).")
+def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tuple[str, ...], as_json: bool,
+             until_s: float | None, skip_bad_rows: bool, seed: int, ledger_file: str | None) -> None:
+    """Replay a job trace under one or more policies and compare energy, cost, CO2, waits and safety.
+
+    The replay runs the same scheduling core as the daemon on a virtual clock. Figures are facility
+    energy (GPUs + hosts, x PUE), cost, CO2, waits per class, preemptions, node sleep and wakes, and
+    invariant_violations, which must be 0.
+    """
+    from greengpu.config.inventory import load_cluster
+    from greengpu.config.policy import load_policy
+    from greengpu.sim.engine import Simulation
+    from greengpu.sim.feasibility import split_never_fitting
+    from greengpu.sim.traces import REPLAY_SPAN_S, read_trace
+
+    cluster = load_cluster(cluster_file)
+    loaded = [load_policy(p) for p in policies]
+    trace = read_trace(trace_file, trace_format, skip_bad_rows=skip_bad_rows, max_span_s=REPLAY_SPAN_S)
+    if trace.skipped:
+        note(f"skipped {trace.skipped} bad row(s); first: {trace.first_error}")
+    jobs, never = split_never_fitting(trace.jobs, cluster)
+    if never and not skip_bad_rows:
+        more = f" (and {len(never) - 1} more such jobs)" if len(never) > 1 else ""
+        raise BadInput(f"{trace_file}: {never[0]} ({cluster_file}){more}; --skip-bad-rows leaves such jobs out")
+    if never:
+        note(f"left out {len(never)} job(s) that can never start on {cluster_file}; first: {never[0]}")
+    if not jobs:
+        raise BadInput(f"{trace_file}: no GPU jobs in the trace")
+    results = []
+    ledger_path = checked_ledger_path(ledger_file) if ledger_file is not None else None
+    written: list[str] = []
+    for policy in loaded:
+        with _progress(f"simulating {policy.name}", len(jobs)) as report:
+            simulation = Simulation(cluster, policy, jobs, until_s=until_s, progress=report,
+                                    attribute=ledger_path is not None)
+            result = simulation.run().to_json()
+        if result["unplaceable_jobs"]:
+            note(f"{policy.name}: {len(result['unplaceable_jobs'])} job(s) never started, no placement exists "
+                 f"for them on this cluster (first: {result['unplaceable_jobs'][0]})")
+        if ledger_path is not None and simulation.attribution is not None:
+            from greengpu.accounting.ledger import write_run
+
+            result["ledger_run_id"] = write_run(ledger_path, simulation.attribution, kind="simulate",
+                                                policy=policy.name, source=str(trace_file))
+            written.append(f"{result['ledger_run_id']} ({policy.name})")
+        result["skipped_rows"] = trace.skipped + len(never)
+        result["seed"] = seed
+        results.append(result)
+    if ledger_path is not None:
+        note(f"wrote run{'s' if len(written) > 1 else ''} {', '.join(written)} to {ledger_path}; read one with "
+             f"greengpu report --ledger {ledger_path} --run N --month YYYY-MM")
+    if as_json:
+        click.echo(json.dumps({"results": results}, sort_keys=False))
+        return
+    _print_simulation(results)
+
+
+class _progress:
+    """A rich progress bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label = label
+        self.total = total
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not sys.stderr.isatty() or verbosity() < 0:
+            return None
+        from rich.console import Console
+        from rich.progress import Progress
+
+        self.bar = Progress(console=Console(stderr=True), transient=True)
+        self.bar.start()
+        task = self.bar.add_task(self.label, total=self.total)
+
+        def report(done: int, total: int) -> None:
+            self.bar.update(task, completed=done)
+
+        return report
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _print_simulation(results: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Simulated policies")
+    table.add_column("figure")
+    for result in results:
+        table.add_column(str(result["policy"]), justify="right")
+    currency = results[0].get("currency", "")
+
+    def fmt(value: Any, digits: int = 1) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:,.{digits}f}"
+        return f"{value:,}"
+
+    rows: list[tuple[str, Any]] = [
+        ("jobs completed", lambda r: f"{r['jobs_completed']:,} / {r['jobs']:,}"),
+        ("facility energy (kWh)", lambda r: fmt(r["energy_kwh"])),
+        ("GPU energy (kWh)", lambda r: fmt(r["gpu_energy_kwh"])),
+        (f"cost ({currency})", lambda r: fmt(r["cost"], 2)),
+        ("CO2 (kg)", lambda r: fmt(r["co2_kg"])),
+        ("wait p50 / p95 (s)", lambda r: f"{fmt(r['wait_s']['p50'], 0)} / {fmt(r['wait_s']['p95'], 0)}"),
+        ("wait mean (s)", lambda r: fmt(r["wait_s"]["mean"])),
+        ("GPU utilisation", lambda r: f"{r['gpu_hours_allocated'] / r['gpu_hours_capacity']:.1%}"
+         if r["gpu_hours_capacity"] else "-"),
+        ("preemptions", lambda r: fmt(r["preemptions"])),
+        ("lost GPU-hours", lambda r: fmt(r["lost_gpu_hours"])),
+        ("node sleep hours", lambda r: fmt(r["node_sleep_hours"])),
+        ("wakes", lambda r: fmt(r["wakes"])),
+        ("SLA violations", lambda r: fmt(r["sla_violations"])),
+        ("invariant violations", lambda r: fmt(r["invariant_violations"])),
+        ("simulation wall time (s)", lambda r: fmt(r["sim_wall_s"])),
+    ]
+    for label, render in rows:
+        table.add_row(label, *[render(r) for r in results])
+    Console().print(table)
+    base = results[0]
+    for other in results[1:]:
+        if base["energy_kwh"]:
+            saved = 1 - other["energy_kwh"] / base["energy_kwh"]
+            Console().print(f"{other['policy']} vs {base['policy']}: {saved:.1%} less facility energy")

@@ -1,0 +1,56 @@
+"""What the daemon needs of a cluster it runs: observe it as the tick's inputs, carry out one action.
+
+Each source (a fake cluster, Slurm, Kubernetes) is a `ClusterBody`. Bodies translate, they never
+decide: every choice comes from the tick (`greengpu.tick.tick.control_tick`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from greengpu.model import Action, Cluster, ClusterSnapshot
+from greengpu.tick.power import GpuObservation
+from greengpu.tick.sleep import SleepObservation
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One look at the cluster, in the tick's terms."""
+
+    snapshot: ClusterSnapshot
+    gpus: tuple[GpuObservation, ...]
+    sleep: SleepObservation
+    gpu_energy_j: dict[str, float]
+    """Each node's GPU energy counter now (J; the meter charges the differences)."""
+    gpu_settings: dict[tuple[str, int], tuple[float, int | None]]
+    """Each observed GPU's limit (W) and locked SM clock (MHz, None: unlocked) now: only what differs is
+    written (a journal line and an NVML write per GPU per tick would be noise)."""
+
+
+class ActionFailed(RuntimeError):
+    """A body could not carry out an action (the loop goes on; the journal says why)."""
+
+
+class ClusterBody(Protocol):
+    """A cluster the daemon observes and acts on."""
+
+    name: str
+    """The source's name for logs and /v1/status (fake, slurm, kubernetes)."""
+    cluster: Cluster
+    """The inventory the body manages."""
+    schedules_jobs: bool
+    """True when the daemon's PlaceJob/PreemptJob/KillJob are carried out (the fake cluster); a real
+    workload manager schedules its own jobs, and the daemon only reads its verdict on what waits."""
+
+    def observe(self, now_s: float, suspends_last_minute: int, wakes_last_minute: int) -> Observation:
+        """The cluster now; raises when it cannot be observed (the loop then fails safe)."""
+        ...
+
+    def act(self, action: Action, now_s: float) -> str:
+        """Carry out `action`; returns what was done; raises ActionFailed when it was refused."""
+        ...
+
+    def release_gpus(self, reason: str) -> list[str]:
+        """Every GPU back to its default limit and clocks unlocked (fail safe); returns what changed."""
+        ...

@@ -1,0 +1,303 @@
+"""The daemon's control tick on a live cluster: observe, decide with the shared tick, act, account.
+
+Each tick:
+1. observe the cluster through its body (a fake cluster, Slurm, Kubernetes); when it cannot be
+   observed, fail safe: every GPU back to its default limit, no node put to sleep, an alert;
+2. decide with `greengpu.tick.tick.control_tick`, the simulator's own decision;
+3. drop what this daemon must not do: job actions on a workload manager that schedules its own jobs,
+   anything on an exempt node, limits and clocks a GPU already has, everything while paused (then the
+   GPUs are released instead);
+4. carry each action out with a journal entry written before and closed after it, and an audit line;
+5. meter the GPU energy since the last tick to the tenants whose jobs ran there.
+A restart first reconciles the journal's open entries against what it observes (`reconcile`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from greengpu.control.audit import Alerts, AuditLog
+from greengpu.control.body import ActionFailed, ClusterBody, Observation
+from greengpu.control.daemon_store import DaemonStore
+from greengpu.model import (
+    Action,
+    KillJob,
+    LockClocks,
+    PlaceJob,
+    PowerState,
+    PreemptJob,
+    SetPowerLimit,
+    SleepNode,
+    WakeNode,
+)
+from greengpu.policy import Policy
+from greengpu.sched.preemption import last_checkpoint_s
+from greengpu.tick.tick import TickResult, control_tick
+
+log = logging.getLogger("greengpu.daemon")
+
+RATE_WINDOW_S = 60.0
+LIMIT_TOLERANCE_W = 0.5
+KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
+        SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks"}
+JOB_ACTIONS = (PlaceJob, PreemptJob, KillJob)
+
+
+@dataclass
+class TickReport:
+    ok: bool
+    actions: list[tuple[str, str, str]] = field(default_factory=list)
+    """(kind, target, outcome) of every action carried out or logged."""
+    message: str = ""
+
+
+class DaemonMetrics:
+    """The daemon's Prometheus metrics (docs/DAEMON.md), in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ticks = Counter("greengpu_daemon_ticks", "Control ticks by outcome.", ["outcome"], registry=r)
+        self.tick_seconds = Histogram("greengpu_daemon_tick_seconds", "Time one control tick took.", registry=r,
+                                      buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self.last_good = Gauge("greengpu_daemon_last_good_tick_timestamp_seconds",
+                               "When the last good tick ended (Unix time).", registry=r)
+        self.actions = Counter("greengpu_daemon_actions", "Actions by kind and outcome.", ["kind", "outcome"],
+                               registry=r)
+        self.nodes = Gauge("greengpu_daemon_nodes", "Nodes by power state.", ["state"], registry=r)
+        self.jobs = Gauge("greengpu_daemon_jobs", "Jobs by state.", ["state"], registry=r)
+        self.waiting = Gauge("greengpu_daemon_jobs_waiting_for_capacity",
+                             "Jobs the last tick found waiting for capacity or for nodes to wake.", registry=r)
+        self.paused = Gauge("greengpu_daemon_paused", "1 while the daemon is paused.", registry=r)
+        self.alerts = Counter("greengpu_daemon_alerts", "Alerts raised, by kind.", ["kind"], registry=r)
+        self.energy = Counter("greengpu_daemon_energy_joules", "Measured GPU energy attributed to each tenant "
+                              "(idle GPUs to 'idle').", ["tenant"], registry=r)
+
+
+class Daemon:
+    """One cluster's control loop, one tick at a time (the scheduler around it calls `tick`)."""
+
+    def __init__(self, body: ClusterBody, policy: Policy, store: DaemonStore, audit: AuditLog, alerts: Alerts,
+                 *, dry_run: bool = False, clock: Callable[[], float] = time.time) -> None:
+        self.body = body
+        self.policy = policy
+        self.store = store
+        self.audit = audit
+        self.alerts = alerts
+        self.dry_run = dry_run
+        self.clock = clock
+        self.metrics = DaemonMetrics()
+        self.last_good_tick_s: float | None = None
+        self.last_result: TickResult | None = None
+        self.last_observation: Observation | None = None
+        self._energy_then: dict[str, float] = {}
+        self._woken: dict[str, float] = {}
+        """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
+        self.energy_by_tenant_j: dict[str, float] = {}
+
+    # --- start-up ------------------------------------------------------------------------------
+
+    def reconcile(self) -> list[str]:
+        """Settle the journal entries a dead daemon left open, against the cluster as it is now.
+
+        An open limit or clock write is undone: every GPU goes back to its default before the first
+        tick decides afresh. An open sleep, wake or job action is closed with what is observed now;
+        a node found asleep stays asleep only if the first tick's sleep lever agrees it may (else the
+        tick wakes it when work needs it, as for any sleeping node).
+        """
+        entries = self.store.open_entries()
+        if not entries:
+            return []
+        now_s = self.clock()
+        lines: list[str] = []
+        if any(e.kind in ("set_power_limit", "lock_clocks") for e in entries):
+            lines.extend(self.body.release_gpus("reconciling a write the last daemon left open"))
+        try:
+            seen = self.body.observe(now_s, 0, 0)
+            states = {name: state.power.value for name, state in seen.snapshot.node_states.items()}
+        except Exception as error:  # noqa: BLE001 - any failure to observe: reconcile what can be
+            states = {}
+            lines.append(f"cannot observe the cluster while reconciling: {error}")
+        for entry in entries:
+            found = states.get(entry.node, PowerState.AWAKE.value) if entry.node else "n/a"
+            outcome = f"left open by the last daemon; {entry.node or entry.job} now {found}"
+            self.store.close(entry.id, now_s, "reconciled", outcome)
+            self.audit.write({"time_s": now_s, "kind": entry.kind, "node": entry.node, "gpu": entry.gpu,
+                              "job": entry.job, "outcome": "reconciled", "detail": outcome})
+            lines.append(f"{entry.kind} #{entry.id}: {outcome}")
+        for line in lines:
+            log.warning("%s", line)
+        return lines
+
+    # --- one tick ------------------------------------------------------------------------------
+
+    def tick(self) -> TickReport:
+        started = time.perf_counter()
+        now_s = self.clock()
+        paused = self.store.paused()
+        self.metrics.paused.set(1.0 if paused else 0.0)
+        since_s = now_s - RATE_WINDOW_S
+        try:
+            seen = self.body.observe(now_s, self.store.count_since("sleep", since_s),
+                                     self.store.count_since("wake", since_s))
+        except Exception as error:  # noqa: BLE001 - any failure to observe means: unsure, fail safe
+            return self._failed(now_s, f"cannot observe the {self.body.name} cluster: {error}")
+        self.last_observation = seen
+        self._meter(seen)
+        self._check_wakes(seen, now_s)
+        if paused:
+            released = self.body.release_gpus("paused")
+            report = TickReport(True, [("release", line, "done") for line in released], "paused")
+        else:
+            result = control_tick(seen.snapshot, self.policy, seen.gpus, seen.sleep)
+            self.last_result = result
+            self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
+            report = TickReport(True)
+            exempt = self.store.exempt()
+            for action in self._wanted(result, seen, exempt):
+                report.actions.append(self._carry_out(action, seen, now_s))
+        self._gauges(seen)
+        self.last_good_tick_s = self.clock()
+        self.metrics.ticks.labels("ok").inc()
+        self.metrics.last_good.set(self.last_good_tick_s)
+        self.metrics.tick_seconds.observe(time.perf_counter() - started)
+        return report
+
+    def _check_wakes(self, seen: Observation, now_s: float) -> None:
+        """A node woken more than `wake_timeout_s` ago and still not up raises one `wake_failed` alert."""
+        for node, sent_s in list(self._woken.items()):
+            state = seen.snapshot.node_states.get(node)
+            if state is None or state.power is PowerState.AWAKE:
+                del self._woken[node]
+            elif now_s - sent_s > self.policy.sleep.wake_timeout_s:
+                del self._woken[node]
+                self.metrics.alerts.labels("wake_failed").inc()
+                self.alerts.raise_alert("wake_failed", f"{node}: not up {now_s - sent_s:.0f} s after its wake-up "
+                                        f"({state.power.value}); check its power, BMC and wake-on-LAN", now_s,
+                                        node=node)
+
+    def _failed(self, now_s: float, message: str) -> TickReport:
+        self.metrics.ticks.labels("failed").inc()
+        self.metrics.alerts.labels("observe_failed").inc()
+        self.alerts.raise_alert("observe_failed", message, now_s)
+        try:
+            released = self.body.release_gpus("the cluster cannot be observed")
+        except Exception as error:  # noqa: BLE001 - fail safe is best effort; the agents fall back too
+            released = [f"releasing the GPUs failed too: {error}"]
+        for line in released:
+            log.warning("%s", line)
+        return TickReport(False, [], message)
+
+    def _wanted(self, result: TickResult, seen: Observation, exempt: set[str]) -> list[Action]:
+        wanted: list[Action] = []
+        for action in result.actions:
+            if isinstance(action, JOB_ACTIONS) and not self.body.schedules_jobs:
+                continue  # the workload manager schedules its own jobs
+            node = getattr(action, "node", "")
+            if node in exempt and not isinstance(action, WakeNode):
+                continue
+            if isinstance(action, SetPowerLimit | LockClocks) and not self._differs(action, seen):
+                continue
+            wanted.append(action)
+        return wanted
+
+    @staticmethod
+    def _differs(action: SetPowerLimit | LockClocks, seen: Observation) -> bool:
+        current = seen.gpu_settings.get((action.node, action.gpu_index))
+        if current is None:
+            return True
+        if isinstance(action, SetPowerLimit):
+            return abs(current[0] - action.limit_w) > LIMIT_TOLERANCE_W
+        return current[1] != action.min_mhz
+
+    def _carry_out(self, action: Action, seen: Observation, now_s: float) -> tuple[str, str, str]:
+        kind = KIND[type(action)]
+        node = getattr(action, "node", "")
+        gpu = getattr(action, "gpu_index", None)
+        job_id = getattr(action, "job_id", "")
+        detail: dict[str, Any] = {"reason": getattr(action, "reason", ""),
+                                  **{k: v for k, v in vars(action).items() if k not in ("reason", "slots")}}
+        tenant = ""
+        if job_id:
+            running = {r.job.job_id: r for r in seen.snapshot.running}
+            pending = {p.job.job_id: p.job for p in seen.snapshot.pending}
+            job = running[job_id].job if job_id in running else pending.get(job_id)
+            tenant = job.tenant if job is not None else ""
+            if isinstance(action, PreemptJob | KillJob) and job_id in running:
+                detail["last_checkpoint_s"] = last_checkpoint_s(running[job_id], now_s)
+        entry = self.store.begin(now_s, kind, detail, node=node, gpu=gpu, job=job_id)
+        if self.dry_run:
+            state, outcome = "done", "dry run: not carried out"
+            counted = "dry_run"
+        else:
+            try:
+                outcome = self.body.act(action, now_s)
+                state, counted = "done", "done"
+                if isinstance(action, WakeNode):
+                    self._woken.setdefault(action.node, now_s)
+            except ActionFailed as error:
+                outcome, state, counted = str(error), "failed", "failed"
+                self.metrics.alerts.labels("action_failed").inc()
+                self.alerts.raise_alert("action_failed", f"{kind} {node or job_id}: {error}", now_s,
+                                        node=node, job=job_id, tenant=tenant)
+        self.store.close(entry, self.clock(), state, outcome)
+        self.metrics.actions.labels(kind, counted).inc()
+        self.audit.write({"time_s": now_s, "kind": kind, "node": node, "gpu": gpu, "job": job_id, "tenant": tenant,
+                          "rule": detail["reason"], "outcome": counted, "detail": outcome,
+                          **({"last_checkpoint_s": detail["last_checkpoint_s"]}
+                             if "last_checkpoint_s" in detail else {})})
+        target = f"{node} GPU {gpu}" if gpu is not None else node or job_id
+        return kind, target, counted
+
+    # --- accounting and gauges -----------------------------------------------------------------
+
+    def _meter(self, seen: Observation) -> None:
+        """Charge each node's GPU energy since the last tick to the tenants running there, by GPUs held."""
+        share: dict[str, dict[str, float]] = {}
+        for running in seen.snapshot.running:
+            for name, units in running.units_by_node.items():
+                node_share = share.setdefault(name, {})
+                node_share[running.job.tenant] = node_share.get(running.job.tenant, 0.0) + float(units)
+        for node, energy_j in seen.gpu_energy_j.items():
+            before = self._energy_then.get(node)
+            self._energy_then[node] = energy_j
+            if before is None or energy_j < before:
+                continue  # first sight, or a counter reset by a reboot
+            delta = energy_j - before
+            holders = share.get(node) or {"idle": 1.0}
+            total = sum(holders.values())
+            for tenant, held in holders.items():
+                joules = delta * held / total
+                self.energy_by_tenant_j[tenant] = self.energy_by_tenant_j.get(tenant, 0.0) + joules
+                self.metrics.energy.labels(tenant).inc(joules)
+
+    def _gauges(self, seen: Observation) -> None:
+        counts = dict.fromkeys((s.value for s in PowerState), 0)
+        for node in seen.snapshot.cluster.nodes:
+            state = seen.snapshot.node_states.get(node.name)
+            counts[(state.power if state is not None else PowerState.AWAKE).value] += 1
+        for name, count in counts.items():
+            self.metrics.nodes.labels(name).set(count)
+        self.metrics.jobs.labels("running").set(len(seen.snapshot.running))
+        self.metrics.jobs.labels("pending").set(len(seen.snapshot.pending))
+
+    def status(self) -> dict[str, Any]:
+        """What /v1/status answers."""
+        seen = self.last_observation
+        nodes = {}
+        if seen is not None:
+            for node in seen.snapshot.cluster.nodes:
+                found = seen.snapshot.node_states.get(node.name)
+                nodes[node.name] = (found.power if found is not None else PowerState.AWAKE).value
+        waiting = self.last_result.scheduled.waiting.job_ids if self.last_result is not None else ()
+        return {"source": self.body.name, "dry_run": self.dry_run, "paused": self.store.paused(),
+                "last_good_tick_s": self.last_good_tick_s, "nodes": nodes,
+                "jobs_waiting_for_capacity": list(waiting), "exempt_nodes": sorted(self.store.exempt()),
+                "actions_open": len(self.store.open_entries()),
+                "gpu_energy_kwh_by_tenant": {t: j / 3.6e6 for t, j in sorted(self.energy_by_tenant_j.items())}}

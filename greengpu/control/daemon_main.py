@@ -1,0 +1,171 @@
+"""`greengpu daemon` wiring: state lock, body, reconcile, HTTP, and the loop on APScheduler 3.
+
+Start-up order: the state directory's lock first (a second daemon on the same state is one line and
+exit 1, nothing touched), the HTTP address next (in use: one line, exit 1), then the journal is
+reconciled, then the loop starts. systemd hears READY=1 after the first good tick and WATCHDOG=1
+after every tick (Type=notify, WatchdogSec). The control tick runs on a `BlockingScheduler` job,
+coalesced with at most one instance: a slow tick delays the next one, never overlaps it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from types import FrameType
+
+from greengpu.config.inventory import load_cluster
+from greengpu.control.audit import Alerts, AuditLog
+from greengpu.control.body import ClusterBody
+from greengpu.control.daemon import Daemon
+from greengpu.control.daemon_http import DaemonServer, read_token
+from greengpu.control.daemon_store import DaemonLocked, DaemonStore
+from greengpu.control.exporter import parse_listen, sd_notify
+from greengpu.errors import BadInput
+from greengpu.policy import Policy
+
+log = logging.getLogger("greengpu.daemon")
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    cluster_file: str
+    policy: Policy
+    source: str
+    backend: str
+    once: bool
+    dry_run: bool
+    listen: str
+    state_dir: str
+    interval_s: float
+    token_file: str | None
+    webhook_url: str | None
+    trace_file: str | None
+    trace_format: str
+    seed: int
+
+
+def stale_after_s(interval_s: float) -> float:
+    """A last good tick older than this fails /healthz: three intervals, at least 30 s."""
+    return max(30.0, 3 * interval_s)
+
+
+def build_body(options: DaemonOptions, state_dir: Path) -> ClusterBody:
+    cluster = load_cluster(options.cluster_file)
+    if options.backend == "fake" or options.source == "fake":
+        from greengpu.control.fake_cluster import FakeCluster, generated_jobs
+
+        now_s = time.time()
+        if options.trace_file is not None:
+            from greengpu.sim.traces import read_trace
+
+            trace = read_trace(options.trace_file, options.trace_format)
+            # The trace replays from now on, its gaps kept.
+            shift = now_s - trace.jobs[0].submit_time_s if trace.jobs else 0.0
+            jobs = [replace(job, submit_time_s=job.submit_time_s + shift) for job in trace.jobs]
+        else:
+            jobs = generated_jobs(cluster, now_s, seed=options.seed)
+        return FakeCluster(cluster, jobs, state_dir, start_s=now_s)
+    if options.source == "slurm":
+        from greengpu.control.slurm_body import SlurmBody
+
+        return SlurmBody(cluster)
+    raise AssertionError("run_daemon refuses the sources this version lacks before it builds a body")
+
+
+def check_source(options: DaemonOptions) -> None:
+    """Refuse, before anything is touched, the sources this version does not have."""
+    if options.backend == "real" and options.source == "kubernetes":
+        raise BadInput(f"--source {options.source} with --backend real is not available in this version of "
+                       "greengpu; try --backend fake")
+
+
+def run_daemon(options: DaemonOptions) -> int:
+    """Run until SIGTERM/SIGINT (or one tick with `once`); returns the exit code."""
+    check_source(options)
+    try:
+        host, port = parse_listen(options.listen)
+    except ValueError as error:
+        raise BadInput(f"--listen {error}") from None
+    token = None
+    if options.token_file is not None:
+        try:
+            token = read_token(options.token_file)
+        except (OSError, ValueError) as error:
+            raise BadInput(f"--token-file {error}") from None
+    state_dir = Path(options.state_dir)
+    store = DaemonStore(state_dir)
+    try:
+        store.acquire()
+    except DaemonLocked as error:
+        log.error("%s", error)
+        return 1
+    try:
+        body = build_body(options, state_dir)
+    except BaseException:
+        store.release()
+        raise
+    audit = AuditLog(state_dir / "audit.jsonl")
+    daemon = Daemon(body, options.policy, store, audit, Alerts(audit, options.webhook_url), dry_run=options.dry_run)
+
+    def health() -> str | None:
+        last = daemon.last_good_tick_s
+        if last is None:
+            return "no good tick yet"
+        age_s = time.time() - last
+        return None if age_s <= stale_after_s(options.interval_s) else f"last good tick {age_s:.0f} s ago"
+
+    try:
+        server = DaemonServer(daemon, host, port, health, token).start()
+    except OSError as error:
+        log.error("cannot listen on %s: %s", options.listen, error)
+        store.release()
+        return 1
+    log.info("serving /metrics, /healthz and /v1/status on http://%s:%d", *server.address)
+    try:
+        for line in daemon.reconcile():
+            log.warning("reconciled: %s", line)
+        if options.once:
+            report = daemon.tick()
+            print(json.dumps({"ok": report.ok, "message": report.message,
+                              "actions": [{"kind": k, "target": t, "outcome": o} for k, t, o in report.actions]}))
+            return 0 if report.ok else 1
+        return _loop(daemon, options.interval_s)
+    finally:
+        server.stop()
+        if not options.dry_run and body.name == "fake":
+            body.release_gpus("daemon stopping")  # the fake cluster's agents would do this on their own
+        store.release()
+
+
+def _loop(daemon: Daemon, interval_s: float) -> int:
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    scheduler = BlockingScheduler()
+    ready = {"sent": False}
+
+    def tick() -> None:
+        report = daemon.tick()
+        if report.ok and not ready["sent"]:
+            ready["sent"] = sd_notify("READY=1") or True
+        sd_notify("WATCHDOG=1")
+        for kind, target, outcome in report.actions:
+            log.info("%s %s: %s", kind, target, outcome)
+
+    scheduler.add_job(tick, "interval", seconds=interval_s, coalesce=True, max_instances=1,
+                      next_run_time=datetime.now(), id="control-tick")
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        scheduler.shutdown(wait=False)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    scheduler.start()
+    sys.stdout.flush()
+    return 0

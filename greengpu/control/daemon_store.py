@@ -1,0 +1,168 @@
+"""The daemon's state (SQLite, WAL): a journal written before each action and closed after it, the pause
+switch and exempt nodes, and the lock that keeps two daemons from acting on one cluster at once.
+
+A journal entry left open (the daemon died between the two writes) is what a restart reconciles: the
+action is re-verified or undone, never assumed done (docs/DAEMON.md).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS journal (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time_s REAL NOT NULL,
+    kind TEXT NOT NULL,            -- sleep, wake, set_power_limit, lock_clocks, place, preempt, kill
+    node TEXT NOT NULL DEFAULT '',
+    gpu INTEGER,
+    job TEXT NOT NULL DEFAULT '',
+    detail TEXT NOT NULL,          -- JSON: the action's fields and the rule that chose it
+    state TEXT NOT NULL,           -- open, done, failed, reconciled
+    closed_s REAL,
+    outcome TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS journal_open ON journal (state);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS exempt_nodes (node TEXT PRIMARY KEY, since_s REAL NOT NULL);
+"""
+
+
+class DaemonLocked(RuntimeError):
+    """Another daemon holds the state directory's lock."""
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    id: int
+    time_s: float
+    kind: str
+    node: str
+    gpu: int | None
+    job: str
+    detail: dict[str, Any]
+    state: str
+
+
+class DaemonStore:
+    """`DIR/daemon.db` and `DIR/daemon.lock`."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / "daemon.db"
+        self._lock_file: TextIO | None = None
+        db = sqlite3.connect(self.path, timeout=30.0)
+        try:
+            db.executescript(_SCHEMA)
+        finally:
+            db.close()
+        with self._tx() as tx:
+            tx.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.close()
+
+    # --- one daemon at a time ----------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Take the lock for as long as this process lives (the kernel drops it when the process dies)."""
+        handle = open(self.directory / "daemon.lock", "a+")  # noqa: SIM115 - held for the process's life
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise DaemonLocked(f"{self.directory}: another greengpu daemon ({holder}) holds the lock") from None
+        handle.truncate(0)
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        self._lock_file = handle
+
+    def release(self) -> None:
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+
+    # --- the journal -------------------------------------------------------------------------
+
+    def begin(self, now_s: float, kind: str, detail: dict[str, Any], node: str = "", gpu: int | None = None,
+              job: str = "") -> int:
+        """Write an open entry before the action is carried out; returns its id."""
+        with self._tx() as db:
+            cursor = db.execute("INSERT INTO journal (time_s, kind, node, gpu, job, detail, state) "
+                                "VALUES (?, ?, ?, ?, ?, ?, 'open')",
+                                (now_s, kind, node, gpu, job, json.dumps(detail, sort_keys=True)))
+            return int(cursor.lastrowid or 0)
+
+    def close(self, entry_id: int, now_s: float, state: str, outcome: str) -> None:
+        """Close an entry: `done`, `failed` or `reconciled` (a restart settled it)."""
+        with self._tx() as db:
+            db.execute("UPDATE journal SET state = ?, closed_s = ?, outcome = ? WHERE id = ?",
+                       (state, now_s, outcome, entry_id))
+
+    def open_entries(self) -> list[JournalEntry]:
+        """Entries begun and never closed, oldest first."""
+        return self._entries("WHERE state = 'open' ORDER BY id")
+
+    def entries(self, limit: int = 1000) -> list[JournalEntry]:
+        return self._entries(f"ORDER BY id DESC LIMIT {int(limit)}")
+
+    def _entries(self, clause: str) -> list[JournalEntry]:
+        with self._tx() as db:
+            query = f"SELECT id, time_s, kind, node, gpu, job, detail, state FROM journal {clause}"
+            rows = db.execute(query).fetchall()
+        return [JournalEntry(i, t, k, n, g, j, json.loads(d), s) for i, t, k, n, g, j, d, s in rows]
+
+    def count_since(self, kind: str, since_s: float) -> int:
+        """Actions of `kind` begun after `since_s` (the rate limits' last minute)."""
+        with self._tx() as db:
+            row = db.execute("SELECT COUNT(*) FROM journal WHERE kind = ? AND time_s > ? AND state != 'failed'",
+                             (kind, since_s)).fetchone()
+        return int(row[0])
+
+    # --- switches -----------------------------------------------------------------------------
+
+    def paused(self) -> bool:
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM settings WHERE key = 'paused'").fetchone()
+        return bool(row and row[0] == "1")
+
+    def set_paused(self, paused: bool) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO settings VALUES ('paused', ?)", ("1" if paused else "0",))
+
+    def exempt(self) -> set[str]:
+        with self._tx() as db:
+            return {row[0] for row in db.execute("SELECT node FROM exempt_nodes").fetchall()}
+
+    def set_exempt(self, node: str, exempt: bool, now_s: float) -> None:
+        with self._tx() as db:
+            if exempt:
+                db.execute("INSERT OR IGNORE INTO exempt_nodes VALUES (?, ?)", (node, now_s))
+            else:
+                db.execute("DELETE FROM exempt_nodes WHERE node = ?", (node,))

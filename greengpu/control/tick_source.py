@@ -1,0 +1,38 @@
+"""A class source fed by a control tick: the jobs on this node's GPUs and the work that waits, both from
+a cluster snapshot and the core's own verdict on it.
+
+This is how a node agent hears from a controller that sees the whole cluster (the daemon): the
+snapshot says which job runs on which GPU of this node, and `greengpu.tick.tick.schedule` says which
+jobs wait for capacity, instead of each agent re-deriving it from the workload manager's reason
+strings. The simulator asks the same `schedule` on its own snapshots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from greengpu.backends.nvml import GpuReading
+from greengpu.control.jobclass import GpuJob
+from greengpu.model import ClusterSnapshot
+from greengpu.policy import Policy
+from greengpu.tick.tick import schedule
+from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
+
+
+class TickSource:
+    """`jobs()` and `work_waiting()` of node `node` from the snapshot `observe()` returns each tick."""
+
+    def __init__(self, node: str, observe: Callable[[], ClusterSnapshot], policy: Policy) -> None:
+        self.node = node
+        self._observe = observe
+        self.policy = policy
+        self._waiting = NOTHING_WAITS
+
+    def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
+        snapshot = self._observe()
+        self._waiting = schedule(snapshot, self.policy).waiting
+        return {slot.gpu_index: GpuJob(running.job.job_id, running.job.job_class, running.job.tenant)
+                for running in snapshot.running for slot in running.slots if slot.node == self.node}
+
+    def work_waiting(self) -> WorkWaiting:
+        return self._waiting

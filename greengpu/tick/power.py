@@ -1,0 +1,78 @@
+"""Lever 1 in the tick: from what a body observes of each GPU to the power-limit and clock actions.
+
+One observation type and one decision per GPU, whatever the body: the simulator builds observations
+from the inventory's node types (`observe_typed_gpu`), the agent from NVML readings (with the
+inventory's host power when it has it). `gpu_setting` is the only place either asks
+`greengpu.energy.capping.decide`, so both ask it with the same inputs for the same GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from greengpu.energy.capping import CapDecision, ProfilePoint, constraints_of, decide
+from greengpu.model import LimitConstraints, LockClocks, NodeType, SetPowerLimit
+from greengpu.policy import CappingPolicy
+from greengpu.tick.waiting import WorkWaiting
+
+NOMINAL_MAX_CLOCK_MHZ = 1000
+"""Stands in for the maximum SM clock when the inventory does not give it: the decision's clock
+fraction and expected slowdown do not depend on it, only the MHz written to a real GPU does."""
+
+PowerAction = SetPowerLimit | LockClocks
+
+
+@dataclass(frozen=True)
+class GpuObservation:
+    """What the capping lever needs to know of one GPU."""
+
+    node: str
+    gpu_index: int
+    job_class: str | None
+    """The class of the job on the GPU; None: idle."""
+    constraints: LimitConstraints
+    max_clock_mhz: int
+    host_share_w: float = 0.0
+    """The GPU's share of its node's host power (it runs as long as the job does; see capping.pick_limit)."""
+    cap_not_binding: bool = False
+    """The limit set earlier for this job never bound (the agent learns this; a replay's caps always bind)."""
+    profile: tuple[ProfilePoint, ...] | None = None
+    """The job's measured (limit, throughput, power) profile, if one was taken."""
+
+
+def host_share_w(node_type: NodeType) -> float:
+    """One GPU's share of its node's idle host power."""
+    return node_type.host_idle_w / node_type.gpus
+
+
+def observe_typed_gpu(node: str, gpu_index: int, node_type: NodeType, job_class: str | None) -> GpuObservation:
+    """A GPU as the inventory describes it: limits, clock and host share of its node type."""
+    return GpuObservation(node=node, gpu_index=gpu_index, job_class=job_class, constraints=constraints_of(node_type),
+                          max_clock_mhz=node_type.gpu_max_clock_mhz or NOMINAL_MAX_CLOCK_MHZ,
+                          host_share_w=host_share_w(node_type))
+
+
+def gpu_setting(gpu: GpuObservation, policy: CappingPolicy, waiting: WorkWaiting | bool) -> CapDecision:
+    """The limit and clocks `gpu` should run at now; `waiting`: work waits for capacity (lifts caps)."""
+    short = waiting.waiting if isinstance(waiting, WorkWaiting) else waiting
+    return decide(gpu.job_class, policy, gpu.constraints, gpu.max_clock_mhz, profile=gpu.profile,
+                  cap_not_binding=gpu.cap_not_binding, host_share_w=gpu.host_share_w,
+                  capacity_short=short)
+
+
+def setting_actions(gpu: GpuObservation, decision: CapDecision) -> tuple[SetPowerLimit, LockClocks]:
+    """The two actions that put `gpu` at `decision`: its limit (the default when uncapped) and its clocks."""
+    limit_w = decision.limit_w if decision.limit_w is not None else gpu.constraints.default_w
+    clock = decision.locked_clock_mhz
+    return (SetPowerLimit(gpu.node, gpu.gpu_index, limit_w, decision.reason),
+            LockClocks(gpu.node, gpu.gpu_index, clock, clock, decision.reason))
+
+
+def plan_power(gpus: Sequence[GpuObservation], policy: CappingPolicy,
+               waiting: WorkWaiting | bool) -> tuple[PowerAction, ...]:
+    """Every GPU's limit and clock actions, in the order of `gpus` (a body applies only what differs)."""
+    actions: list[PowerAction] = []
+    for gpu in gpus:
+        actions.extend(setting_actions(gpu, gpu_setting(gpu, policy, waiting)))
+    return tuple(actions)

@@ -1,0 +1,98 @@
+"""Lever 2 in the tick: which idle nodes sleep now, and which sleeping nodes wake.
+
+Suspends come from `greengpu.energy.sleep.plan_suspends` (windows, idle timeout, anti-flapping, warm
+reserve, rate limit; none while work waits). Wakes are the core's (a cycle names the asleep nodes its
+blocked jobs need) within the wake rate limit and the minimum time asleep, then as many more as the
+warm reserve is short (first by name, so every body wakes the same ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from greengpu.energy.sleep import NodeView, plan_suspends, warm_reserve_target_gpus
+from greengpu.model import GPU_UNITS, PlaceJob, SleepNode, WakeNode
+from greengpu.policy import SleepPolicy
+from greengpu.tick.waiting import WorkWaiting
+
+RESERVE_REASON = "warm reserve"
+
+
+@dataclass(frozen=True)
+class SleepObservation:
+    """What the sleep lever needs to know of the cluster now."""
+
+    now_s: float
+    idle_awake: tuple[NodeView, ...] = ()
+    """Awake nodes without work: the only ones that may go to sleep."""
+    asleep: tuple[NodeView, ...] = ()
+    """Asleep nodes (`power_since_s`: when they fell asleep): the only ones a wake-up reaches."""
+    ready_idle_gpus: int = 0
+    """GPUs on nodes without work that are awake or already waking (what the warm reserve counts)."""
+    busy_gpus: float = 0.0
+    forecast_headroom_gpus: int = 0
+    """The demand forecast's calibrated rise at this hour (greengpu.forecast.reserve); 0 without one."""
+    suspends_last_minute: int = 0
+    wakes_last_minute: int = 0
+    utc_offset_s: float = 0.0
+
+
+def after_placements(seen: SleepObservation, placements: Sequence[PlaceJob]) -> SleepObservation:
+    """The observation once the cycle's placements have started: a node that receives a job is busy.
+
+    Bodies that carry out a cycle's placements before asking the sleep lever (the simulator does) see
+    this already; a body that asks the whole tick at once (the daemon) gets the same view through it.
+    """
+    if not placements:
+        return seen
+    taken = {slot.node for action in placements for slot in action.slots}
+    started_gpus = sum(slot.units for action in placements for slot in action.slots) / GPU_UNITS
+    now_busy = [view for view in seen.idle_awake if view.name in taken]
+    return replace(seen, idle_awake=tuple(v for v in seen.idle_awake if v.name not in taken),
+                   ready_idle_gpus=seen.ready_idle_gpus - sum(v.gpus for v in now_busy),
+                   busy_gpus=seen.busy_gpus + started_gpus)
+
+
+def reserve_target_gpus(seen: SleepObservation, policy: SleepPolicy) -> int:
+    """Free GPUs to keep awake now (`warm_reserve_target_gpus` of the observation)."""
+    return warm_reserve_target_gpus(policy, seen.busy_gpus, seen.forecast_headroom_gpus)
+
+
+def plan_sleep(seen: SleepObservation, policy: SleepPolicy, waiting: WorkWaiting) -> tuple[SleepNode, ...]:
+    """The idle nodes to suspend now, longest idle first."""
+    return tuple(plan_suspends(seen.now_s, seen.idle_awake, policy, blocked_pending=waiting.waiting,
+                               suspends_last_minute=seen.suspends_last_minute, utc_offset_s=seen.utc_offset_s,
+                               reserve_gpus=reserve_target_gpus(seen, policy),
+                               keep_awake=waiting.guard.keep_awake))
+
+
+def plan_wakes(seen: SleepObservation, policy: SleepPolicy, asked: Sequence[WakeNode] = ()) -> tuple[WakeNode, ...]:
+    """The asleep nodes to wake now: those the core `asked` for, then those the warm reserve lacks.
+
+    A wake held back here (rate limit, asleep too briefly) is asked for again by a later cycle.
+    """
+    if not policy.enabled or not seen.asleep:
+        return ()
+    budget = policy.max_wakes_per_min - seen.wakes_last_minute
+    may_wake = {view.name: view for view in seen.asleep if seen.now_s - view.power_since_s >= policy.min_asleep_s}
+    chosen: dict[str, WakeNode] = {}
+    for action in asked:
+        if budget <= 0:
+            break
+        if action.node in may_wake and action.node not in chosen:
+            chosen[action.node] = action
+            budget -= 1
+    reserve = reserve_target_gpus(seen, policy)
+    if reserve <= 0:
+        return tuple(chosen.values())
+    # A node woken for a job holds no work yet: it counts towards the reserve as soon as it wakes.
+    shortfall = reserve - seen.ready_idle_gpus - sum(may_wake[name].gpus for name in chosen)
+    for name in sorted(may_wake):
+        if shortfall <= 0 or budget <= 0:
+            break
+        if name not in chosen:
+            chosen[name] = WakeNode(name, RESERVE_REASON)
+            shortfall -= may_wake[name].gpus
+            budget -= 1
+    return tuple(chosen.values())

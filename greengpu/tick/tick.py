@@ -1,0 +1,65 @@
+"""The whole control tick: snapshot and policy in, every lever's actions out. Pure.
+
+Order matters and is the same in every body: the scheduling cycle first (it says which jobs start,
+which stop and which wait), then whether work waits (`work_waiting`), then capping (caps lift while
+work waits), then sleep and wake (nothing sleeps while work waits; the core's wakes and the warm
+reserve within the rate limits).
+
+The daemon calls `control_tick` whole. The simulator is event driven: it calls the same parts
+(`schedule`, `plan_power`'s `gpu_setting`, `plan_sleep`, `plan_wakes`) at the events that change
+their inputs, which gives the same decisions without asking every lever at every event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from greengpu.model import Action, ClusterSnapshot, PlaceJob, SleepNode, WakeNode
+from greengpu.policy import Policy
+from greengpu.sched.core import CycleResult, schedule_cycle
+from greengpu.tick.power import GpuObservation, PowerAction, plan_power
+from greengpu.tick.sleep import SleepObservation, after_placements, plan_sleep, plan_wakes
+from greengpu.tick.waiting import WorkWaiting, work_waiting
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """A scheduling cycle's result and what it means for the energy levers."""
+
+    cycle: CycleResult
+    waiting: WorkWaiting
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """Every action of one tick, by lever."""
+
+    scheduled: Scheduled
+    power: tuple[PowerAction, ...]
+    sleeps: tuple[SleepNode, ...]
+    wakes: tuple[WakeNode, ...]
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        """All actions in the order a body carries them out: jobs, then wakes, then limits, then sleeps."""
+        jobs = tuple(a for a in self.scheduled.cycle.actions if not isinstance(a, WakeNode))
+        return (*jobs, *self.wakes, *self.power, *self.sleeps)
+
+
+def schedule(snapshot: ClusterSnapshot, policy: Policy) -> Scheduled:
+    """The scheduling part of the tick: one cycle of the core, and whether work waits after it."""
+    cycle = schedule_cycle(snapshot, policy.scheduler, policy.interval_s)
+    return Scheduled(cycle, work_waiting(cycle, snapshot.cluster))
+
+
+def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuObservation],
+                 sleep: SleepObservation) -> TickResult:
+    """One tick over every lever: `gpus` as observed now, `sleep` the nodes' power states and rates."""
+    scheduled = schedule(snapshot, policy)
+    asked = tuple(a for a in scheduled.cycle.actions if isinstance(a, WakeNode))
+    # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
+    sleep = after_placements(sleep, [a for a in scheduled.cycle.actions if isinstance(a, PlaceJob)])
+    sleeps = plan_sleep(sleep, policy.sleep, scheduled.waiting) if policy.sleep.enabled else ()
+    wakes = plan_wakes(sleep, policy.sleep, asked) if policy.sleep.enabled else ()
+    return TickResult(scheduled, plan_power(gpus, policy.capping, scheduled.waiting), sleeps, wakes)

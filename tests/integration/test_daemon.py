@@ -1,0 +1,277 @@
+"""The daemon's loop on the fake cluster (fake NVML behind the real adapter, nodes that take time to
+suspend and boot, a job stream): it sleeps idle nodes, wakes them for work, caps running GPUs, journals
+every action before and after, meters energy to tenants, fails safe when it cannot see the cluster,
+reconciles what a dead daemon left open, and never runs twice on one state directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from inventories import SITE
+from manual_clock import ManualClock
+
+from greengpu.config.inventory import load_cluster
+from greengpu.config.policy import load_policy
+from greengpu.control.audit import Alerts, AuditLog
+from greengpu.control.daemon import Daemon
+from greengpu.control.daemon_store import DaemonLocked, DaemonStore
+from greengpu.control.fake_cluster import FakeCluster
+from greengpu.model import Cluster, Job, PowerState
+
+T0 = 1_700_000_000.0
+A100X4 = ("{gpus: 4, gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300, "
+          "host_sleep_w: 8, boot_s: 180, gpu_max_clock_mhz: 1410}")
+
+
+def three_nodes(tmp_path: Path) -> Cluster:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(SITE + f"node_types:\n  a100x4: {A100X4}\nnodes:\n  - {{name: \"n[1-3]\", type: a100x4}}\n"
+                    "tenants:\n  a: {quota_gpus: 8}\n  b: {quota_gpus: 4}\n")
+    return load_cluster(path)
+
+
+JOBS = [Job(job_id="train", tenant="a", gpus=4, duration_s=1500, submit_time_s=T0 + 30, gpus_per_node=4),
+        Job(job_id="wide", tenant="b", gpus=8, duration_s=600, submit_time_s=T0 + 1260, gpus_per_node=4)]
+
+
+def make(tmp_path: Path, clock: ManualClock, dry_run: bool = False, jobs: list[Job] | None = None,
+         never_wake: frozenset[str] = frozenset()) -> tuple[Daemon, FakeCluster, DaemonStore]:
+    cluster = three_nodes(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    body = FakeCluster(cluster, JOBS if jobs is None else jobs, state, start_s=T0, never_wake=never_wake)
+    store = DaemonStore(state)
+    audit = AuditLog(state / "audit.jsonl")
+    daemon = Daemon(body, load_policy("default"), store, audit, Alerts(audit), dry_run=dry_run, clock=clock)
+    return daemon, body, store
+
+
+def power(body: FakeCluster) -> dict[str, str]:
+    return {name: node.power for name, node in body.nodes.items()}
+
+
+def test_the_loop_sleeps_idle_nodes_wakes_them_for_work_and_caps_what_runs(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    daemon, body, store = make(tmp_path, clock)
+    seen_asleep = False
+    for _ in range(40):  # 40 minutes, one tick a minute
+        clock.now_s += 60
+        assert daemon.tick().ok
+        seen_asleep = seen_asleep or PowerState.ASLEEP.value in power(body).values()
+        if "train" in body.running and clock.now_s > T0 + 120:
+            node = body.running["train"].slots[0].node
+            limits = {body.gpu_limit_w(node, i) for i in range(4)}
+            assert all(100.0 < w < 400.0 for w in limits) or daemon.last_result is not None and \
+                daemon.last_result.scheduled.waiting.waiting  # capped for efficiency unless work waits
+    assert seen_asleep  # idle nodes went to sleep (the default keeps a warm reserve awake)
+    kinds = [e.kind for e in store.entries()]
+    assert "sleep" in kinds and "wake" in kinds and "place" in kinds and "set_power_limit" in kinds
+    assert set(body.finished) == {"train", "wide"}  # both ran to the end
+    assert store.open_entries() == []  # every action closed after it was carried out
+    audit = daemon.audit.records()
+    places = [r for r in audit if r.get("kind") == "place"]
+    assert {r["job"] for r in places} >= {"train", "wide"} and all(r["tenant"] in ("a", "b") for r in places)
+    assert daemon.energy_by_tenant_j.get("a", 0.0) > 0  # measured GPU energy charged to the tenant that ran
+    assert not [r for r in audit if r.get("alert")]  # no action was refused: each was decided on the right state
+
+
+def test_a_node_that_never_comes_up_raises_one_wake_failed_alert(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    wide = [Job(job_id="all", tenant="a", gpus=12, duration_s=600, submit_time_s=T0 + 1200, gpus_per_node=4)]
+    daemon, body, _ = make(tmp_path, clock, jobs=wide, never_wake=frozenset({"n1", "n2", "n3"}))
+    for _ in range(40):
+        clock.now_s += 60
+        daemon.tick()
+    alerts = [r for r in daemon.audit.records() if r.get("alert") == "wake_failed"]
+    assert alerts and len({a["node"] for a in alerts}) == len(alerts)  # one alert per lost node, not one a tick
+    assert all("not up" in a["message"] for a in alerts)
+    assert "all" in body.pending  # the job still waits: nothing pretends it ran
+
+
+def test_dry_run_decides_and_journals_but_changes_nothing(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    daemon, body, store = make(tmp_path, clock, dry_run=True)
+    for _ in range(15):
+        clock.now_s += 60
+        daemon.tick()
+    assert set(power(body).values()) == {PowerState.AWAKE.value}
+    assert body.running == {} and all(body.gpu_limit_w(n, i) == 400.0 for n in body.nodes for i in range(4))
+    entries = store.entries()
+    assert entries and all(e.state == "done" for e in entries)
+    assert {r["outcome"] for r in daemon.audit.records() if "kind" in r} == {"dry_run"}
+
+
+def test_an_unobservable_cluster_releases_the_gpus_and_alerts(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    daemon, body, _ = make(tmp_path, clock, jobs=[])
+    clock.now_s += 60
+    daemon.tick()  # idle GPUs go to their minimum limit
+    assert body.gpu_limit_w("n1", 0) == 100.0
+
+    def broken(*args: object) -> object:
+        raise OSError("connection refused")
+
+    body.observe = broken  # type: ignore[method-assign]
+    clock.now_s += 60
+    report = daemon.tick()
+    assert not report.ok and "connection refused" in report.message
+    assert all(body.gpu_limit_w(n, i) == 400.0 for n in body.nodes for i in range(4))  # back to defaults
+    assert any(r.get("alert") == "observe_failed" for r in daemon.audit.records())
+
+
+def test_a_restart_reconciles_writes_left_open(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    daemon, body, store = make(tmp_path, clock, jobs=[])
+    clock.now_s += 60
+    daemon.tick()
+    assert body.gpu_limit_w("n2", 1) == 100.0
+    # The daemon dies between journalling a write and closing it.
+    store.begin(clock.now_s, "set_power_limit", {"limit_w": 150.0}, node="n2", gpu=1)
+    restarted, body2, store2 = make(tmp_path, clock, jobs=[])
+    lines = restarted.reconcile()
+    assert any("n2 GPU 1" in line for line in lines)
+    assert store2.open_entries() == []
+    assert all(body2.gpu_limit_w(n, i) == 400.0 for n in body2.nodes for i in range(4))
+    assert [r for r in restarted.audit.records() if r.get("outcome") == "reconciled"]
+
+
+def test_paused_releases_everything_and_sleeps_nothing(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    daemon, body, store = make(tmp_path, clock, jobs=[])
+    store.set_paused(True)
+    for _ in range(20):
+        clock.now_s += 60
+        daemon.tick()
+    assert set(power(body).values()) == {PowerState.AWAKE.value}
+    assert all(body.gpu_limit_w(n, i) == 400.0 for n in body.nodes for i in range(4))
+    store.set_paused(False)
+    clock.now_s += 60
+    daemon.tick()
+    assert PowerState.SUSPENDING.value in power(body).values()  # idle for 21 minutes: sleeps once resumed
+
+
+def test_two_daemons_never_hold_one_state_directory(tmp_path: Path) -> None:
+    first, second = DaemonStore(tmp_path), DaemonStore(tmp_path)
+    first.acquire()
+    with pytest.raises(DaemonLocked, match="holds the lock"):
+        second.acquire()
+    first.release()
+    second.acquire()
+    second.release()
+
+
+def http(url: str, method: str = "GET", token: str | None = None) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None,
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_http_serves_status_and_guards_every_change(tmp_path: Path) -> None:
+    import json
+
+    from greengpu.control.daemon_http import DaemonServer, RateLimit
+
+    clock = ManualClock(T0)
+    daemon, body, store = make(tmp_path, clock, jobs=[])
+    token = "s3cret-token-of-sixteen+"
+    healthy = {"problem": "no good tick yet"}
+    server = DaemonServer(daemon, "127.0.0.1", 0, lambda: healthy["problem"], token, RateLimit(3)).start()
+    base = "http://{}:{}".format(*server.address)
+    try:
+        assert http(base + "/healthz")[0] == 503
+        clock.now_s += 60
+        daemon.tick()
+        healthy["problem"] = None
+        assert http(base + "/healthz") == (200, "ok\n")
+        status, text = http(base + "/metrics")
+        assert status == 200 and 'greengpu_daemon_ticks_total{outcome="ok"} 1.0' in text
+        assert 'greengpu_daemon_actions_total{kind="set_power_limit",outcome="done"} 12.0' in text  # idle: minimum
+        state = json.loads(http(base + "/v1/status")[1])
+        assert state["source"] == "fake" and set(state["nodes"]) == {"n1", "n2", "n3"} and not state["paused"]
+
+        assert http(base + "/v1/pause", "POST")[0] == 401  # no token
+        assert http(base + "/v1/pause", "POST", token="wrong-token-wrong-token")[0] == 401
+        assert not store.paused()
+        assert http(base + "/v1/pause", "POST", token=token)[0] == 200 and store.paused()
+        clock.now_s += 60
+        daemon.tick()
+        assert all(body.gpu_limit_w(n, i) == 400.0 for n in body.nodes for i in range(4))  # paused: released
+        assert http(base + "/v1/exempt?node=n9", "POST", token=token)[0] == 400
+        assert http(base + "/v1/exempt?node=n2", "POST", token=token)[0] == 200 and store.exempt() == {"n2"}
+        assert http(base + "/v1/resume", "POST", token=token)[0] == 429  # the fourth change this minute
+        assert token not in (tmp_path / "state" / "audit.jsonl").read_text()
+    finally:
+        server.stop()
+    without = DaemonServer(daemon, "127.0.0.1", 0, lambda: None, None).start()
+    try:
+        assert http("http://{}:{}/v1/pause".format(*without.address), "POST", token=token)[0] == 403
+    finally:
+        without.stop()
+
+
+def test_the_command_runs_serves_refuses_a_second_daemon_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    three_nodes(tmp_path)
+    argv = [sys.executable, "-m", "greengpu.cli", "daemon", "--backend", "fake", "--cluster",
+            str(tmp_path / "cluster.yaml"), "--state", str(tmp_path / "state"), "--interval-s", "1"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    first = subprocess.Popen([*argv, "--listen", f"127.0.0.1:{port}"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if http(f"http://127.0.0.1:{port}/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the daemon never reported healthy")
+        second = subprocess.run([*argv, "--listen", "127.0.0.1:0", "--once"], env=env, capture_output=True,
+                                text=True, timeout=60)
+        assert second.returncode == 1 and "holds the lock" in second.stderr
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=20) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+    import json
+
+    for name in ("n1", "n2", "n3"):  # stopping released the fake GPUs it had capped
+        saved = json.loads((tmp_path / "state" / f"nvml-{name}.json").read_text())["gpus"]
+        assert [g["limit_w"] for g in saved] == [g["default_limit_w"] for g in saved]
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--listen", "nowhere"], "--listen"),
+    (["--token-file", "/nonexistent/token"], "--token-file"),
+    (["--backend", "real", "--source", "kubernetes"], "not available in this version"),
+    (["--interval-s", "nan"], "finite"),
+])
+def test_bad_options_are_one_line_and_exit_2_before_anything_changes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], says: str) -> None:
+    from greengpu.cli import main
+
+    three_nodes(tmp_path)
+    code = main(["daemon", "--cluster", str(tmp_path / "cluster.yaml"), "--state", str(tmp_path / "state"),
+                 "--once", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "state" / "daemon.db").exists() or not DaemonStore(tmp_path / "state").entries()

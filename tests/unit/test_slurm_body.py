@@ -1,0 +1,76 @@
+"""The daemon's Slurm body reads what a real Slurm 22.05 printed (`squeue --json`, `sinfo --json`,
+captured from the integration harness into tests/data/slurm/) and asks Slurm to power nodes down and up.
+The real round trip (a node put to sleep through Slurm, a job that wakes it) is in
+tests/integration/test_daemon_slurm.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from inventories import a100_type, write_inventory
+
+from greengpu.backends.slurm import SlurmError
+from greengpu.config.inventory import load_cluster
+from greengpu.control.body import ActionFailed
+from greengpu.control.slurm_body import SlurmBody, node_power, parse_jobs
+from greengpu.model import GpuSlot, PowerState, SleepNode, WakeNode
+
+DATA = Path(__file__).parents[1] / "data" / "slurm"
+SQUEUE = (DATA / "squeue-22.05.json").read_text()
+SINFO = (DATA / "sinfo-22.05.json").read_text()
+
+
+def test_running_jobs_hold_the_gpus_gres_detail_names_and_pending_ones_ask_per_node() -> None:
+    running, pending = parse_jobs(SQUEUE, {"node1", "node2"})
+    assert [(r.job.job_id, r.job.tenant, r.job.job_class, r.slots) for r in running] == [
+        ("1", "root", "inference", (GpuSlot("node1", 0), GpuSlot("node1", 1)))]
+    assert [(p.job.job_id, p.job.gpus, p.job.gpus_per_node, p.job.duration_s) for p in pending] == [
+        ("2", 8, 4, 600.0)]  # two nodes of 4 GPUs, a 10-minute limit
+    assert parse_jobs(SQUEUE, {"node2"})[0] == []  # GPUs on nodes greengpu does not manage are not its business
+
+
+@pytest.mark.parametrize("state, flags, power, drained", [
+    ("idle", set(), None, None),
+    ("idle", {"POWERED_DOWN"}, PowerState.ASLEEP, False),
+    ("idle", {"POWERING_DOWN"}, PowerState.SUSPENDING, False),
+    ("idle", {"POWERING_UP"}, PowerState.WAKING, False),
+    ("idle", {"DRAIN"}, PowerState.AWAKE, True),
+    ("down", set(), PowerState.AWAKE, True),
+])
+def test_node_states_map_to_the_cores(state: str, flags: set[str], power: PowerState | None,
+                                      drained: bool | None) -> None:
+    found = node_power(state, flags)
+    if power is None:
+        assert found is None
+    else:
+        assert found is not None and (found.power, found.drained) == (power, drained)
+
+
+def body(tmp_path: Path, answers: dict[str, str], calls: list[tuple[str, ...]]) -> SlurmBody:
+    cluster = load_cluster(write_inventory(tmp_path / "c.yaml", {"g": a100_type(gpus=4)},
+                                           ['{name: "node[1-2]", type: g}']))
+
+    def run(name: str, *args: str) -> str:
+        calls.append((name, *args))
+        if name in answers:
+            return answers[name]
+        raise SlurmError(f"{name} {' '.join(args)}: Invalid node state specified")
+
+    return SlurmBody(cluster, run=run)
+
+
+def test_the_observation_and_the_actions(tmp_path: Path) -> None:
+    calls: list[tuple[str, ...]] = []
+    slurm = body(tmp_path, {"squeue": SQUEUE, "sinfo": SINFO}, calls)
+    seen = slurm.observe(1000.0, 0, 0)
+    assert seen.snapshot.node_states["node2"].power is PowerState.SUSPENDING
+    assert [p.job.job_id for p in seen.snapshot.pending] == ["2"] and len(seen.snapshot.running) == 1
+    assert seen.sleep.idle_awake == () and seen.sleep.busy_gpus == 2.0  # node1 busy, node2 going to sleep
+    assert seen.gpus == ()  # the node agents cap; the daemon only tells them whether work waits
+    with pytest.raises(ActionFailed, match="Invalid node state"):
+        slurm.act(SleepNode("node2", "idle 600 s"), 1000.0)
+    assert calls[-1] == ("scontrol", "update", "nodename=node2", "state=POWER_DOWN", "reason=greengpu: idle 600 s")
+    ok = body(tmp_path, {"squeue": SQUEUE, "sinfo": SINFO, "scontrol": ""}, calls)
+    assert ok.act(WakeNode("node2", "needed by 2"), 1000.0) == "node2: power up asked of Slurm"
+    assert calls[-1] == ("scontrol", "update", "nodename=node2", "state=POWER_UP")
