@@ -118,10 +118,20 @@ class KubeApi:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._kube = _client()
         self._core = self._kube.CoreV1Api(api_client)
+        self.api_client = api_client
         self._timeout_s = timeout_s
         self._sleep = sleep
         self.retries_done = 0
         """Calls sent again after a retryable answer (for tests and logs)."""
+
+    def coordination(self) -> Any:
+        """The coordination.k8s.io/v1 API on the same connection (Leases: greengpu.backends.kube_lease)."""
+        return self._kube.CoordinationV1Api(self.api_client)
+
+    def call(self, what: str, call: Callable[..., Any], *args: Any, retry: frozenset[int] = RETRYABLE,
+             **kwargs: Any) -> Any:
+        """One API call with the timeout, errors as `KubeError`, retryable statuses retried with backoff."""
+        return self._call(what, call, *args, retry=retry, **kwargs)
 
     def _call(self, what: str, call: Callable[..., Any], *args: Any, retry: frozenset[int] = RETRYABLE,
               **kwargs: Any) -> Any:

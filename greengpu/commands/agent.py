@@ -44,6 +44,9 @@ import click
               help="With --backend fake: keep the fake GPUs' settings in FILE, so they outlive the process.")
 @click.option("--fake-busy", default="", metavar="INDEXES", help="With --backend fake: GPUs with work, e.g. 0,1.")
 @click.option("--fake-not-root", is_flag=True, help="With --backend fake: refuse writes as NVML does without root.")
+@click.option("--waiting-from", default=None, metavar="URL",
+              help="The daemon (e.g. http://greengpu-daemon:9475): whether work waits comes from its /v1/waiting, "
+              "not from each node asking the workload manager; unreachable or stale: caps lift (fail safe).")
 @click.option("--cluster", "cluster_file", default=None, metavar="FILE",
               help="Cluster inventory YAML: the efficiency pick then counts this node's host power (one GPU's "
               "share of host_idle_w) exactly as greengpu simulate does; without it, GPU energy alone.")
@@ -51,7 +54,7 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
           kube_host: str | None, pod_resources_socket: str, journal: str, listen: str,
           stale_after_s: float | None, interval_s: float,
           nonbinding_after_s: float, once: bool, dry_run: bool, fake_gpus: str, fake_state: str | None,
-          fake_busy: str, fake_not_root: bool, cluster_file: str | None) -> None:
+          fake_busy: str, fake_not_root: bool, waiting_from: str | None, cluster_file: str | None) -> None:
     """Run on a GPU node: cap each GPU for the job class running on it, restore everything on exit.
 
     Reads power, energy, limits and clocks through NVML, applies the policy's capping decision per
@@ -75,6 +78,6 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
         fake_busy=busy, fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,
         node=node, kube_host=kube_host, journal=journal, listen=listen, interval_s=interval_s, once=once,
         dry_run=dry_run, nonbinding_after_s=nonbinding_after_s, stale_after_s=stale_after_s,
-        pod_resources_socket=pod_resources_socket, cluster=cluster))
+        pod_resources_socket=pod_resources_socket, cluster=cluster, waiting_from=waiting_from))
     if code:
         raise click.exceptions.Exit(code)

@@ -6,8 +6,6 @@ import sys
 
 import click
 
-from greengpu.errors import BadInput
-
 
 @click.command()
 @click.option("--cluster", "cluster_file", default="/etc/greengpu/cluster.yaml", show_default=True, metavar="FILE",
@@ -40,10 +38,15 @@ from greengpu.errors import BadInput
               "replica that acts (default: the pod's own namespace).")
 @click.option("--lease-name", default="greengpu-daemon", show_default=True, metavar="NAME",
               help="With --source kubernetes: the Lease's name.")
+@click.option("--kube-host", default=None, metavar="URL",
+              help="With --source kubernetes: the API server URL (default: in-cluster config, else kubeconfig).")
+@click.option("--suspend-command", default=None, metavar="TEMPLATE",
+              help="With --source kubernetes: run per node to suspend it ({node}); default: ssh NODE greengpu "
+              "node-suspend.")
 def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once: bool, dry_run: bool, listen: str,
            state_dir: str, interval_s: float, token_file: str | None, webhook_url: str | None,
            trace_file: str | None, trace_format: str, seed: int, lease_namespace: str | None,
-           lease_name: str) -> None:
+           lease_name: str, kube_host: str | None, suspend_command: str | None) -> None:
     """Run the control loop on a cluster: observe, decide with the simulator's own tick, act, account.
 
     Every action is journalled before and after it is carried out and written to the audit log; when
@@ -55,13 +58,11 @@ def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once:
     from greengpu.config.policy import load_policy
     from greengpu.control.daemon_main import DaemonOptions, run_daemon
 
-    if (lease_namespace is not None or lease_name != "greengpu-daemon") and source != "kubernetes":
-        raise BadInput("--lease-namespace and --lease-name elect a replica on Kubernetes: use them with "
-                       "--source kubernetes")
     logging.basicConfig(level=logging.INFO, format="greengpu daemon: %(message)s", stream=sys.stderr, force=True)
     code = run_daemon(DaemonOptions(
         cluster_file=cluster_file, policy=load_policy(policy_name), source=source, backend=backend, once=once,
         dry_run=dry_run, listen=listen, state_dir=state_dir, interval_s=interval_s, token_file=token_file,
-        webhook_url=webhook_url, trace_file=trace_file, trace_format=trace_format, seed=seed))
+        webhook_url=webhook_url, trace_file=trace_file, trace_format=trace_format, seed=seed, kube_host=kube_host,
+        suspend_command=suspend_command, lease_namespace=lease_namespace, lease_name=lease_name))
     if code:
         raise click.exceptions.Exit(code)

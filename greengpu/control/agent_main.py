@@ -31,7 +31,7 @@ from greengpu.backends.nvml import GpuLost, NvmlBackend, NvmlUnavailable
 from greengpu.backends.slurm import SlurmError
 from greengpu.control.agent import Agent
 from greengpu.control.exporter import LoopHealth, agent_metrics_server, parse_listen, sd_notify, watchdog_interval_s
-from greengpu.control.jobclass import ClassSource, KubernetesPods, LocalMap, SlurmJobs, load_class_file
+from greengpu.control.jobclass import ClassSource, DaemonWaiting, KubernetesPods, LocalMap, SlurmJobs, load_class_file
 from greengpu.control.journal import Journal
 from greengpu.errors import BadInput
 from greengpu.model import Cluster
@@ -64,6 +64,8 @@ class AgentOptions:
     nonbinding_after_s: float
     stale_after_s: float | None = None
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    waiting_from: str | None = None
+    """The daemon's URL: "work waits" comes from its `/v1/waiting` instead of the class source's own view."""
     cluster: Cluster | None = None
     """The inventory (`--cluster`): this node's host power counts in the efficiency pick, as in a replay."""
     """A last good tick older than this makes /healthz fail and the GPUs go back to default limits
@@ -104,6 +106,13 @@ def build_backend(options: AgentOptions) -> NvmlBackend:
 
 
 def build_class_source(options: AgentOptions) -> ClassSource:
+    source = _job_source(options)
+    if options.waiting_from is not None:
+        return DaemonWaiting(source, options.waiting_from, stale_after_s=stale_after_s(options) * 6)
+    return source
+
+
+def _job_source(options: AgentOptions) -> ClassSource:
     by_gpu: dict[int, str] = {}
     by_partition: dict[str, str] = {}
     default_class = "training"
@@ -128,7 +137,7 @@ def build_class_source(options: AgentOptions) -> ClassSource:
         # One cluster-wide list of pending pods per tick per node: only when the policy uses it.
         return KubernetesPods(node, api.pods_on_node, default_class,
                               list_pending=api.pending_gpu_pods if options.policy.capping.relaxes_when_queued
-                              else None, pods_by_gpu_uuid=pods_by_gpu_uuid)
+                              and options.waiting_from is None else None, pods_by_gpu_uuid=pods_by_gpu_uuid)
     return LocalMap(by_gpu, default_class)
 
 

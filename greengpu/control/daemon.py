@@ -43,6 +43,9 @@ from greengpu.tick.tick import TickResult, control_tick
 log = logging.getLogger("greengpu.daemon")
 
 RATE_WINDOW_S = 60.0
+REFUSED_SLEEP_BACKOFF_S = 900.0
+"""A node whose sleep was refused (a PodDisruptionBudget, a busy node) is not asked again for this long:
+one alert, not one a tick."""
 LIMIT_TOLERANCE_W = 0.5
 KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
         SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks"}
@@ -84,8 +87,12 @@ class Daemon:
     """One cluster's control loop, one tick at a time (the scheduler around it calls `tick`)."""
 
     def __init__(self, body: ClusterBody, policy: Policy, store: DaemonStore, audit: AuditLog, alerts: Alerts,
-                 *, dry_run: bool = False, clock: Callable[[], float] = time.time) -> None:
+                 *, dry_run: bool = False, clock: Callable[[], float] = time.time,
+                 leader: Callable[[float], bool] | None = None) -> None:
+        """`leader(now_s)`: whether this replica may act now (a Kubernetes Lease; None: it always may)."""
         self.body = body
+        self.leader = leader
+        self.leading = leader is None
         self.policy = policy
         self.store = store
         self.audit = audit
@@ -98,6 +105,7 @@ class Daemon:
         self.last_observation: Observation | None = None
         self._energy_then: dict[str, float] = {}
         self._woken: dict[str, float] = {}
+        self._sleep_refused_until: dict[str, float] = {}
         """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
         self.energy_by_tenant_j: dict[str, float] = {}
 
@@ -149,15 +157,25 @@ class Daemon:
         except Exception as error:  # noqa: BLE001 - any failure to observe means: unsure, fail safe
             return self._failed(now_s, f"cannot observe the {self.body.name} cluster: {error}")
         self.last_observation = seen
-        self._meter(seen)
-        self._check_wakes(seen, now_s)
-        if paused:
+        if self.leader is not None:
+            try:
+                self.leading = self.leader(now_s)
+            except Exception as error:  # noqa: BLE001 - unsure who leads: act as a standby, never as a second leader
+                self.leading = False
+                log.warning("cannot tell whether this replica leads (%s): standing by", error)
+        if self.leading:  # a standby neither meters (the leader does) nor alerts
+            self._meter(seen)
+            self._check_wakes(seen, now_s)
+        # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
+        result = control_tick(seen.snapshot, self.policy, seen.gpus, seen.sleep)
+        self.last_result = result
+        self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
+        if not self.leading:
+            report = TickReport(True, [], "standby: another replica holds the lease")
+        elif paused:
             released = self.body.release_gpus("paused")
             report = TickReport(True, [("release", line, "done") for line in released], "paused")
         else:
-            result = control_tick(seen.snapshot, self.policy, seen.gpus, seen.sleep)
-            self.last_result = result
-            self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
             report = TickReport(True)
             exempt = self.store.exempt()
             for action in self._wanted(result, seen, exempt):
@@ -202,6 +220,8 @@ class Daemon:
             node = getattr(action, "node", "")
             if node in exempt and not isinstance(action, WakeNode):
                 continue
+            if isinstance(action, SleepNode) and self._sleep_refused_until.get(node, 0.0) > seen.snapshot.time_s:
+                continue
             if isinstance(action, SetPowerLimit | LockClocks) and not self._differs(action, seen):
                 continue
             wanted.append(action)
@@ -243,6 +263,8 @@ class Daemon:
                     self._woken.setdefault(action.node, now_s)
             except ActionFailed as error:
                 outcome, state, counted = str(error), "failed", "failed"
+                if isinstance(action, SleepNode):
+                    self._sleep_refused_until[node] = now_s + REFUSED_SLEEP_BACKOFF_S
                 self.metrics.alerts.labels("action_failed").inc()
                 self.alerts.raise_alert("action_failed", f"{kind} {node or job_id}: {error}", now_s,
                                         node=node, job=job_id, tenant=tenant)
@@ -287,6 +309,11 @@ class Daemon:
         self.metrics.jobs.labels("running").set(len(seen.snapshot.running))
         self.metrics.jobs.labels("pending").set(len(seen.snapshot.pending))
 
+    def waiting_signal(self) -> dict[str, Any]:
+        """What `GET /v1/waiting` answers: the work waiting at the last good tick (the agents lift caps for it)."""
+        waiting = self.last_result.scheduled.waiting.job_ids if self.last_result is not None else ()
+        return {"job_ids": list(waiting), "tick_s": self.last_good_tick_s, "leading": self.leading}
+
     def status(self) -> dict[str, Any]:
         """What /v1/status answers."""
         seen = self.last_observation
@@ -297,6 +324,7 @@ class Daemon:
                 nodes[node.name] = (found.power if found is not None else PowerState.AWAKE).value
         waiting = self.last_result.scheduled.waiting.job_ids if self.last_result is not None else ()
         return {"source": self.body.name, "dry_run": self.dry_run, "paused": self.store.paused(),
+                "leading": self.leading,
                 "last_good_tick_s": self.last_good_tick_s, "nodes": nodes,
                 "jobs_waiting_for_capacity": list(waiting), "exempt_nodes": sorted(self.store.exempt()),
                 "actions_open": len(self.store.open_entries()),

@@ -1,5 +1,8 @@
 """The daemon's HTTP face: `/metrics`, `/healthz`, `/v1/status`, and the few endpoints that change anything.
 
+`GET /v1/waiting` is what the node agents ask each tick: the jobs that wait for capacity at the last
+good tick, and when that was (`--waiting-from` on the agent).
+
 `POST /v1/pause`, `/v1/resume` and `/v1/exempt?node=NAME[&exempt=false]` need `Authorization: Bearer
 TOKEN`, the token read from `--token-file` (without one they answer 403: nothing changes over HTTP),
 are rate-limited per client address, and are logged with the client and the change, never the token.
@@ -85,6 +88,8 @@ class DaemonServer:
                                  b"ok\n" if problem is None else f"unhealthy: {problem}\n".encode(), "text/plain")
                 elif path == "/v1/status":
                     self._json(200, daemon.status())
+                elif path == "/v1/waiting":
+                    self._json(200, daemon.waiting_signal())
                 else:
                     self._json(404, {"error": "not found"})
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
+import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +51,10 @@ class DaemonOptions:
     trace_file: str | None
     trace_format: str
     seed: int
+    kube_host: str | None = None
+    suspend_command: str | None = None
+    lease_namespace: str | None = None
+    lease_name: str = "greengpu-daemon"
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -75,14 +82,39 @@ def build_body(options: DaemonOptions, state_dir: Path) -> ClusterBody:
         from greengpu.control.slurm_body import SlurmBody
 
         return SlurmBody(cluster)
-    raise AssertionError("run_daemon refuses the sources this version lacks before it builds a body")
+    from greengpu.backends.kubernetes import KubeApi, make_api_client
+    from greengpu.backends.wol import Waker
+    from greengpu.control.kube_body import KubeBody
+    from greengpu.control.kube_sleep import KUBE_SUSPEND_COMMAND, KubeSleep
+    from greengpu.control.sleep_control import SleepControl, start_suspend
+    from greengpu.control.state_store import StateStore
+
+    template = options.suspend_command or KUBE_SUSPEND_COMMAND
+    control = SleepControl(StateStore(state_dir / "sleep.db"), Waker(cluster), options.policy.sleep)
+    sleeper = KubeSleep(KubeApi(make_api_client(host=options.kube_host)), control, cluster, options.policy,
+                        lambda node: start_suspend(template, node))
+    return KubeBody(sleeper)
+
+
+def lease_election(options: DaemonOptions, body: ClusterBody) -> Callable[[float], bool] | None:
+    """On Kubernetes, the Lease that elects the one replica that acts (identity: the pod's name)."""
+    if options.source != "kubernetes" or options.backend != "real":
+        return None
+    from greengpu.backends.kube_lease import LeaseElection
+    from greengpu.control.kube_body import KubeBody
+
+    assert isinstance(body, KubeBody)
+    namespace = options.lease_namespace or os.environ.get("POD_NAMESPACE") or "default"
+    identity = os.environ.get("POD_NAME") or socket.gethostname()
+    return LeaseElection(body.sleeper.api, namespace, options.lease_name, identity).lead
 
 
 def check_source(options: DaemonOptions) -> None:
-    """Refuse, before anything is touched, the sources this version does not have."""
-    if options.backend == "real" and options.source == "kubernetes":
-        raise BadInput(f"--source {options.source} with --backend real is not available in this version of "
-                       "greengpu; try --backend fake")
+    """Refuse, before anything is touched, options that do not go together."""
+    if (options.lease_namespace is not None or options.lease_name != "greengpu-daemon") \
+            and options.source != "kubernetes":
+        raise BadInput("--lease-namespace and --lease-name elect a replica on Kubernetes: use them with "
+                       "--source kubernetes")
 
 
 def run_daemon(options: DaemonOptions) -> int:
@@ -111,7 +143,8 @@ def run_daemon(options: DaemonOptions) -> int:
         store.release()
         raise
     audit = AuditLog(state_dir / "audit.jsonl")
-    daemon = Daemon(body, options.policy, store, audit, Alerts(audit, options.webhook_url), dry_run=options.dry_run)
+    daemon = Daemon(body, options.policy, store, audit, Alerts(audit, options.webhook_url), dry_run=options.dry_run,
+                    leader=lease_election(options, body))
 
     def health() -> str | None:
         last = daemon.last_good_tick_s

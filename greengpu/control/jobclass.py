@@ -257,3 +257,52 @@ def _scontrol(argv: list[str]) -> str:
     from greengpu.backends.slurm import run
 
     return run(argv[0], *argv[1:], timeout_s=10.0)
+
+
+UNKNOWN_WAITING = WorkWaiting(("?",))
+"""Whether work waits is not known (the daemon cannot be asked): taken as waiting, so caps lift (fail safe)."""
+
+
+class DaemonWaiting:
+    """A class source whose jobs come from `inner` and whose "work waits" comes from the daemon
+    (`GET URL/v1/waiting`), instead of each node asking the workload manager. When the daemon cannot be
+    reached, or its last good tick is older than `stale_after_s`, the answer is unknown, taken as
+    waiting: the running jobs go uncapped until the daemon answers again."""
+
+    def __init__(self, inner: ClassSource, url: str, stale_after_s: float = 180.0, timeout_s: float = 2.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self.inner = inner
+        self.url = url.rstrip("/") + "/v1/waiting"
+        self.stale_after_s = stale_after_s
+        self.timeout_s = timeout_s
+        self._clock = clock or time.time
+        self._waiting = UNKNOWN_WAITING
+        self.problem: str | None = None
+
+    def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
+        found = self.inner.jobs(readings)
+        self._waiting = self._ask()
+        return found
+
+    def _ask(self) -> WorkWaiting:
+        import json
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as answer:
+                signal = json.loads(answer.read())
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            self.problem = f"cannot ask the daemon at {self.url}: {error}"
+            return UNKNOWN_WAITING
+        tick_s = signal.get("tick_s")
+        if not isinstance(tick_s, int | float) or self._clock() - tick_s > self.stale_after_s:
+            self.problem = f"the daemon's last good tick is too old ({tick_s})"
+            return UNKNOWN_WAITING
+        self.problem = None
+        return WorkWaiting(tuple(str(j) for j in signal.get("job_ids", [])))
+
+    def work_waiting(self) -> WorkWaiting:
+        return self._waiting

@@ -159,6 +159,10 @@ class KubeSleep:
     def pending_cycle(self, now_s: float) -> Scheduled:
         """The core's cycle over the pending GPU pods, on a snapshot where only sleeping and waking nodes
         have room (the kube-scheduler already found none on the awake ones)."""
+        return schedule(self.pending_cycle_snapshot(now_s), self.policy)
+
+    def pending_cycle_snapshot(self, now_s: float) -> ClusterSnapshot:
+        """The pending GPU pods as jobs, awake nodes drained (no room there), sleeping and waking ones as such."""
         pods = self.api.pending_gpu_pods()
         asleep = {r.node for r in self.control.store.records() if r.state == "asleep"}
         waking = {t.node for t in self.control.store.open_tracks()}
@@ -170,9 +174,8 @@ class KubeSleep:
                 states[node.name] = NodeState(power=PowerState.ASLEEP)
             else:
                 states[node.name] = NodeState(drained=True)  # awake: the kube-scheduler found no room there
-        snapshot = ClusterSnapshot(time_s=now_s, cluster=self.cluster, running=(),
-                                   pending=tuple(PendingJob(_job(p, now_s)) for p in pods), node_states=states)
-        return schedule(snapshot, self.policy)
+        return ClusterSnapshot(time_s=now_s, cluster=self.cluster, running=(),
+                               pending=tuple(PendingJob(pod_job(p, now_s)) for p in pods), node_states=states)
 
     def sleep_idle(self, now_s: float) -> list[SleepOutcome]:
         """Put to sleep the idle nodes the tick's sleep lever chooses now (none while GPU pods wait)."""
@@ -225,7 +228,8 @@ def _unforced_refusal(movable: list[PodInfo]) -> str | None:
     return "; ".join(reasons) or None
 
 
-def _job(pod: PodInfo, now_s: float) -> Job:
+def pod_job(pod: PodInfo, now_s: float) -> Job:
+    """A GPU pod as the core's job: namespace as tenant, `greengpu.io/class` as class, one node's GPUs."""
     wanted = pod.annotations.get(CLASS_ANNOTATION, "training")
     return Job(job_id=f"{pod.namespace}/{pod.name}", tenant=pod.namespace, gpus=pod.gpus, duration_s=3600.0,
                submit_time_s=now_s, job_class=wanted if wanted in JOB_CLASSES else "training",

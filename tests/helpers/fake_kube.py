@@ -67,6 +67,8 @@ class FakeKube:
         self.pods: list[dict[str, Any]] = []
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pdbs: list[dict[str, Any]] = []
+        self.leases: dict[tuple[str, str], dict[str, Any]] = {}
+        """coordination.k8s.io/v1 Leases by (namespace, name): optimistic concurrency on resourceVersion."""
         """{"selector": {label: value}, "disruptions_allowed": int}"""
         self.conflicts = 0
         self.server_errors = 0
@@ -125,6 +127,14 @@ class FakeKube:
                             self._send(404, status(404, "NotFound", f'pods "{parts[5]}" not found'))
                         else:
                             self._send(200, found)
+                    elif len(parts) == 7 and parts[:3] == ["apis", "coordination.k8s.io", "v1"] \
+                            and parts[5] == "leases":
+                        found = fake.leases.get((parts[4], parts[6]))
+                        if found is None:
+                            missing = f'leases.coordination.k8s.io "{parts[6]}" not found'
+                            self._send(404, status(404, "NotFound", missing))
+                        else:
+                            self._send(200, found)
                     elif url.path.startswith("/api/v1/nodes/"):
                         name = url.path.rsplit("/", 1)[1]
                         if name in fake.nodes:
@@ -169,6 +179,9 @@ class FakeKube:
                 body = self._body()
                 if self._server_error():
                     return
+                if len(parts) == 6 and parts[:3] == ["apis", "coordination.k8s.io", "v1"] and parts[5] == "leases":
+                    self._create_lease(parts[4], body)
+                    return
                 # /api/v1/namespaces/NS/pods/NAME/eviction
                 if len(parts) != 7 or parts[2] != "namespaces" or parts[4] != "pods" or parts[6] != "eviction":
                     self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
@@ -203,6 +216,48 @@ class FakeKube:
                     fake._finish_terminations()
                 self._send(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                  "code": 201})
+
+            def _create_lease(self, namespace: str, body: Any) -> None:
+                name = str((body or {}).get("metadata", {}).get("name", ""))
+                with fake._lock:
+                    if body.get("kind") != "Lease" or not name:
+                        self._send(400, status(400, "BadRequest", "a Lease with metadata.name is required"))
+                    elif (namespace, name) in fake.leases:
+                        self._send(409, status(409, "AlreadyExists", f'leases.coordination.k8s.io "{name}" already '
+                                                                     "exists"))
+                    else:
+                        body["metadata"] = {**body["metadata"], "namespace": namespace, "resourceVersion": "1"}
+                        fake.leases[(namespace, name)] = body
+                        self._send(201, body)
+
+            def do_PUT(self) -> None:  # noqa: N802
+                url = urlparse(self.path)
+                fake.requests.append(("PUT", self.path))
+                parts = url.path.strip("/").split("/")
+                body = self._body()
+                if self._server_error():
+                    return
+                if not (len(parts) == 7 and parts[:3] == ["apis", "coordination.k8s.io", "v1"]
+                        and parts[5] == "leases"):
+                    self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
+                    return
+                key = (parts[4], parts[6])
+                with fake._lock:
+                    current = fake.leases.get(key)
+                    if current is None:
+                        self._send(404, status(404, "NotFound", f'leases.coordination.k8s.io "{parts[6]}" not found'))
+                        return
+                    given = str(body.get("metadata", {}).get("resourceVersion", ""))
+                    if given != current["metadata"]["resourceVersion"]:
+                        self._send(409, status(409, "Conflict", f'Operation cannot be fulfilled on '
+                                                                f'leases.coordination.k8s.io "{parts[6]}": the object '
+                                                                "has been modified; please apply your changes to the "
+                                                                "latest version and try again"))
+                        return
+                    body["metadata"] = {**body["metadata"], "namespace": parts[4],
+                                        "resourceVersion": str(int(given) + 1)}
+                    fake.leases[key] = body
+                    self._send(200, body)
 
             def log_message(self, format: str, *args: object) -> None:
                 return

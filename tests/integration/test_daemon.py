@@ -262,7 +262,7 @@ def test_the_command_runs_serves_refuses_a_second_daemon_and_stops_on_sigterm(tm
 @pytest.mark.parametrize("extra, says", [
     (["--listen", "nowhere"], "--listen"),
     (["--token-file", "/nonexistent/token"], "--token-file"),
-    (["--backend", "real", "--source", "kubernetes"], "not available in this version"),
+    (["--lease-name", "other"], "use them with --source kubernetes"),
     (["--interval-s", "nan"], "finite"),
 ])
 def test_bad_options_are_one_line_and_exit_2_before_anything_changes(
@@ -275,3 +275,38 @@ def test_bad_options_are_one_line_and_exit_2_before_anything_changes(
     err = capsys.readouterr().err
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "state" / "daemon.db").exists() or not DaemonStore(tmp_path / "state").entries()
+
+
+def test_agents_take_work_waiting_from_the_daemon_and_lift_caps_when_it_is_gone(tmp_path: Path) -> None:
+    from greengpu.backends.fake_nvml import FakeNvml, make_gpus
+    from greengpu.backends.nvml import NvmlBackend
+    from greengpu.control.agent import Agent
+    from greengpu.control.daemon_http import DaemonServer
+    from greengpu.control.jobclass import DaemonWaiting, LocalMap
+    from greengpu.control.journal import Journal
+
+    clock = ManualClock(T0)
+    # Twelve GPUs, a 16-GPU job: it waits for capacity at every tick.
+    daemon, _, _ = make(tmp_path, clock, jobs=[Job(job_id="huge", tenant="a", gpus=16, duration_s=600,
+                                                   submit_time_s=T0 + 10, gpus_per_node=4)])
+    server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None).start()
+    url = "http://{}:{}".format(*server.address)
+    fake = FakeNvml(make_gpus("1xA100"), clock=clock)
+    source = DaemonWaiting(LocalMap({0: "training"}), url, clock=clock)
+    agent = Agent(NvmlBackend(lib=fake, clock=clock), load_policy("default").capping, source,
+                  Journal(tmp_path / "journal.jsonl"), clock=clock)
+    agent.start()
+    fake.set_load(0, 0.9, [100])
+    try:
+        clock.now_s += 60
+        daemon.tick()
+        agent.tick()
+        assert agent.waiting.job_ids == ("huge",) and fake.gpus[0].limit_w == 400.0  # uncapped: work waits
+        daemon.last_result = None  # the daemon sees nothing waiting now
+        agent.tick()
+        assert not agent.waiting.waiting and fake.gpus[0].limit_w < 400.0  # capped again
+    finally:
+        server.stop()
+    agent.tick()  # the daemon is gone: not known whether work waits, so the cap lifts (fail safe)
+    assert fake.gpus[0].limit_w == 400.0 and source.problem is not None and "cannot ask the daemon" in source.problem
+    agent.stop()

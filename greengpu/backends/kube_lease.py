@@ -1,0 +1,85 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, as Kubernetes' own controllers do it.
+
+One replica holds the Lease and renews it; the others read it and act only once it has expired (its
+holder missed `lease_duration_s` of renewals). Every write carries the resourceVersion it read, so
+two replicas that try at once cannot both win: the API server answers the loser 409, which here
+means "not the leader" (never retried). Times are the Lease's MicroTime (RFC 3339 in UTC).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from greengpu.backends.kubernetes import KubeApi, KubeError
+
+NOT_CONFLICTS = frozenset({429, 500, 502, 503, 504})
+"""Retried as any call is; a 409 is an answer here (another replica wrote first), not a glitch."""
+
+
+def _micro_time(now_s: float) -> str:
+    return datetime.fromtimestamp(now_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _seconds(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+class LeaseElection:
+    """Whether this replica (`identity`) leads, renewed each time `lead` is asked."""
+
+    def __init__(self, api: KubeApi, namespace: str, name: str, identity: str, lease_duration_s: int = 60) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration_s = lease_duration_s
+        self._coordination = api.coordination()
+
+    def _body(self, now_s: float, resource_version: str | None, acquire_s: float, transitions: int) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata,
+                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_duration_s,
+                         "acquireTime": _micro_time(acquire_s), "renewTime": _micro_time(now_s),
+                         "leaseTransitions": transitions}}
+
+    def lead(self, now_s: float) -> bool:
+        """Take or renew the Lease when it is ours or has expired; False while another replica holds it."""
+        try:
+            lease = self.api.call(f"read lease {self.namespace}/{self.name}",
+                                  self._coordination.read_namespaced_lease, self.name, self.namespace,
+                                  retry=NOT_CONFLICTS)
+        except KubeError as error:
+            if error.status != 404:
+                raise
+            return self._write(lambda: self.api.call(
+                "create lease", self._coordination.create_namespaced_lease, self.namespace,
+                self._body(now_s, None, now_s, 0), retry=NOT_CONFLICTS))
+        spec = lease.spec
+        holder = getattr(spec, "holder_identity", None)
+        renewed_s = _seconds(getattr(spec, "renew_time", None))
+        duration_s = float(getattr(spec, "lease_duration_seconds", None) or self.lease_duration_s)
+        expired = renewed_s is None or renewed_s + duration_s < now_s
+        if holder != self.identity and not expired:
+            return False
+        transitions = int(getattr(spec, "lease_transitions", None) or 0) + (holder != self.identity)
+        acquired_s = _seconds(getattr(spec, "acquire_time", None)) if holder == self.identity else now_s
+        body = self._body(now_s, lease.metadata.resource_version, acquired_s or now_s, transitions)
+        return self._write(lambda: self.api.call("renew lease", self._coordination.replace_namespaced_lease,
+                                                 self.name, self.namespace, body, retry=NOT_CONFLICTS))
+
+    @staticmethod
+    def _write(write: Any) -> bool:
+        try:
+            write()
+        except KubeError as error:
+            if error.status == 409:
+                return False  # another replica wrote first: it leads
+            raise
+        return True

@@ -1,0 +1,82 @@
+"""The daemon's Kubernetes body: the cluster as the API server shows it, sleep as cordon, drain and suspend,
+wake as a verified wake-up and uncordon (the same `KubeSleep` the `greengpu kube` commands use).
+
+The kube-scheduler places pods; greengpu reads them: GPU pods running per node (namespace as tenant,
+`greengpu.io/class` as class), pending GPU pods as the demand. A pod is pending because the
+kube-scheduler found no room on the awake nodes (taints and affinities greengpu does not model
+included), so in the core's snapshot only sleeping and waking nodes have room, as for `wake-pending`:
+the core then says which work waits (no node sleeps meanwhile) and which sleeping nodes to wake.
+"""
+
+from __future__ import annotations
+
+from greengpu.backends.kubernetes import KubeError
+from greengpu.control.body import ActionFailed, Observation
+from greengpu.control.kube_sleep import ENDED, KubeSleep, pod_job
+from greengpu.model import (
+    Action,
+    Cluster,
+    ClusterSnapshot,
+    GpuSlot,
+    NodeState,
+    PowerState,
+    RunningJob,
+    SleepNode,
+    WakeNode,
+)
+
+
+class KubeBody:
+    """The cluster as Kubernetes reports it (a `ClusterBody`)."""
+
+    name = "kubernetes"
+    schedules_jobs = False
+
+    def __init__(self, sleeper: KubeSleep) -> None:
+        self.sleeper = sleeper
+        self.cluster: Cluster = sleeper.cluster
+
+    def observe(self, now_s: float, suspends_last_minute: int, wakes_last_minute: int) -> Observation:
+        try:
+            # Wake verification is part of looking: a woken node now Ready closes its wake-up (in the state
+            # store's journal of wake-ups) and is uncordoned, as `greengpu kube verify` does.
+            self.sleeper.verify_events()
+            base = self.sleeper.pending_cycle_snapshot(now_s)
+            running: list[RunningJob] = []
+            for node in self.cluster.nodes:
+                state = base.node_states.get(node.name)
+                if state is not None and state.power is not PowerState.AWAKE:
+                    continue  # asleep or waking: nothing runs there
+                index = 0
+                for pod in self.sleeper.api.pods_on_node(node.name):
+                    if pod.gpus <= 0 or pod.phase in ENDED:
+                        continue
+                    # The API does not say which GPU indices a pod holds; the core needs only how many per node.
+                    slots = tuple(GpuSlot(node.name, index + i) for i in range(pod.gpus))
+                    index += pod.gpus
+                    job = pod_job(pod, now_s)
+                    running.append(RunningJob(job=job, slots=slots, start_time_s=now_s,
+                                              expected_end_s=now_s + job.duration_s))
+            sleep = self.sleeper.observe(now_s)
+        except KubeError as error:
+            raise RuntimeError(str(error)) from None
+        states: dict[str, NodeState] = dict(base.node_states)
+        snapshot = ClusterSnapshot(now_s, self.cluster, tuple(running), base.pending, states)
+        return Observation(snapshot, (), sleep, {}, {})
+
+    def act(self, action: Action, now_s: float) -> str:
+        try:
+            if isinstance(action, SleepNode):
+                outcome = self.sleeper.sleep(action.node, f"greengpu: {action.reason}")
+                if not outcome.slept:
+                    raise ActionFailed(outcome.message)
+                return outcome.message
+            if isinstance(action, WakeNode):
+                events = self.sleeper.control.wake([action.node], action.reason)
+                return "; ".join(e.message for e in events) or f"{action.node}: already waking"
+        except KubeError as error:
+            raise ActionFailed(str(error)) from None
+        raise ActionFailed(f"{type(action).__name__} is not carried out on Kubernetes (the node agents cap GPUs)")
+
+    def release_gpus(self, reason: str) -> list[str]:
+        return []  # the node agents own the GPUs and fall back to defaults on their own
