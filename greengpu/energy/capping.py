@@ -115,7 +115,11 @@ def decide(
     `profile` is the job's measured profile, if any; `cap_not_binding` reports that the limit set
     earlier for this job never bound; `host_share_w` is the GPU's share of its node's host power
     (see `pick_limit`; 0 picks on GPU energy alone, as Zeus does); `capacity_short` says that
-    jobs are waiting for capacity right now (with `relax_when_queued`, the job then runs uncapped).
+    this job's completion frees a waiting job's way right now (with `relax_when_queued`, the job then
+    runs uncapped: a lever may spend slack, never queue time). Which jobs those are follows from the
+    scheduling core's typed wait results (greengpu.sched.slack.queue_guard: the tenant's own jobs for
+    a quota wait, the jobs on a reservation's nodes, the jobs on every node a capacity-bound job
+    could use); a body that cannot tell passes True for every job while anything waits for capacity.
     """
     if not policy.enabled:
         return CapDecision(None, None, "capping disabled")

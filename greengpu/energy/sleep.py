@@ -9,7 +9,7 @@ daemon), so a wake never happens for a node the core would not use.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from greengpu.model import PowerState, SleepNode
@@ -85,16 +85,20 @@ def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_hea
 
 def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, *, blocked_pending: bool,
                   suspends_last_minute: int, utc_offset_s: float = 0.0,
-                  reserve_gpus: int | None = None) -> list[SleepNode]:
+                  reserve_gpus: int | None = None, keep_awake: Collection[str] = ()) -> list[SleepNode]:
     """The idle nodes to suspend now, in a stable order (longest idle first).
 
     `reserve_gpus` is the warm reserve to keep (`warm_reserve_target_gpus`); None: the fixed floor.
+    `keep_awake` names nodes a waiting job could use (greengpu.sched.slack): a lever may spend slack,
+    never queue time, so with `priority_aware` none of them sleeps. `blocked_pending` without
+    `keep_awake` (a body that only knows that something waits for capacity) keeps every node awake.
     """
     reserve = policy.warm_reserve_gpus if reserve_gpus is None else reserve_gpus
     if not policy.enabled or not in_window(now_s, policy.windows, utc_offset_s):
         return []
-    if policy.priority_aware and blocked_pending:
+    if policy.priority_aware and blocked_pending and not keep_awake:
         return []  # work is waiting for capacity: putting capacity to sleep now would only delay it
+    protected = keep_awake if policy.priority_aware else ()
     budget = policy.max_suspends_per_min - suspends_last_minute
     if budget <= 0:
         return []
@@ -103,7 +107,7 @@ def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, 
         (n for n in nodes
          if n.power is PowerState.AWAKE and not n.busy and n.idle_since_s is not None
          and now_s - n.idle_since_s >= policy.idle_timeout_s
-         and now_s - n.power_since_s >= policy.min_awake_s),
+         and now_s - n.power_since_s >= policy.min_awake_s and n.name not in protected),
         key=lambda n: (n.idle_since_s, n.name),
     )
     chosen: list[SleepNode] = []

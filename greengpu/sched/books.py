@@ -15,6 +15,7 @@ from greengpu.model import Cluster, ClusterSnapshot, RunningJob
 from greengpu.sched.backfill import NodeEnds
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.state import PlacementState, cluster_layout
+from greengpu.sched.waits import Wait
 
 
 @dataclass
@@ -38,6 +39,10 @@ class Books:
     callers replace the mapping rather than change it in place, as ClusterSnapshot asks)."""
     by_id: dict[int, RunningJob] = field(default_factory=dict)
     """The RunningJob objects in `running` by id() (they are kept alive, so ids stay unique)."""
+    wait_memo: dict[tuple[object, ...], Wait] = field(default_factory=dict)
+    """Typed waits by everything they record (one object for jobs alike: the slack rule visits each once)."""
+    capacity_wait_of: dict[str, Wait] = field(default_factory=dict)
+    """Per pending job id, its capacity wait (for the jobs a full cycle skips); pruned by the core."""
 
     def commit(self, started: list[RunningJob], stopped: list[str]) -> None:
         """Record the jobs a cycle placed and killed (it already changed the state and ledger)."""

@@ -2,7 +2,8 @@
 
 The cycle, in order:
 1. victims whose checkpoint grace has run out are killed (KillJob) and their GPUs freed; the
-   nodes of victims still stopping stay held for the job they make room for;
+   nodes of victims still stopping stay held for the job they make room for; a victim whose
+   beneficiary no longer waits (it started elsewhere) is not killed: its preemption is withdrawn;
 2. pending jobs are taken in queue order (priority with age boost, fair share, age);
 3. each job is checked against its tenant's quota, then placed best-fit on nodes that are neither
    held nor reserved; a job that ends before a reservation starts may backfill reserved nodes;
@@ -18,7 +19,7 @@ from __future__ import annotations
 import gc
 import itertools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from greengpu.model import (
     Action,
@@ -39,23 +40,37 @@ from greengpu.sched.books import Books, books_for, forget_books
 from greengpu.sched.order import fair_share, queue_order
 from greengpu.sched.placement import allowed_models, chunks_for, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimFinder
+from greengpu.sched.waits import (
+    WAIT_CAPACITY,
+    WAIT_NO_MODEL,
+    WAIT_PREEMPTING,
+    WAIT_QUOTA,
+    WAIT_WAKE,
+    Wait,
+    WaitReason,
+)
 from greengpu.sched.wake import WakePlan
 
-WAIT_NO_MODEL = "no GPU of an allowed model in the cluster"
-WAIT_QUOTA = "quota"
-WAIT_CAPACITY = "no free GPUs that fit"
-WAIT_PREEMPTING = "waiting for preempted jobs to checkpoint and stop"
-WAIT_WAKE = "waiting for sleeping nodes to wake"
+__all__ = ["WAIT_CAPACITY", "WAIT_NO_MODEL", "WAIT_PREEMPTING", "WAIT_QUOTA", "WAIT_WAKE", "CycleResult",
+           "schedule", "schedule_cycle"]
 WAKEABLE = (PowerState.ASLEEP, PowerState.WAKING, PowerState.SUSPENDING)
 
 
 @dataclass(frozen=True)
 class CycleResult:
-    """What one cycle decided, and why the rest waits."""
+    """What one cycle decided, and why the rest waits (typed: greengpu.sched.waits)."""
 
     actions: tuple[Action, ...]
-    waiting: Mapping[str, str] = field(default_factory=dict)
+    waits: Mapping[str, Wait] = field(default_factory=dict)
     reservations: tuple[Reservation, ...] = ()
+    withdrawn: tuple[str, ...] = ()
+    """Running jobs asked to checkpoint and stop for a job that no longer waits: they keep running,
+    and the body clears their preemption signal (a checkpoint taken meanwhile costs nothing)."""
+
+    @property
+    def waiting(self) -> dict[str, str]:
+        """Why each waiting job waits, in the words of the JSON outputs."""
+        return {job_id: wait.text for job_id, wait in self.waits.items()}
 
 
 class _Cycle:
@@ -69,11 +84,14 @@ class _Cycle:
         self.ledger = books.ledger
         self.started: list[RunningJob] = []
         self.stopped: list[str] = []
+        self.withdrawn: list[str] = []
         cluster = snapshot.cluster
         self.weights = {name: t.weight for name, t in cluster.tenants.items()}
         self.usage = snapshot.tenant_usage_gpu_s
         self.actions: list[Action] = []
-        self.waiting: dict[str, str] = {}
+        self.waits: dict[str, Wait] = {}
+        self._wait_memo = books.wait_memo
+        self._models_of: dict[frozenset[str] | None, tuple[str, ...]] = {}
         self.reservations: list[Reservation] = []
         self.reserved_nodes: dict[int, float] = {}
         self.held_for: dict[str, set[int]] = {}
@@ -93,6 +111,35 @@ class _Cycle:
         self._wakeable: dict[str, list[int]] | None = None
 
     # -------------------------------------------------------------- helpers
+
+    def models_for(self, job: Job) -> tuple[str, ...]:
+        """The GPU models `job` allows that the cluster has (cached per set of allowed types)."""
+        models = self._models_of.get(job.gpu_types)
+        if models is None:
+            models = self._models_of[job.gpu_types] = allowed_models(self.state, job)
+        return models
+
+    def wait(self, job: Job, reason: WaitReason, detail: str = "") -> Wait:
+        """The typed wait of `job` (shared between jobs alike in everything it records)."""
+        key = (reason, job.tenant, job.gpu_types, job.units, job.gpus_per_node, detail)
+        found = self._wait_memo.get(key)
+        if found is None:
+            models = self.models_for(job)
+            node_gpus = 0
+            spans_nodes = False
+            if models and reason is not WaitReason.NO_MODEL:
+                sizes = self.state.node_size_by_model
+                pieces = [chunks_for(job, sizes[m]) if not job.is_fractional else [1] for m in models]
+                smallest = [min(c) for c in pieces if c]
+                node_gpus = min(smallest) if smallest else 0
+                spans_nodes = all(c is None or len(c) > 1 for c in pieces)
+            if reason is WaitReason.CAPACITY and spans_nodes:
+                reason = WaitReason.GANG
+            found = self._wait_memo[key] = Wait(reason, job.tenant, models, node_gpus, detail=detail)
+        return found
+
+    def _set_wait(self, job: Job, reason: WaitReason, detail: str = "") -> None:
+        self.waits[job.job_id] = self.wait(job, reason, detail)
 
     def share_of(self, tenant: str) -> float:
         """The tenant's fair-share figure, cached until its allocation changes."""
@@ -175,8 +222,14 @@ class _Cycle:
         for running in self.snapshot.running:
             if running.preempt_signalled_s is None:
                 continue
-            self.finder.stopping.add(running.job.job_id)
             beneficiary = running.preempted_for
+            if beneficiary is not None and beneficiary not in pending_ids:
+                # The job it was asked to stop for no longer waits (it started elsewhere, e.g. on GPUs
+                # that freed up or a node that woke during the grace, or it left): stopping the victim
+                # now would only destroy its work. The preemption is withdrawn; it keeps running.
+                self.withdrawn.append(running.job.job_id)
+                continue
+            self.finder.stopping.add(running.job.job_id)
             nodes = {self.state.index[n] for n in running.nodes if n in self.state.index}
             if beneficiary is not None and beneficiary in pending_ids:
                 self._hold(beneficiary, nodes)
@@ -195,7 +248,7 @@ class _Cycle:
                 units_by_node[slot.node] = units_by_node.get(slot.node, 0) + slot.units
             problem = self.ledger.memory_problem(job, self.ledger.job_memory_gb(job, units_by_node, units_by_node))
         if problem is not None:
-            self.waiting[job.job_id] = f"{WAIT_QUOTA}: {problem}"
+            self._set_wait(job, WaitReason.QUOTA, problem)
             return False
         self.state.allocate(slots)
         running = RunningJob(job=job, slots=slots, start_time_s=self.now_s,
@@ -210,15 +263,15 @@ class _Cycle:
         self.actions.append(PlaceJob(job.job_id, slots, backfilled))
         return True
 
-    def quota_blocked(self, job: Job, models: tuple[str, ...]) -> str | None:
+    def quota_blocked(self, job: Job, models: tuple[str, ...]) -> Wait | None:
         if not models:
-            return WAIT_NO_MODEL
+            return self.wait(job, WaitReason.NO_MODEL)
         if not self.ledger.tenant(job.tenant).quota_gpus_by_model:
             problem = self.ledger.admission_problem(job, models[0], job.units)  # one key for all models
-            return None if problem is None else f"{WAIT_QUOTA}: {problem}"
+            return None if problem is None else self.wait(job, WaitReason.QUOTA, problem)
         problems = [self.ledger.admission_problem(job, m, job.units) for m in models]
         if all(p is not None for p in problems):
-            return f"{WAIT_QUOTA}: {problems[0]}"
+            return self.wait(job, WaitReason.QUOTA, problems[0] or "")
         return None
 
     def try_backfill(self, pending: PendingJob, excluded: set[int]) -> bool:
@@ -269,7 +322,7 @@ class _Cycle:
                           warning=warning_gpus_by_node(self.state, self.snapshot.node_states))  # GPU health
             if slots is not None and self.admit(pending, slots, backfilled=False):
                 return True
-        self.waiting[job.job_id] = WAIT_PREEMPTING
+        self._set_wait(job, WaitReason.PREEMPTING)
         return True
 
     def try_reserve(self, pending: PendingJob, excluded: set[int]) -> None:
@@ -278,6 +331,9 @@ class _Cycle:
         reservation = reserve(self.state, pending.job, self.books.ends, excluded, self.now_s, self.interval_s)
         if reservation is None or reservation.start_s <= self.now_s:
             return  # a job that could start now is held back by policy (e.g. whole-node reserve), not capacity
+        blocked = self.wait(pending.job, WaitReason.RESERVATION)
+        names = self.state.names
+        self.waits[pending.job.job_id] = replace(blocked, nodes=frozenset(names[n] for n in reservation.nodes))
         self.reservations.append(reservation)
         self._excluded_shared = None
         self._latest_reserved_start_s = max(self._latest_reserved_start_s, reservation.start_s)
@@ -291,7 +347,7 @@ class _Cycle:
         job = item.job
         blocked = self.quota_blocked(job, models)
         if blocked is not None:
-            self.waiting[job.job_id] = blocked
+            self.waits[job.job_id] = blocked
             return
         excluded = self._excluded_for(job.job_id)
         slots = self._place(item, models, excluded)
@@ -301,17 +357,17 @@ class _Cycle:
         if self.try_backfill(item, excluded):
             return
         if self.waits_for_victims(item, excluded):
-            self.waiting[job.job_id] = WAIT_PREEMPTING
+            self._set_wait(job, WaitReason.PREEMPTING)
             return
         if self.fits_after_wake(job, models):
             # Sleeping capacity can take it: waking costs a boot, preempting costs someone's work.
-            self.waiting[job.job_id] = WAIT_WAKE
+            self._set_wait(job, WaitReason.WAKE)
             return
         if self.attempts_left > 0:
             self.attempts_left -= 1
             if self.try_preempt(item, excluded):
                 return
-        self.waiting[job.job_id] = WAIT_CAPACITY
+        self._set_wait(job, WaitReason.CAPACITY)
         if self.reservations_left > 0:
             self.reservations_left -= 1
             self.try_reserve(item, excluded)
@@ -358,44 +414,53 @@ class _Cycle:
         policy = self.policy
         self.attempts_left = policy.preemption.max_attempts_per_cycle if policy.preemption.enabled else 0
         self.reservations_left = policy.backfill.reservations if policy.backfill.enabled else 0
-        models_of: dict[frozenset[str] | None, tuple[str, ...]] = {}
-
-        def models_for(job: Job) -> tuple[str, ...]:
-            models = models_of.get(job.gpu_types)
-            if models is None:
-                models = models_of[job.gpu_types] = allowed_models(self.state, job)
-            return models
-
+        models_for = self.models_for
         full = False
         considered: list[PendingJob] = []
         for item in queue_order(pending, self.now_s, policy, self.share_of):
             considered.append(item)
             self.consider(item, models_for(item.job))
-            if item.job.job_id in self.waiting and self._nothing_left_to_try():
+            if item.job.job_id in self.waits and self._nothing_left_to_try():
                 full = True
                 break
         rest: list[PendingJob] = []
         if full:
             # The cluster is full for ordinary jobs: only jobs with held nodes (their victims were just
             # stopped) and jobs short enough to backfill reserved nodes can still start. Skip the rest.
-            decided = self.waiting.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
+            decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
             rest = [p for p in pending if p.job.job_id not in decided]
             latest_s = self._latest_reserved_start_s
             special = [p for p in rest if p.job.job_id in self.held_for or self.now_s + p.job.duration_s <= latest_s]
             for item in queue_order(special, self.now_s, policy, self.share_of):
                 considered.append(item)
                 self.consider(item, models_for(item.job))
-            self.waiting = {**dict.fromkeys((p.job.job_id for p in rest), WAIT_CAPACITY), **self.waiting}
+            self.waits = {**self._capacity_waits(rest), **self.waits}
         self.plan_wakes(considered, rest, models_for)
-        return CycleResult(tuple(self.actions), self.waiting, tuple(self.reservations))
+        return CycleResult(tuple(self.actions), self.waits, tuple(self.reservations), tuple(self.withdrawn))
+
+    def _capacity_waits(self, rest: list[PendingJob]) -> dict[str, Wait]:
+        """The capacity waits of the jobs a full cycle skipped, remembered per job between cycles
+        (a saturated queue skips the same thousands of jobs cycle after cycle)."""
+        memo = self.books.capacity_wait_of
+        if len(memo) > 2 * len(self.snapshot.pending) + 64:
+            memo.clear()  # jobs that left the queue
+        found = memo.get
+        waits: dict[str, Wait] = {}
+        for item in rest:
+            job_id = item.job.job_id
+            wait = found(job_id)
+            if wait is None:
+                wait = memo[job_id] = self.wait(item.job, WaitReason.CAPACITY)
+            waits[job_id] = wait
+        return waits
 
     def plan_wakes(self, considered: list[PendingJob], rest: list[PendingJob],
                    models_for: Callable[[Job], tuple[str, ...]]) -> None:
         """Give jobs blocked for capacity room on waking or asleep nodes; wake the asleep ones needed."""
         if not self.snapshot.node_states:
             return
-        blocked = (WAIT_CAPACITY, WAIT_WAKE)
-        if not any(reason in blocked for reason in self.waiting.values()):
+        waits = self.waits
+        if not any(w.capacity_bound for w in waits.values()):
             return
         plan = WakePlan(self.state, self.snapshot.node_states)
         if not plan.has_room():
@@ -407,12 +472,14 @@ class _Cycle:
         room = True
         for item in itertools.chain(considered, later):
             job_id = item.job.job_id
-            if self.waiting.get(job_id) not in blocked:
+            wait = waits.get(job_id)
+            if wait is None or not wait.capacity_bound:
                 continue
             if room and plan.claim(item.job, models_for(item.job), excluded):
-                self.waiting[job_id] = WAIT_WAKE
+                waits[job_id] = self.wait(item.job, WaitReason.WAKE)
             else:
-                self.waiting[job_id] = WAIT_CAPACITY
+                if wait.reason is WaitReason.WAKE:  # no room after all: blocked for capacity
+                    waits[job_id] = self.wait(item.job, WaitReason.CAPACITY)
                 room = room and plan.has_room()
         for node, job_id in plan.to_wake.items():
             self.actions.append(WakeNode(self.state.names[node], f"needed by {job_id}"))

@@ -36,6 +36,7 @@ from greengpu.model import (
 )
 from greengpu.policy import Policy
 from greengpu.sched.invariants import check_invariants
+from greengpu.sched.slack import model_of_nodes
 from greengpu.sim.checks import PlacementChecks
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.failures import FailureReplay, GpuEvent
@@ -92,6 +93,7 @@ class Simulation:
         self.stalled = False
         """Set when only work that can never be placed is left: the replay stops instead of retrying forever."""
         self._lifts_caps = policy.capping.relaxes_when_queued
+        self._model_of = model_of_nodes(cluster)
         self._dirty = False
         self._sleep_check = False
         self._tick_pending = False
@@ -154,23 +156,28 @@ class Simulation:
         self.cycles += 1
         scheduled = schedule(self._snapshot(), self.policy)
         actions = scheduled.cycle.actions
-        lifted = self._lifts_caps and self.waiting.waiting
+        guard = self.waiting.guard
         for action in actions:
             if isinstance(action, KillJob):
                 self.work.kill(action)
             elif isinstance(action, PreemptJob):
                 self.work.signal(action)
             elif isinstance(action, PlaceJob):
-                self.work.start(action, lifted)
+                # Lifted from the start when it lands in the way of a job that waited at the last cycle.
+                tenant = self.pending[action.job_id].job.tenant
+                nodes = dict.fromkeys(s.node for s in action.slots)
+                self.work.start(action, self._lifts_caps and guard.lifts(tenant, nodes, self._model_of))
+        for job_id in scheduled.cycle.withdrawn:  # its beneficiary started elsewhere: it runs on
+            self.work.withdraw(job_id)
         if self.check_every_cycle:
             placed = [self.running[a.job_id] for a in actions if isinstance(a, PlaceJob)]
             self.checks.record(self.checks.check_placements(placed, self.fleet.nodes))
             if self.cycles % self.checks.full_check_every == 0:
                 self._check_all()
-        was_waiting = self.waiting.waiting
+        was = self.waiting.guard
         self.waiting = scheduled.waiting
-        if self._lifts_caps and self.waiting.waiting != was_waiting:
-            self.work.set_lifted(self.waiting.waiting)
+        if self._lifts_caps and self.waiting.guard != was:
+            self.work.set_lifted(self.waiting.guard, self._model_of)
         if self.policy.sleep.enabled:
             self.sleep.apply_wakes([a for a in actions if isinstance(a, WakeNode)])
             if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
@@ -316,6 +323,7 @@ class Simulation:
         origin = jobs[0].submit_time_s if jobs else 0.0
         span_s = (self.clock.now_s - origin) if jobs else 0.0
         completed = work.outcomes.completed
+        completed_gpu_hours = sum(j.gpus * j.duration_s for j in jobs if j.job_id in completed) / 3600.0
         return SimResult(
             policy=self.policy.name, jobs=len(jobs), jobs_completed=len(completed),
             jobs_not_started=len(jobs) - len(work.outcomes.first_start),
@@ -330,6 +338,8 @@ class Simulation:
             failed_nodes=tuple(sorted(self.sleep.failed_nodes)), sla_violations=sla,
             invariant_violations=self.checks.violations, sim_wall_s=wall_s, pue=self.cluster.site.pue,
             currency=self.cluster.site.currency, scheduling_cycles=self.cycles,
+            energy_kwh_per_gpu_hour=(self.meter.facility_energy_kwh / completed_gpu_hours
+                                     if completed_gpu_hours > 0 else None),
             failures=self.failures.stats.as_dict() if self.failures is not None else None)
 
 

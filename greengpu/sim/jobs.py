@@ -8,11 +8,13 @@ every running job moves to its new pace and its finish moves with it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from greengpu.accounting.attribution import Attribution
 from greengpu.model import KillJob, PendingJob, PlaceJob, PreemptionRecord, PreemptJob, RunningJob
 from greengpu.sched.preemption import last_checkpoint_s
+from greengpu.sched.slack import QueueGuard
 from greengpu.sim.checks import PlacementChecks
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.nodes import NodeFleet, SimNode
@@ -84,19 +86,32 @@ class JobRunner:
         self.finish_token[job_id] = token
         self.clock.push(at_s, EventKind.FINISH, (job_id, token))
 
-    def set_lifted(self, lifted: bool) -> None:
-        """Lift every running job's cap while work waits for capacity; cap them again once none waits.
+    def set_lifted(self, guard: QueueGuard, model_of: Mapping[str, str]) -> None:
+        """Lift the caps of exactly the running jobs in a waiting job's way; cap the rest again.
 
-        This is the capping lever's answer to "work waits" (`gpu_setting`): a slower job would
-        lengthen the queue, and once the queue is gone the cap saves energy again.
+        This is the capping lever's answer to the slack rule (greengpu.sched.slack): a slower job in a
+        waiting job's way lengthens the queue; a job in nobody's way saves energy at no queue time.
         """
+        lifted = self.pacer.lifted
         for running in list(self.running.values()):
+            job_id = running.job.job_id
+            lift = guard.lifts(running.job.tenant, running.nodes, model_of)
+            if lift == (job_id in lifted):
+                continue
             watts_then = self.pacer.busy_w(running, self.fleet.nodes)
-            if lifted:
-                self.pacer.lifted.add(running.job.job_id)
+            if lift:
+                lifted.add(job_id)
             else:
-                self.pacer.lifted.discard(running.job.job_id)
+                lifted.discard(job_id)
             self._repace(running, watts_then)
+
+    def withdraw(self, job_id: str) -> None:
+        """The core withdrew a preemption (its beneficiary started elsewhere): the victim runs on, unsignalled."""
+        signalled = self.running.get(job_id)
+        if signalled is not None:
+            self.running[job_id] = replace(signalled, preempt_signalled_s=None, preempted_for=None)
+            self.stopping.discard(job_id)
+            self._version += 1
 
     def _repace(self, running: RunningJob, watts_then: dict[str, float]) -> None:
         """Carry a running job over to the pace and power its capping now gives."""
@@ -138,7 +153,7 @@ class JobRunner:
         job = waiting.job
         now_s = self.clock.now_s
         if lifted:
-            self.pacer.lifted.add(job.job_id)  # others waited for capacity at the last cycle
+            self.pacer.lifted.add(job.job_id)  # in a waiting job's way at the last cycle
         else:
             self.pacer.lifted.discard(job.job_id)
         nodes = self.fleet.nodes

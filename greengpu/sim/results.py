@@ -73,6 +73,9 @@ class SimResult:
     pue: float
     currency: str
     scheduling_cycles: int
+    energy_kwh_per_gpu_hour: float | None = None
+    """Facility kWh per GPU-hour of completed work (their uncapped run time): capped slow-down and work
+    re-run after a preemption add energy but no work (None when nothing completed)."""
     failures: Mapping[str, Any] | None = None
     """The failure model's figures (sim/failures.py); None when the replay ran without it (no keys added)."""
 
@@ -87,6 +90,7 @@ class SimResult:
             "makespan_s": self.makespan_s,
             "energy_kwh": self.energy_kwh,
             "gpu_energy_kwh": self.gpu_energy_kwh,
+            "energy_kwh_per_gpu_hour": self.energy_kwh_per_gpu_hour,
             "cost": self.cost,
             "co2_kg": self.co2_kg,
             "wait_s": self.wait_s.to_json(),

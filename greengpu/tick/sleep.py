@@ -63,7 +63,8 @@ def plan_sleep(seen: SleepObservation, policy: SleepPolicy, waiting: WorkWaiting
     """The idle nodes to suspend now, longest idle first."""
     return tuple(plan_suspends(seen.now_s, seen.idle_awake, policy, blocked_pending=waiting.waiting,
                                suspends_last_minute=seen.suspends_last_minute, utc_offset_s=seen.utc_offset_s,
-                               reserve_gpus=reserve_target_gpus(seen, policy)))
+                               reserve_gpus=reserve_target_gpus(seen, policy),
+                               keep_awake=waiting.guard.keep_awake))
 
 
 def plan_wakes(seen: SleepObservation, policy: SleepPolicy, asked: Sequence[WakeNode] = ()) -> tuple[WakeNode, ...]:

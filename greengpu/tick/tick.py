@@ -50,7 +50,7 @@ class TickResult:
 def schedule(snapshot: ClusterSnapshot, policy: Policy) -> Scheduled:
     """The scheduling part of the tick: one cycle of the core, and whether work waits after it."""
     cycle = schedule_cycle(snapshot, policy.scheduler, policy.interval_s)
-    return Scheduled(cycle, work_waiting(cycle))
+    return Scheduled(cycle, work_waiting(cycle, snapshot.cluster))
 
 
 def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuObservation],

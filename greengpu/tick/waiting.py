@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from greengpu.model import Cluster
 from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, CycleResult
+from greengpu.sched.slack import NO_WAIT, QueueGuard, queue_guard
 
 LEVER_BLOCKED_REASONS = frozenset({WAIT_CAPACITY, WAIT_WAKE})
 """Wait reasons a faster running job or an extra awake node could shorten."""
@@ -19,6 +21,10 @@ class WorkWaiting:
     """The jobs that wait for capacity the levers hold back (empty: the cluster has slack)."""
 
     job_ids: tuple[str, ...] = ()
+    guard: QueueGuard = NO_WAIT
+    """Per job and node, what the levers must leave alone (greengpu.sched.slack: a lever may spend
+    slack, never queue time). A body that only knows `job_ids` leaves it empty: then every cap lifts
+    and no node sleeps while anything waits (the fail-safe form)."""
 
     @property
     def waiting(self) -> bool:
@@ -29,7 +35,8 @@ class WorkWaiting:
 NOTHING_WAITS = WorkWaiting()
 
 
-def work_waiting(result: CycleResult) -> WorkWaiting:
-    """The jobs of a scheduling cycle that wait for capacity or for sleeping nodes to wake."""
-    return WorkWaiting(tuple(sorted(job_id for job_id, reason in result.waiting.items()
-                                    if reason in LEVER_BLOCKED_REASONS)))
+def work_waiting(result: CycleResult, cluster: Cluster | None = None) -> WorkWaiting:
+    """The jobs of a scheduling cycle that wait for capacity or for sleeping nodes to wake, and (given
+    the inventory) the slack rule's verdict from the cycle's typed waits."""
+    job_ids = tuple(sorted(job_id for job_id, wait in result.waits.items() if wait.text in LEVER_BLOCKED_REASONS))
+    return WorkWaiting(job_ids, queue_guard(result.waits, cluster) if cluster is not None else NO_WAIT)

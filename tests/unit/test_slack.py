@@ -1,0 +1,124 @@
+"""A lever may spend slack, never queue time: the core's typed waits decide which caps lift and which
+nodes stay awake (greengpu.sched.slack), on saturated toy clusters."""
+
+from __future__ import annotations
+
+from schedkit import job, make_cluster, node_type
+
+from greengpu.energy.sleep import NodeView, plan_suspends
+from greengpu.model import Cluster, ClusterSnapshot, GpuSlot, PendingJob, PowerState, RunningJob, Tenant
+from greengpu.policy import BackfillPolicy, SchedulerPolicy, SleepPolicy
+from greengpu.sched.core import WAIT_CAPACITY, WAIT_QUOTA, CycleResult, schedule_cycle
+from greengpu.sched.slack import queue_guard
+from greengpu.sched.waits import WaitReason
+
+X8 = node_type(8)
+X4 = node_type(4, name="a100x4")
+H8 = node_type(8, model="H100")
+
+
+def running(job_id: str, node: str, gpus: int, tenant: str = "t", end_s: float = 36_000.0) -> RunningJob:
+    return RunningJob(job=job(job_id, gpus=gpus, tenant=tenant, duration_s=end_s),
+                      slots=tuple(GpuSlot(node, g) for g in range(gpus)), start_time_s=0.0, expected_end_s=end_s)
+
+
+def run_cycle(cluster: Cluster, jobs_running: list[RunningJob], pending: list[object],
+              policy: SchedulerPolicy | None = None) -> CycleResult:
+    snapshot = ClusterSnapshot(time_s=600.0, cluster=cluster, running=tuple(jobs_running),
+                               pending=tuple(PendingJob(j) for j in pending))  # type: ignore[arg-type]
+    policy = policy or SchedulerPolicy()
+    result = schedule_cycle(snapshot, policy, incremental=False)
+    remembered = schedule_cycle(snapshot, policy, incremental=True, purpose="test-slack")
+    assert dict(remembered.waits) == dict(result.waits)  # typed waits are part of the same decision
+    return result
+
+
+def test_a_job_waiting_for_its_tenants_own_jobs_lifts_the_caps_on_those_jobs_only() -> None:
+    # Tenant "a" may not borrow: at its 8-GPU quota, its next job waits although n0002 is free.
+    cluster = make_cluster([(3, X8, "r")], tenants=[Tenant("a", quota_gpus=8, borrow_limit_gpus=0),
+                                                    Tenant("b", quota_gpus=16)])
+    jobs_running = [running("a1", "n0000", 4, "a"), running("a2", "n0000", 4, "a"), running("b1", "n0001", 8, "b")]
+    result = run_cycle(cluster, jobs_running, [job("a3", gpus=2, tenant="a")])
+    assert result.waits["a3"].reason is WaitReason.QUOTA
+    assert result.waiting["a3"].startswith(f"{WAIT_QUOTA}: ")  # the JSON text is unchanged
+    guard = queue_guard(result.waits, cluster)
+    assert guard.uncapped_jobs(jobs_running, cluster) == {"a1", "a2"}  # their ends let it start; b1's would not
+    assert guard.keep_awake == frozenset()  # an extra node would not start it: n0002 may sleep
+
+
+def test_a_gang_that_cannot_assemble_lifts_the_caps_on_the_jobs_that_free_its_nodes() -> None:
+    # A 16-GPU gang needs two whole 8-GPU nodes; 4-GPU nodes cannot hold a piece of it.
+    cluster = make_cluster([(3, X8, "r"), (2, X4, "r")])
+    jobs_running = [running("x", "n0000", 8), running("y", "n0001", 4), running("z", "n0002", 8),
+                    running("small", "n0003", 4)]
+    no_reservations = SchedulerPolicy(backfill=BackfillPolicy(enabled=False))
+    result = run_cycle(cluster, jobs_running, [job("gang", gpus=16)], no_reservations)
+    wait = result.waits["gang"]
+    assert wait.reason is WaitReason.GANG and result.waiting["gang"] == WAIT_CAPACITY
+    guard = queue_guard(result.waits, cluster)
+    assert guard.uncapped_jobs(jobs_running, cluster) == {"x", "y", "z"}
+    assert guard.keep_awake == {"n0000", "n0001", "n0002"}  # n0004 (4 GPUs, idle) may sleep
+
+
+def test_a_reserved_gang_lifts_the_caps_on_the_reserved_nodes_jobs() -> None:
+    cluster = make_cluster([(3, X8, "r")])
+    jobs_running = [running("soon", "n0000", 8, end_s=1_200.0), running("late", "n0001", 8, end_s=90_000.0),
+                    running("half", "n0002", 4, end_s=80_000.0)]
+    result = run_cycle(cluster, jobs_running, [job("gang", gpus=16)])
+    wait = result.waits["gang"]
+    assert wait.reason is WaitReason.RESERVATION
+    assert wait.nodes == {"n0000", "n0002"}  # n0000 frees first, n0002 next: the reservation's nodes
+    guard = queue_guard(result.waits, cluster)
+    assert guard.uncapped_jobs(jobs_running, cluster) == {"soon", "half"}  # "late" is on no node the gang waits for
+
+
+def test_no_node_sleeps_while_a_job_waits_that_it_could_serve() -> None:
+    # The waiting job wants H100s; the idle A100 node may sleep, the idle H100 node may not.
+    cluster = make_cluster([(1, X8, "r"), (2, H8, "r")])
+    jobs_running = [running("h", "n0001", 8)]
+    wanted = job("wants-h100", gpus=8, gpu_types=frozenset({"H100"}))
+    blocker = job("blocker", gpus=8, gpu_types=frozenset({"H100"}))
+    # n0002 is idle but held for nothing: make the waiting job wait by filling it first in the queue.
+    result = run_cycle(cluster, jobs_running, [blocker, wanted])
+    assert result.waits["wants-h100"].capacity_bound
+    guard = queue_guard(result.waits, cluster)
+    assert "n0001" in guard.keep_awake and "n0002" in guard.keep_awake and "n0000" not in guard.keep_awake
+    policy = SleepPolicy(enabled=True, idle_timeout_s=300, min_awake_s=0, warm_reserve_gpus=0,
+                         priority_aware=True)
+    idle = [NodeView(name, 8, PowerState.AWAKE, -10_000.0, False, 0.0) for name in ("n0000", "n0002")]
+    chosen = plan_suspends(3_600.0, idle, policy, blocked_pending=True, suspends_last_minute=0,
+                           keep_awake=guard.keep_awake)
+    assert [s.node for s in chosen] == ["n0000"]
+    # A body that only knows "something waits for capacity" keeps every node awake (fail safe).
+    assert plan_suspends(3_600.0, idle, policy, blocked_pending=True, suspends_last_minute=0) == []
+    # Without priority awareness (the idle-timeout baseline) the rule does not apply.
+    plain = SleepPolicy(enabled=True, idle_timeout_s=300, min_awake_s=0, priority_aware=False)
+    assert len(plan_suspends(3_600.0, idle, plain, blocked_pending=True, suspends_last_minute=0,
+                             keep_awake=guard.keep_awake)) == 2
+
+
+def test_capacity_waits_of_one_gpu_jobs_keep_every_usable_node_in_their_way() -> None:
+    cluster = make_cluster([(2, X8, "r")])
+    jobs_running = [running("a", "n0000", 8), running("b", "n0001", 8)]
+    result = run_cycle(cluster, jobs_running, [job(f"w{i}", gpus=1) for i in range(3)])
+    assert {w.reason for w in result.waits.values()} <= {WaitReason.CAPACITY, WaitReason.RESERVATION}
+    guard = queue_guard(result.waits, cluster)
+    assert guard.uncapped_jobs(jobs_running, cluster) == {"a", "b"} and guard.keep_awake == {"n0000", "n0001"}
+
+
+def test_nothing_waits_nothing_is_lifted() -> None:
+    cluster = make_cluster([(2, X8, "r")])
+    jobs_running = [running("a", "n0000", 8)]
+    result = run_cycle(cluster, jobs_running, [job("fits", gpus=4)])
+    assert result.waits == {}
+    guard = queue_guard(result.waits, cluster)
+    assert not guard.queue_waits and guard.uncapped_jobs(jobs_running, cluster) == frozenset()
+
+
+def test_a_job_no_gpu_model_can_hold_blocks_no_lever() -> None:
+    cluster = make_cluster([(1, X8, "r")])
+    jobs_running = [running("a", "n0000", 8)]
+    result = run_cycle(cluster, jobs_running, [job("tpu", gpus=1, gpu_types=frozenset({"TPU"}))])
+    assert result.waits["tpu"].reason is WaitReason.NO_MODEL
+    assert not queue_guard(result.waits, cluster).queue_waits
+
