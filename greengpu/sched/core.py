@@ -36,10 +36,10 @@ from greengpu.model import (
 )
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.backfill import Reservation, ends_by_node, reserve
-from greengpu.sched.books import Books, books_for, forget_books
-from greengpu.sched.order import fair_share, queue_order
-from greengpu.sched.placement import allowed_models, chunks_for, place, warning_gpus_by_node
-from greengpu.sched.preemption import VictimFinder
+from greengpu.sched.books import books_for, forget_books
+from greengpu.sched.cycle_state import CycleState
+from greengpu.sched.order import queue_order
+from greengpu.sched.placement import chunks_for, place, warning_gpus_by_node
 from greengpu.sched.waits import (
     WAIT_CAPACITY,
     WAIT_NO_MODEL,
@@ -73,149 +73,8 @@ class CycleResult:
         return {job_id: wait.text for job_id, wait in self.waits.items()}
 
 
-class _Cycle:
-    def __init__(self, snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float, books: Books) -> None:
-        self.snapshot = snapshot
-        self.policy = policy
-        self.now_s = snapshot.time_s
-        self.interval_s = interval_s
-        self.books = books
-        self.state = books.state
-        self.ledger = books.ledger
-        self.started: list[RunningJob] = []
-        self.stopped: list[str] = []
-        self.withdrawn: list[str] = []
-        cluster = snapshot.cluster
-        self.weights = {name: t.weight for name, t in cluster.tenants.items()}
-        self.usage = snapshot.tenant_usage_gpu_s
-        self.actions: list[Action] = []
-        self.waits: dict[str, Wait] = {}
-        self._wait_memo = books.wait_memo
-        self._models_of: dict[frozenset[str] | None, tuple[str, ...]] = {}
-        self.reservations: list[Reservation] = []
-        self.reserved_nodes: dict[int, float] = {}
-        self.held_for: dict[str, set[int]] = {}
-        self.holder_of: dict[int, str] = {}
-        self.stopping_for: dict[str, list[RunningJob]] = {}
-        self.finder = VictimFinder(self.state, self.ledger, policy.preemption, self.now_s, snapshot.running)
-        self._shares: dict[str, float] = {}
-        self._excluded_shared: set[int] | None = None
-        self._latest_reserved_start_s = -1.0
-        # Failure frontier: within a cycle free capacity only shrinks (until something is released),
-        # so once a request shape fails, any request of that shape at least as large fails too.
-        self._smallest_failed: dict[tuple[object, ...], int] = {}
-        self._released_version = 0
-        self._shapes: dict[tuple[object, ...], tuple[object, ...]] = {}
-        self.attempts_left = 0
-        self.reservations_left = 0
-        self._wakeable: dict[str, list[int]] | None = None
-
-    # -------------------------------------------------------------- helpers
-
-    def models_for(self, job: Job) -> tuple[str, ...]:
-        """The GPU models `job` allows that the cluster has (cached per set of allowed types)."""
-        models = self._models_of.get(job.gpu_types)
-        if models is None:
-            models = self._models_of[job.gpu_types] = allowed_models(self.state, job)
-        return models
-
-    def wait(self, job: Job, reason: WaitReason, detail: str = "") -> Wait:
-        """The typed wait of `job` (shared between jobs alike in everything it records)."""
-        key = (reason, job.tenant, job.gpu_types, job.units, job.gpus_per_node, detail)
-        found = self._wait_memo.get(key)
-        if found is None:
-            models = self.models_for(job)
-            node_gpus = 0
-            spans_nodes = False
-            if models and reason is not WaitReason.NO_MODEL:
-                sizes = self.state.node_size_by_model
-                pieces = [chunks_for(job, sizes[m]) if not job.is_fractional else [1] for m in models]
-                smallest = [min(c) for c in pieces if c]
-                node_gpus = min(smallest) if smallest else 0
-                spans_nodes = all(c is None or len(c) > 1 for c in pieces)
-            if reason is WaitReason.CAPACITY and spans_nodes:
-                reason = WaitReason.GANG
-            found = self._wait_memo[key] = Wait(reason, job.tenant, models, node_gpus, detail=detail)
-        return found
-
-    def _set_wait(self, job: Job, reason: WaitReason, detail: str = "") -> None:
-        self.waits[job.job_id] = self.wait(job, reason, detail)
-
-    def share_of(self, tenant: str) -> float:
-        """The tenant's fair-share figure, cached until its allocation changes."""
-        share = self._shares.get(tenant)
-        if share is None:
-            share = fair_share(self.ledger.total_units.get(tenant, 0), self.usage.get(tenant, 0.0),
-                               self.weights.get(tenant, 1.0), self.policy.fair_share.usage_weight)
-            self._shares[tenant] = share
-        return share
-
-    def _charge(self, running: RunningJob, sign: int) -> None:
-        self.ledger.charge(running, sign)
-        self._shares.pop(running.job.tenant, None)
-
-    def _hold(self, job_id: str, nodes: set[int] | frozenset[int]) -> None:
-        self._excluded_shared = None
-        for node in nodes:
-            if node not in self.holder_of:
-                self.holder_of[node] = job_id
-                self.held_for.setdefault(job_id, set()).add(node)
-
-    def _excluded_for(self, job_id: str) -> set[int]:
-        """Nodes held or reserved for other jobs (shared set: callers must not change it)."""
-        own = self.held_for.get(job_id)
-        if own is None:
-            if self._excluded_shared is None:
-                self._excluded_shared = set(self.holder_of) | set(self.reserved_nodes)
-            return self._excluded_shared
-        excluded = {n for n in self.holder_of if n not in own}
-        excluded.update(n for n in self.reserved_nodes if n not in own)
-        return excluded
-
-    def _release(self, slots: tuple[GpuSlot, ...]) -> None:
-        self.state.release(slots)
-        self._released_version += 1
-
-    def _shape(self, job_id: str, job: Job, models: tuple[str, ...]) -> tuple[object, ...] | None:
-        if job_id in self.held_for:
-            return None  # placed with its own held nodes: not comparable with other jobs
-        request = (job.gpu_types, job.units, job.gpus_per_node)
-        shape = self._shapes.get(request)
-        if shape is None:
-            shape = self._shapes[request] = self._request_shape(job, models)
-        return (shape, self._released_version)
-
-    def _request_shape(self, job: Job, models: tuple[str, ...]) -> tuple[object, ...]:
-        sizes = self.state.node_size_by_model
-        gpus = job.whole_gpus
-        # Which models could take it on one node, and whether it may use whole-node reserves, change
-        # how it is placed: only requests alike in those are comparable by size.
-        single_models = tuple(m for m in models if gpus <= sizes[m])
-        big = not job.is_fractional and gpus >= max(sizes[m] for m in models)
-        return (models, single_models, job.gpus_per_node, job.is_fractional, big)
-
-    def _place(self, pending: PendingJob, models: tuple[str, ...], excluded: set[int]) -> tuple[GpuSlot, ...] | None:
-        job = pending.job
-        shape = self._shape(job.job_id, job, models)
-        size = job.units
-        if shape is not None:
-            failed = self._smallest_failed.get(shape)
-            if failed is not None and size >= failed:
-                return None
-        slots = place(self.state, job, excluded=excluded, whole_node_reserve=self.policy.whole_node_reserve,
-                      warning=warning_gpus_by_node(self.state, self.snapshot.node_states))  # GPU health
-        if slots is None and shape is not None:
-            self._smallest_failed[shape] = min(size, self._smallest_failed.get(shape, size))
-        return slots
-
-    def _stop(self, victim: RunningJob, for_job_id: str, reason: str) -> None:
-        self.finder.stopping.add(victim.job.job_id)
-        self._release(victim.slots)
-        self._charge(victim, -1)
-        self.stopped.append(victim.job.job_id)
-        self.actions.append(KillJob(victim.job.job_id, reason, for_job_id or None))
-
-    # -------------------------------------------------------------- steps
+class _Cycle(CycleState):
+    """The decisions of one cycle, in the order of the module docstring."""
 
     def expire_grace(self, pending_ids: set[str]) -> None:
         grace_s = self.policy.preemption.grace_s
