@@ -68,7 +68,7 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
             note(f"{policy.name}: {len(result['unplaceable_jobs'])} job(s) never started, no placement exists "
                  f"for them on this cluster (first: {result['unplaceable_jobs'][0]})")
         if ledger_path is not None and simulation.attribution is not None:
-            from greengpu.accounting.ledger import write_run
+            from greengpu.accounting.ledger_write import write_run
 
             result["ledger_run_id"] = write_run(ledger_path, simulation.attribution, kind="simulate",
                                                 policy=policy.name, source=str(trace_file))

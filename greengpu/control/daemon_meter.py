@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from greengpu.accounting.attribution import Attribution
-from greengpu.accounting.ledger import append_usage, open_metered_run
+from greengpu.accounting.ledger_write import append_usage, open_metered_run
 from greengpu.accounting.meter import EnergyMeter
 from greengpu.control.body import Observation
 from greengpu.model import GPU_UNITS, Cluster, PowerState

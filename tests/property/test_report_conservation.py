@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from greengpu.accounting.attribution import Attribution
-from greengpu.accounting.ledger import month_bounds_s, write_run
+from greengpu.accounting.ledger import month_bounds_s
+from greengpu.accounting.ledger_write import write_run
 from greengpu.accounting.meter import EnergyMeter
 from greengpu.cli import main
 from greengpu.model import Job, Site, TimeSeries

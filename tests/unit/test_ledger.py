@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from schedkit import job
 
-from greengpu.accounting.ledger import month_report, write_run
+from greengpu.accounting.ledger import month_report
+from greengpu.accounting.ledger_write import write_run
 from greengpu.config.policy import load_policy
 from greengpu.model import Cluster, Node, NodeType, Site, TimeSeries
 from greengpu.sim.engine import Simulation
