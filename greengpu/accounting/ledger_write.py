@@ -36,6 +36,14 @@ def _usage_row(usage: Usage) -> tuple[float, float, float, float]:
     return (usage.gpu_energy_j / J_PER_KWH, usage.facility_energy_j / J_PER_KWH, usage.cost, usage.co2_g / 1000.0)
 
 
+def _insert_job_runs(connection: sqlite3.Connection, run_id: int, attribution: Attribution) -> None:
+    connection.executemany(
+        "INSERT INTO job_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        ((run_id, c.job_id, c.tenant, c.job_class, c.start_s, c.end_s, c.gpus, ",".join(c.nodes),
+          c.gpu_energy_j / J_PER_KWH, c.facility_energy_j / J_PER_KWH, c.cost, c.co2_g / 1000.0)
+         for c in attribution.jobs))
+
+
 def write_run(path: Path, attribution: Attribution, *, kind: str, policy: str, source: str) -> int:
     """Store one run's attribution in the ledger at `path` (created if missing); its run_id."""
     site = attribution.meter.site
@@ -55,11 +63,7 @@ def write_run(path: Path, attribution: Attribution, *, kind: str, policy: str, s
                 "INSERT INTO node_hours VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 ((run_id, hour, node, usage.gpu_hours, *_usage_row(usage), usage.asleep_s / 3600.0)
                  for (hour, node), usage in sorted(attribution.node_hours.items())))
-            connection.executemany(
-                "INSERT INTO job_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                ((run_id, c.job_id, c.tenant, c.job_class, c.start_s, c.end_s, c.gpus, ",".join(c.nodes),
-                  c.gpu_energy_j / J_PER_KWH, c.facility_energy_j / J_PER_KWH, c.cost, c.co2_g / 1000.0)
-                 for c in attribution.jobs))
+            _insert_job_runs(connection, run_id, attribution)
         return run_id
     finally:
         connection.close()
@@ -100,10 +104,6 @@ def append_usage(path: Path, run_id: int, attribution: Attribution) -> None:
                 "co2_kg = co2_kg + excluded.co2_kg, asleep_h = asleep_h + excluded.asleep_h",
                 ((run_id, hour, node, usage.gpu_hours, *_usage_row(usage), usage.asleep_s / 3600.0)
                  for (hour, node), usage in sorted(attribution.node_hours.items())))
-            connection.executemany(
-                "INSERT INTO job_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                ((run_id, c.job_id, c.tenant, c.job_class, c.start_s, c.end_s, c.gpus, ",".join(c.nodes),
-                  c.gpu_energy_j / J_PER_KWH, c.facility_energy_j / J_PER_KWH, c.cost, c.co2_g / 1000.0)
-                 for c in attribution.jobs))
+            _insert_job_runs(connection, run_id, attribution)
     finally:
         connection.close()

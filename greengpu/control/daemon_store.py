@@ -11,11 +11,12 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+
+from greengpu.control.sqlite_state import create, transaction
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -62,31 +63,12 @@ class DaemonStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / "daemon.db"
         self._lock_file: TextIO | None = None
-        db = sqlite3.connect(self.path, timeout=30.0)
-        try:
-            db.executescript(_SCHEMA)
-        finally:
-            db.close()
-        with self._tx() as tx:
-            tx.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        create(self.path, _SCHEMA, SCHEMA_VERSION)
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            # WAL with NORMAL: a committed entry survives the daemon's death (SIGKILL, a crash); only a power
-            # loss can take the last ones, and a node that lost power has lost what they describe too.
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        finally:
-            db.close()
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        # WAL with NORMAL: a committed entry survives the daemon's death (SIGKILL, a crash); only a power
+        # loss can take the last ones, and a node that lost power has lost what they describe too.
+        return transaction(self.path, synchronous="NORMAL")
 
     # --- one daemon at a time ----------------------------------------------------------------
 

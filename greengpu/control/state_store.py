@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from greengpu.control.sqlite_state import create, transaction
 from greengpu.energy.wake_verify import WakeStage, WakeTrack
 
 SCHEMA_VERSION = 1
@@ -51,28 +52,10 @@ class StateStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=30.0)
-        try:
-            db.executescript(_SCHEMA)  # executescript commits on its own: outside `_tx`
-        finally:
-            db.close()
-        with self._tx() as tx:
-            tx.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        create(self.path, _SCHEMA, SCHEMA_VERSION)
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        finally:
-            db.close()
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.path)
 
     def record_suspend(self, node: str, now_s: float, reason: str) -> None:
         with self._tx() as db:
