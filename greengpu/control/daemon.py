@@ -48,9 +48,11 @@ from greengpu.tick.tick import TickResult, control_tick
 log = logging.getLogger("greengpu.daemon")
 
 RATE_WINDOW_S = 60.0
-REFUSED_SLEEP_BACKOFF_S = 900.0
-"""A node whose sleep was refused (a PodDisruptionBudget, a busy node) is not asked again for this long:
-one alert, not one a tick."""
+REFUSED_BACKOFF_S = 900.0
+"""A sleep, limit or clock write that was refused (a PodDisruptionBudget, NVML without root) is not tried
+again on that node or GPU for this long: one alert, not one a tick. Wakes and job actions are always
+retried (a job must not wait on a backoff)."""
+BACKED_OFF = (SleepNode, SetPowerLimit, LockClocks)
 LIMIT_TOLERANCE_W = 0.5
 KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
         SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks"}
@@ -114,7 +116,7 @@ class Daemon:
         self.rise_forecast = (DemandRiseForecaster() if policy.sleep.enabled and policy.sleep.use_forecast else None)
         """With `sleep.use_forecast`: the hourly rise of demand, learnt from what the daemon observes."""
         self._woken: dict[str, float] = {}
-        self._sleep_refused_until: dict[str, float] = {}
+        self._refused_until: dict[tuple[str, str, int | None], float] = {}
         """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
         self.energy_by_tenant_j: dict[str, float] = {}
 
@@ -247,7 +249,8 @@ class Daemon:
             node = getattr(action, "node", "")
             if node in exempt and not isinstance(action, WakeNode):
                 continue
-            if isinstance(action, SleepNode) and self._sleep_refused_until.get(node, 0.0) > seen.snapshot.time_s:
+            if isinstance(action, BACKED_OFF) and self._refused_until.get(
+                    (KIND[type(action)], node, getattr(action, "gpu_index", None)), 0.0) > seen.snapshot.time_s:
                 continue
             if isinstance(action, SetPowerLimit | LockClocks) and not self._differs(action, seen):
                 continue
@@ -304,8 +307,8 @@ class Daemon:
         try:
             outcome = self.body.act(action, now_s)
         except ActionFailed as error:
-            if isinstance(action, SleepNode):
-                self._sleep_refused_until[node] = now_s + REFUSED_SLEEP_BACKOFF_S
+            if isinstance(action, BACKED_OFF):
+                self._refused_until[(kind, node, getattr(action, "gpu_index", None))] = now_s + REFUSED_BACKOFF_S
             self.metrics.alerts.labels("action_failed").inc()
             self.alerts.raise_alert("action_failed", f"{kind} {node or job_id}: {error}", now_s,
                                     node=node, job=job_id, tenant=tenant)
