@@ -184,17 +184,8 @@ def _rounded(values: Iterable[float]) -> dict[str, float]:
 
 def month_report(path: Path, month: str, run_id: int | None = None) -> dict[str, object]:
     """Totals, idle and per-tenant usage for a UTC month (docs/LEDGER.md, JSON shape)."""
-    stored = runs(path)
-    if not stored:
-        raise BadInput(f"{path}: the ledger holds no runs yet")
-    if run_id is None:
-        if len(stored) > 1:
-            listing = ", ".join(f"{r['run_id']} ({r['kind']} {r['policy']})" for r in stored)
-            raise BadInput(f"{path}: holds {len(stored)} runs, choose one with --run: {listing}")
-        run_id = int(str(stored[0]["run_id"]))
-    run = next((r for r in stored if r["run_id"] == run_id), None)
-    if run is None:
-        raise BadInput(f"--run: no run {run_id} in {path}")
+    run = choose_run(path, run_id)
+    run_id = int(str(run["run_id"]))
     start_s, end_s = month_bounds_s(month)
     connection = _open_read_only(path)
     try:
