@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from greengpu.backends.kubernetes import KubeError
 from greengpu.control.body import ActionFailed, Observation
-from greengpu.control.kube_sleep import ENDED, KubeSleep, pod_job
+from greengpu.control.kube_sleep import KubeSleep, pod_job
 from greengpu.model import (
     Action,
     Cluster,
@@ -42,22 +42,24 @@ class KubeBody:
             # store's journal of wake-ups) and is uncordoned, as `greengpu kube verify` does.
             self.sleeper.verify_events()
             base = self.sleeper.pending_cycle_snapshot(now_s)
+            # Each node's GPU pods, listed once a tick for the running jobs and the sleep lever alike.
+            gpu_pods = {node.name: self.sleeper.gpu_pods(node.name) for node in self.cluster.nodes
+                        if base.node_states.get(node.name) is None
+                        or base.node_states[node.name].power is not PowerState.ASLEEP}
             running: list[RunningJob] = []
             for node in self.cluster.nodes:
                 state = base.node_states.get(node.name)
                 if state is not None and state.power is not PowerState.AWAKE:
                     continue  # asleep or waking: nothing runs there
                 index = 0
-                for pod in self.sleeper.api.pods_on_node(node.name):
-                    if pod.gpus <= 0 or pod.phase in ENDED:
-                        continue
+                for pod in gpu_pods[node.name]:
                     # The API does not say which GPU indices a pod holds; the core needs only how many per node.
                     slots = tuple(GpuSlot(node.name, index + i) for i in range(pod.gpus))
                     index += pod.gpus
                     job = pod_job(pod, now_s)
                     running.append(RunningJob(job=job, slots=slots, start_time_s=now_s,
                                               expected_end_s=now_s + job.duration_s))
-            sleep = self.sleeper.observe(now_s)
+            sleep = self.sleeper.observe(now_s, gpu_pods)
         except KubeError as error:
             raise RuntimeError(str(error)) from None
         states: dict[str, NodeState] = dict(base.node_states)

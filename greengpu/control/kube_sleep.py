@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from greengpu.backends.kubernetes import CLASS_ANNOTATION, SLEEP_ANNOTATION, KubeApi, KubeError, PodInfo
@@ -115,13 +115,18 @@ class KubeSleep:
         except KubeError as error:
             log.error("%s: left cordoned: uncordon failed too: %s", node, error)
 
-    def observe(self, now_s: float) -> SleepObservation:
+    def gpu_pods(self, node: str) -> list[PodInfo]:
+        """The pods holding GPUs on `node` now (not yet ended)."""
+        return [p for p in self.api.pods_on_node(node) if p.gpus > 0 and p.phase not in ENDED]
+
+    def observe(self, now_s: float, gpu_pods: Mapping[str, list[PodInfo]] | None = None) -> SleepObservation:
         """The sleep lever's view of the cluster, built from the API and the state store (as the
         simulator builds its own from simulated nodes): idle awake nodes with the time they were first
         seen idle, asleep nodes, ready free GPUs, GPUs in use and the rate limits' last minute.
 
         Only Ready nodes greengpu has not put to sleep count as awake; a node the API does not report
-        Ready is neither slept nor counted (when unsure, nothing changes).
+        Ready is neither slept nor counted (when unsure, nothing changes). `gpu_pods`: the GPU pods per
+        node when the caller has just listed them (`gpu_pods`), so that one tick lists each node once.
         """
         store = self.control.store
         records = {r.node: r for r in store.records()}
@@ -137,7 +142,8 @@ class KubeSleep:
             if record is not None and record.state == "asleep":
                 asleep.append(NodeView(node.name, gpus, PowerState.ASLEEP, record.since_s, False, None))
                 continue
-            holding = [p for p in self.api.pods_on_node(node.name) if p.gpus > 0 and p.phase not in ENDED]
+            listed = gpu_pods.get(node.name) if gpu_pods is not None else None
+            holding = listed if listed is not None else self.gpu_pods(node.name)
             busy_gpus += sum(p.gpus for p in holding)
             if holding:
                 continue
