@@ -21,9 +21,11 @@ simulator and `greengpu agent --backend fake` exercise what runs on a GPU node. 
   clock fraction, held at the enforced limit (then the SwPowerCap clock event reason is set);
   the energy counter (mJ) advances with that power on the fake's clock.
 
-With `state_path`, the GPUs' settings and counters live in a JSON file, written after every write and
-read at `nvmlInit`: like a real GPU, a limit set by a process outlives it (the agent's crash test
-needs exactly that).
+With `state_path`, the GPUs' settings and counters live in a JSON file read at `nvmlInit`: like a real
+GPU, a limit set by a process outlives it (the agent's and the daemon's crash tests need exactly that).
+Each write is appended at once to a write log beside it (`<state>.writes`, one JSON line, replayed over
+the file at `nvmlInit`), so a process killed right after a write leaves it written, and a daemon that
+caps thousands of GPUs in one tick does not rewrite a file per write; `save()` folds the log into the file.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,8 @@ import pynvml
 from greengpu.backends.fake_nvml_health import FakeNvmlHealth, _c_uint, _enum, _error, _EventSet, _Handle
 
 MIB = 1024 * 1024
+WRITE_LOG_LINES = 1000
+"""Writes appended to the write log before it is folded into the state file."""
 
 
 @dataclass
@@ -145,6 +149,8 @@ class FakeNvml(FakeNvmlHealth):
         self.root = root
         self._clock = clock
         self._state_path = Path(state_path) if state_path else None
+        self._logged = 0
+        """Lines in the write log since the file was last written."""
         self._initialised = 0
         self._lock = threading.RLock()
         self.calls: list[str] = []
@@ -181,14 +187,52 @@ class FakeNvml(FakeNvmlHealth):
             for index in range(len(self._gpus)):
                 self._advance(index)
             tmp = self._state_path.with_suffix(self._state_path.suffix + ".tmp")
-            tmp.write_text(json.dumps({"gpus": [asdict(g) for g in self._gpus]}, indent=1))
+            # vars(), not asdict(): the state is serialised at once, so asdict's deep copy is wasted work.
+            tmp.write_text(json.dumps({"gpus": [vars(g) for g in self._gpus]}))
             os.replace(tmp, self._state_path)
+            # Killed between the replace and the unlink, the log is replayed over a file that already holds
+            # its writes: harmless, each line sets an absolute value.
+            self._write_log_path().unlink(missing_ok=True)
+
+    def _write_log_path(self) -> Path:
+        assert self._state_path is not None
+        return self._state_path.with_suffix(self._state_path.suffix + ".writes")
+
+    def _persist(self, index: int, settings: dict[str, Any]) -> None:
+        """Record one write at once: in the file the first time, then as a line of the write log."""
+        if self._state_path is None:
+            return
+        if not self._state_path.exists() or self._logged >= WRITE_LOG_LINES:
+            self.save()  # the first write, or a long log folded into the file
+            self._logged = 0
+            return
+        with self._write_log_path().open("a") as log:
+            log.write(json.dumps({"gpu": index, **settings}) + "\n")
+        self._logged += 1
+
+    @staticmethod
+    def stored_gpus(state_path: str | Path) -> list[FakeGpu]:
+        """The GPUs as a state file and its write log hold them (what the next `nvmlInit` finds)."""
+        fake = FakeNvml([], state_path=state_path)
+        fake._load()
+        return fake.gpus
 
     def _load(self) -> None:
         if self._state_path is None or not self._state_path.exists():
             return
         saved = json.loads(self._state_path.read_text())["gpus"]
         self._gpus = [FakeGpu(**g) for g in saved]
+        log = self._write_log_path()
+        if not log.exists():
+            return
+        for line in log.read_text().splitlines():
+            try:
+                write = json.loads(line)
+            except ValueError:
+                continue  # the last line of a log whose writer was killed mid-line: that write never returned
+            gpu = self._gpus[int(write.pop("gpu"))]
+            for key, value in write.items():
+                setattr(gpu, key, value)
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -347,7 +391,7 @@ class FakeNvml(FakeNvmlHealth):
             if not gpu.min_limit_w * 1000 <= limit_mw <= gpu.max_limit_w * 1000:
                 raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             gpu.limit_w = limit_mw / 1000.0
-            self.save()
+            self._persist(handle.index, {"limit_w": gpu.limit_w})
 
     def nvmlDeviceSetGpuLockedClocks(self, handle: Any, min_mhz: int, max_mhz: int) -> None:
         self._require_init()
@@ -359,7 +403,7 @@ class FakeNvml(FakeNvmlHealth):
             if not gpu.min_sm_clock_mhz <= min_mhz <= max_mhz <= gpu.max_sm_clock_mhz:
                 raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             gpu.locked_clock_mhz = max_mhz
-            self.save()
+            self._persist(handle.index, {"locked_clock_mhz": max_mhz})
 
     def nvmlDeviceResetGpuLockedClocks(self, handle: Any) -> None:
         with self._lock:
@@ -367,4 +411,4 @@ class FakeNvml(FakeNvmlHealth):
             if not gpu.can_lock_clocks:
                 raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
             gpu.locked_clock_mhz = None
-            self.save()
+            self._persist(handle.index, {"locked_clock_mhz": None})

@@ -237,6 +237,13 @@ class NvmlBackend(HealthReads):
                 clock_event_reasons=int(reasons) if reasons is not None else None,
             )
 
+    def energy_j(self, index: int) -> float | None:
+        """GPU `index`'s energy counter in J (one NVML call: the meter's reading); None without a counter."""
+        with self._lock:
+            energy_mj = self._call(index, "energy counter", self._lib.nvmlDeviceGetTotalEnergyConsumption,
+                                   self._handle(index))
+            return energy_mj / 1000.0 if energy_mj is not None else None
+
     def _temperature(self, index: int, handle: Any) -> float | None:
         # nvmlDeviceGetTemperatureV is the newer call; drivers before 535 lack it (FunctionNotFound).
         value = None

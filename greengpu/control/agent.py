@@ -32,12 +32,11 @@ from greengpu.control.jobclass import ClassSource, GpuJob
 from greengpu.control.journal import Journal
 from greengpu.energy.capping import CapDecision, cap_binds
 from greengpu.policy import CappingPolicy
-from greengpu.tick.power import GpuObservation, PowerAction, gpu_setting, setting_actions
+from greengpu.tick.power import LIMIT_TOLERANCE_W, GpuObservation, PowerAction, gpu_setting, setting_actions
 from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
 
 log = logging.getLogger("greengpu.agent")
 
-LIMIT_TOLERANCE_W = 0.5
 """NVML stores limits in mW; a difference under this is not drift."""
 BUSY_UTILIZATION = 0.5
 """Only samples at or above this utilisation count when deciding whether a cap binds."""

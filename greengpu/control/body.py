@@ -22,7 +22,8 @@ class Observation:
     gpus: tuple[GpuObservation, ...]
     sleep: SleepObservation
     gpu_energy_j: dict[str, float]
-    """Each node's GPU energy counter now (J; the meter charges the differences)."""
+    """Each node's GPU energy counter (J; the meter charges the differences): empty in a tick's observation,
+    filled by the metering job from `ClusterBody.gpu_energy_j`."""
     gpu_settings: dict[tuple[str, int], tuple[float, int | None]]
     """Each observed GPU's limit (W) and locked SM clock (MHz, None: unlocked) now: only what differs is
     written (a journal line and an NVML write per GPU per tick would be noise)."""
@@ -53,6 +54,16 @@ class ClusterBody(Protocol):
 
     def release_gpus(self, reason: str) -> list[str]:
         """Every GPU back to its default limit and clocks unlocked (fail safe); returns what changed."""
+        ...
+
+    def gpu_energy_j(self) -> dict[str, float]:
+        """Each node's GPU energy counters now (J, summed over its GPUs); nodes without one are left out
+        (the meter models them)."""
+        ...
+
+    def withdraw_preemptions(self, job_ids: list[str]) -> None:
+        """Jobs the tick asked to checkpoint and stop for a job that no longer waits keep running: clear
+        their signal (only bodies that carry out the tick's job actions have any)."""
         ...
 
     def settle(self) -> None:

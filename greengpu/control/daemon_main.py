@@ -18,20 +18,23 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 
 from greengpu.config.inventory import load_cluster
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ClusterBody
-from greengpu.control.daemon import Daemon
+from greengpu.control.daemon import Daemon, freeze_long_lived_heap
 from greengpu.control.daemon_http import DaemonServer, read_token
 from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_store import DaemonLocked, DaemonStore
 from greengpu.control.exporter import parse_listen, sd_notify
 from greengpu.errors import BadInput
 from greengpu.policy import Policy
+
+METER_INTERVAL_S = 60.0
+"""The metering job's period: GPU energy counters read and charged to tenants once a minute."""
 
 log = logging.getLogger("greengpu.daemon")
 
@@ -177,8 +180,10 @@ def run_daemon(options: DaemonOptions) -> int:
     try:
         for line in daemon.reconcile():
             log.warning("reconciled: %s", line)
+        freeze_long_lived_heap()
         if options.once:
             report = daemon.tick()
+            daemon.meter_energy()  # the first reading of the counters (charged from the next run on)
             print(json.dumps({"ok": report.ok, "message": report.message,
                               "actions": [{"kind": k, "target": t, "outcome": o} for k, t, o in report.actions]}))
             return 0 if report.ok else 1
@@ -208,9 +213,12 @@ def monthly_reports(daemon: Daemon, folder: Path, now: datetime | None = None) -
 
 
 def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
+    from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.schedulers.blocking import BlockingScheduler
 
-    scheduler = BlockingScheduler(timezone="UTC")
+    # One worker: the tick, the meter and the monthly report never run at once, so none of them sees the
+    # cluster body half-way through another's change (a late job runs next, within its misfire grace).
+    scheduler = BlockingScheduler(timezone="UTC", executors={"default": ThreadPoolExecutor(1)})
     ready = {"sent": False}
 
     def tick() -> None:
@@ -221,8 +229,12 @@ def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
         for kind, target, outcome in report.actions:
             log.info("%s %s: %s", kind, target, outcome)
 
+    started = datetime.now(UTC)
     scheduler.add_job(tick, "interval", seconds=interval_s, coalesce=True, max_instances=1,
-                      next_run_time=datetime.now(UTC), id="control-tick")
+                      misfire_grace_time=max(1, int(interval_s)), next_run_time=started, id="control-tick")
+    scheduler.add_job(daemon.meter_energy, "interval", seconds=METER_INTERVAL_S, coalesce=True, max_instances=1,
+                      misfire_grace_time=int(METER_INTERVAL_S), next_run_time=started + timedelta(seconds=1),
+                      id="meter")
     scheduler.add_job(monthly_reports, "cron", args=(daemon, reports), day=1, hour=0, minute=10, coalesce=True,
                       max_instances=1, id="monthly-report")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from greengpu.control.sqlite_state import create, transaction
+from greengpu.control.sqlite_state import Connections, create
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -34,6 +34,9 @@ CREATE TABLE IF NOT EXISTS journal (
     outcome TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS journal_open ON journal (state);
+-- The rate limits count the last minute's sleeps and wakes every tick: without this, a count scans a
+-- journal that grows for as long as the daemon runs.
+CREATE INDEX IF NOT EXISTS journal_kind_time ON journal (kind, time_s);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS exempt_nodes (node TEXT PRIMARY KEY, since_s REAL NOT NULL);
 """
@@ -55,6 +58,16 @@ class JournalEntry:
     state: str
 
 
+@dataclass(frozen=True)
+class TickFacts:
+    """What one tick reads of the store."""
+
+    paused: bool
+    exempt: set[str]
+    sleeps_since: int
+    wakes_since: int
+
+
 class DaemonStore:
     """`DIR/daemon.db` and `DIR/daemon.lock`."""
 
@@ -64,11 +77,12 @@ class DaemonStore:
         self.path = self.directory / "daemon.db"
         self._lock_file: TextIO | None = None
         create(self.path, _SCHEMA, SCHEMA_VERSION)
-
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
         # WAL with NORMAL: a committed entry survives the daemon's death (SIGKILL, a crash); only a power
         # loss can take the last ones, and a node that lost power has lost what they describe too.
-        return transaction(self.path, synchronous="NORMAL")
+        self._connections = Connections(self.path, synchronous="NORMAL")
+
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._connections.transaction()
 
     # --- one daemon at a time ----------------------------------------------------------------
 
@@ -146,6 +160,17 @@ class DaemonStore:
             row = db.execute("SELECT COUNT(*) FROM journal WHERE kind = ? AND time_s > ? AND state != 'failed'",
                              (kind, since_s)).fetchone()
         return int(row[0])
+
+    def tick_facts(self, since_s: float) -> TickFacts:
+        """What a tick reads of the store, in one transaction: paused, exempt nodes, and the sleeps and
+        wakes begun after `since_s`."""
+        with self._tx() as db:
+            counts = dict(db.execute("SELECT kind, COUNT(*) FROM journal WHERE kind IN ('sleep', 'wake') "
+                                     "AND time_s > ? AND state != 'failed' GROUP BY kind", (since_s,)).fetchall())
+            paused = db.execute("SELECT value FROM settings WHERE key = 'paused'").fetchone()
+            exempt = {row[0] for row in db.execute("SELECT node FROM exempt_nodes").fetchall()}
+        return TickFacts(bool(paused and paused[0] == "1"), exempt, int(counts.get("sleep", 0)),
+                         int(counts.get("wake", 0)))
 
     # --- switches -----------------------------------------------------------------------------
 

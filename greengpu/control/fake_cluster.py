@@ -5,6 +5,11 @@ constraints), nodes that take `SUSPEND_S` to sleep and their `boot_s` to wake, a
 trace, or a seeded generator) run by a small workload manager that carries out the daemon's
 placements. Its state lives in the daemon's state directory, so a daemon killed and restarted finds
 the same cluster: GPUs still at the limits it set, nodes still asleep (the crash-safety tests).
+
+The fake cluster plays the node agents too. Like an agent, it reads a node's GPUs again only when
+something changed them (a job started or ended there, greengpu wrote a limit or a clock, the node
+woke); nothing else writes to these GPUs, so the cached view is exact, and one tick does not re-read
+8,000 GPUs. The energy counters, which move all the time, are read by the meter (`gpu_energy_j`).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from greengpu.backends.fake_nvml import FakeGpu, FakeNvml
@@ -30,6 +35,7 @@ from greengpu.model import (
     KillJob,
     LockClocks,
     NodeState,
+    NodeType,
     PendingJob,
     PlaceJob,
     PowerState,
@@ -109,6 +115,12 @@ class FakeCluster:
         self.origin_s = start_s
         self._load()
         self._type_of = {n.name: n.type_name for n in cluster.nodes}
+        self._views: dict[str, tuple[list[GpuObservation], dict[tuple[str, int], tuple[float, int | None]]]] = {}
+        """Each awake node's GPUs as last read (observations and settings), until something changes them."""
+        self._stale: set[str] = set(self.nodes)
+        """Nodes whose GPUs must be read again at the next observation."""
+        self._changed = True
+        """Whether the cluster's state (jobs, nodes) changed since it was last written down."""
         self._taken = {(s.node, s.gpu_index) for r in self.running.values() for s in r.slots}
         self._jobs_on = dict.fromkeys(self.nodes, 0)
         for slot in (s for r in self.running.values() for s in r.slots):
@@ -136,19 +148,31 @@ class FakeCluster:
         self.next_arrival = int(saved["next_arrival"])
         self.origin_s = float(saved.get("origin_s", self.origin_s))
         self.finished = {job_id: float(end_s) for job_id, end_s in saved.get("finished", {}).items()}
-        for job_id, start_s, end_s, slots in saved["running"]:
-            self.running[job_id] = RunningJob(job=self.jobs[job_id], slots=tuple(GpuSlot(n, g) for n, g in slots),
-                                              start_time_s=start_s, expected_end_s=end_s)
-        for job_id, duration_s in saved["pending"]:
-            self.pending[job_id] = PendingJob(replace(self.jobs[job_id], duration_s=duration_s))
+        for job_id, start_s, end_s, slots, signalled_s, preempted_for in saved["running"]:
+            held = tuple(GpuSlot(node, int(index)) for node, _, index in (slot.rpartition(":") for slot in slots.split()))
+            self.running[job_id] = RunningJob(job=self.jobs[job_id], slots=held, start_time_s=start_s,
+                                              expected_end_s=end_s, preempt_signalled_s=signalled_s,
+                                              preempted_for=preempted_for, last_checkpoint_s=signalled_s)
+        remaining = saved.get("remaining", {})
+        for job_id in saved["pending"]:
+            job = self.jobs[job_id]
+            self.pending[job_id] = PendingJob(replace(job, duration_s=remaining[job_id]) if job_id in remaining else job)
 
     def _save(self) -> None:
-        state = {"nodes": [asdict(n) for n in self.nodes.values()], "next_arrival": self.next_arrival,
+        if not self._changed:
+            return
+        self._changed = False
+        state = {"nodes": [vars(n) for n in self.nodes.values()], "next_arrival": self.next_arrival,
                  "origin_s": self.origin_s,
                  "finished": self.finished,
-                 "running": [[r.job.job_id, r.start_time_s, r.expected_end_s, [[s.node, s.gpu_index] for s in r.slots]]
-                             for r in self.running.values()],
-                 "pending": [[p.job.job_id, p.job.duration_s] for p in self.pending.values()]}
+                 "running": [[r.job.job_id, r.start_time_s, r.expected_end_s,
+                              " ".join(f"{s.node}:{s.gpu_index}" for s in r.slots), r.preempt_signalled_s,
+                              r.preempted_for] for r in self.running.values()],
+                 # Job ids, in queue order; the work left only of jobs stopped part-way (the rest have their
+                 # whole duration): a queue of thousands is written every tick.
+                 "pending": list(self.pending),
+                 "remaining": {job_id: p.job.duration_s for job_id, p in self.pending.items()
+                               if p.job is not self.jobs[job_id]}}
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.state_path)
@@ -159,6 +183,7 @@ class FakeCluster:
         for node in self.nodes.values():
             if node.power == PowerState.SUSPENDING.value and now_s >= node.since_s + SUSPEND_S:
                 node.power, node.since_s, node.idle_since_s = PowerState.ASLEEP.value, now_s, None
+                self._changed = True
             boot_s = self.cluster.node_types[self._type(node.name)].boot_s
             if (node.power == PowerState.WAKING.value and now_s >= node.since_s + boot_s
                     and node.name not in self.never_wake):
@@ -166,6 +191,8 @@ class FakeCluster:
                 for gpu in self.fakes[node.name].gpus:  # a power cycle puts NVML's limits and clocks back
                     gpu.limit_w, gpu.locked_clock_mhz = gpu.default_limit_w, None
                 self.fakes[node.name].save()
+                self._stale.add(node.name)
+                self._changed = True
         for job_id, running in list(self.running.items()):
             if running.expected_end_s <= now_s:
                 self._free(job_id, now_s)
@@ -174,13 +201,16 @@ class FakeCluster:
             job = self.arrivals[self.next_arrival]
             self.pending[job.job_id] = PendingJob(job)
             self.next_arrival += 1
+            self._changed = True
 
     def _type(self, node: str) -> str:
         return self._type_of[node]
 
     def _free(self, job_id: str, now_s: float) -> RunningJob:
         running = self.running.pop(job_id)
+        self._changed = True
         for slot in running.slots:
+            self._note_gpu(slot.node, slot.gpu_index, None)
             self.fakes[slot.node].set_load(slot.gpu_index, 0.0, [])
             self._taken.discard((slot.node, slot.gpu_index))
             self._jobs_on[slot.node] -= 1
@@ -192,16 +222,15 @@ class FakeCluster:
     # --- the body ------------------------------------------------------------------------------
 
     def observe(self, now_s: float, suspends_last_minute: int, wakes_last_minute: int) -> Observation:
-        self._advance(now_s)
-        self._save()
+        self._advance(now_s)  # written down when the tick settles: a restart replays the same arrivals and ends
         states = {n.name: NodeState(power=PowerState(n.power), since_s=n.since_s)
                   for n in self.nodes.values() if n.power != PowerState.AWAKE.value}
         snapshot = ClusterSnapshot(now_s, self.cluster, tuple(self.running.values()), tuple(self.pending.values()),
                                    states)
-        on_gpu = {(s.node, s.gpu_index): r.job for r in self.running.values() for s in r.slots}
-        busy_nodes = {node for node, _ in on_gpu}
+        busy_nodes = {n for n, count in self._jobs_on.items() if count}
+        on_gpu = ({(s.node, s.gpu_index): r.job for r in self.running.values() for s in r.slots}
+                  if self._stale else {})
         gpus: list[GpuObservation] = []
-        energy: dict[str, float] = {}
         settings: dict[tuple[str, int], tuple[float, int | None]] = {}
         idle_awake, asleep, ready = [], [], 0
         for node in self.cluster.nodes:
@@ -211,14 +240,9 @@ class FakeCluster:
                 asleep.append(NodeView(node.name, node_type.gpus, power, state.since_s, False, None))
                 continue
             if power is PowerState.AWAKE:
-                backend = self.nvml[node.name]
-                readings = [backend.read(i) for i in range(backend.gpu_count)]
-                energy[node.name] = sum(r.energy_j for r in readings)
-                for reading, fake in zip(readings, self.fakes[node.name].gpus, strict=True):
-                    settings[(node.name, reading.index)] = (reading.limit_w, fake.locked_clock_mhz)
-                    job = on_gpu.get((node.name, reading.index))
-                    seen = GpuJob(job.job_id, job.job_class, job.tenant) if job else None
-                    gpus.append(gpu_observation(node.name, reading, seen, False, host_share_w(node_type)))
+                node_gpus, node_settings = self._gpu_view(node.name, node_type, on_gpu)
+                gpus.extend(node_gpus)
+                settings.update(node_settings)
                 if node.name not in busy_nodes:
                     idle_awake.append(NodeView(node.name, node_type.gpus, power, state.since_s, False,
                                                state.idle_since_s))
@@ -227,7 +251,59 @@ class FakeCluster:
         sleep = SleepObservation(now_s=now_s, idle_awake=tuple(idle_awake), asleep=tuple(asleep),
                                  ready_idle_gpus=ready, busy_gpus=sum(r.job.gpus for r in self.running.values()),
                                  suspends_last_minute=suspends_last_minute, wakes_last_minute=wakes_last_minute)
-        return Observation(snapshot, tuple(gpus), sleep, energy, settings)
+        return Observation(snapshot, tuple(gpus), sleep, {}, settings)
+
+    def _gpu_view(self, name: str, node_type: NodeType, on_gpu: dict[tuple[str, int], Job]) -> tuple[
+            list[GpuObservation], dict[tuple[str, int], tuple[float, int | None]]]:
+        """Node `name`'s GPUs as the tick sees them: read through the NVML adapter when something changed
+        them since the last reading, else as last read."""
+        view = self._views.get(name)
+        if view is not None and name not in self._stale:
+            return view
+        backend, fakes = self.nvml[name], self.fakes[name].gpus
+        gpus: list[GpuObservation] = []
+        settings: dict[tuple[str, int], tuple[float, int | None]] = {}
+        share_w = host_share_w(node_type)
+        for index in range(backend.gpu_count):
+            reading = backend.read(index)
+            settings[(name, index)] = (reading.limit_w, fakes[index].locked_clock_mhz)
+            job = on_gpu.get((name, index))
+            seen = GpuJob(job.job_id, job.job_class, job.tenant) if job else None
+            gpus.append(gpu_observation(name, reading, seen, False, share_w))
+        self._views[name] = (gpus, settings)
+        self._stale.discard(name)
+        return gpus, settings
+
+    def reread_gpus(self) -> None:
+        """Read every GPU through NVML again at the next observation (an agent restarted; the tests)."""
+        self._stale.update(self.nodes)
+
+    def _note_gpu(self, name: str, index: int, job: Job | None) -> None:
+        """A job started on (or left) GPU `index` of `name`: its cached view follows (one job per fake GPU)."""
+        view = self._views.get(name)
+        if view is None or name in self._stale:
+            return
+        gpus = view[0]
+        seen = gpus[index]
+        assert seen.gpu_index == index
+        gpus[index] = replace(seen, job_class=job.job_class if job is not None else None)
+
+    def _note_setting(self, name: str, index: int, limit_w: float, clock_mhz: int | None) -> None:
+        """greengpu wrote GPU `index` of `name`: its cached settings follow what the GPU now holds."""
+        view = self._views.get(name)
+        if view is not None and name not in self._stale:
+            view[1][(name, index)] = (limit_w, clock_mhz)
+
+    def gpu_energy_j(self) -> dict[str, float]:
+        """Each awake node's GPU energy counters now (J), summed; nodes without counters are left out."""
+        energy: dict[str, float] = {}
+        for name, backend in self.nvml.items():
+            if self.nodes[name].power != PowerState.AWAKE.value:
+                continue
+            readings = [backend.energy_j(index) for index in range(backend.gpu_count)]
+            if readings and all(r is not None for r in readings):
+                energy[name] = sum(r for r in readings if r is not None)
+        return energy
 
     def act(self, action: Action, now_s: float) -> str:
         try:
@@ -245,15 +321,24 @@ class FakeCluster:
                     self.nodes[s.node].power != PowerState.AWAKE.value for s in action.slots):
                 raise ActionFailed(f"cannot place {action.job_id}: not pending, or its GPUs are taken or asleep")
             del self.pending[action.job_id]
+            self._changed = True
             self.running[action.job_id] = RunningJob(waiting.job, action.slots, now_s, now_s + waiting.job.duration_s)
             for slot in action.slots:
                 self.fakes[slot.node].set_load(slot.gpu_index, BUSY_UTILIZATION, [hash(action.job_id) % 30000 + 1])
                 self.nodes[slot.node].idle_since_s = None
+                self._note_gpu(slot.node, slot.gpu_index, waiting.job)
                 self._taken.add((slot.node, slot.gpu_index))
                 self._jobs_on[slot.node] += 1
             return f"{action.job_id} started on {len(action.slots)} GPU(s)"
         if isinstance(action, PreemptJob):
-            return f"{action.job_id} told to checkpoint"  # the fake job checkpoints at once; the kill follows
+            running = self.running.get(action.job_id)
+            if running is None:
+                raise ActionFailed(f"cannot preempt {action.job_id}: not running")
+            # The fake job checkpoints at once; the core stops it when its grace is over (KillJob).
+            self.running[action.job_id] = replace(running, preempt_signalled_s=now_s,
+                                                  preempted_for=action.for_job_id, last_checkpoint_s=now_s)
+            self._changed = True
+            return f"{action.job_id} told to checkpoint and stop within {action.grace_s:g} s"
         if isinstance(action, KillJob):
             if action.job_id not in self.running:
                 raise ActionFailed(f"cannot stop {action.job_id}: not running")
@@ -267,32 +352,49 @@ class FakeCluster:
             if node.power != PowerState.AWAKE.value or self._jobs_on[action.node]:
                 raise ActionFailed(f"{action.node}: not awake and idle, not suspended")
             node.power, node.since_s = PowerState.SUSPENDING.value, now_s
+            self._changed = True
             return f"{action.node}: suspending"
         if isinstance(action, WakeNode):
             node = self.nodes[action.node]
             if node.power != PowerState.ASLEEP.value:
                 raise ActionFailed(f"{action.node}: not asleep ({node.power})")
             node.power, node.since_s = PowerState.WAKING.value, now_s
+            self._changed = True
             return f"{action.node}: waking"
+        if isinstance(action, SetPowerLimit | LockClocks):
+            try:
+                return self._write(action)
+            finally:
+                gpu = self.fakes[action.node].gpus[action.gpu_index]
+                self._note_setting(action.node, action.gpu_index, gpu.limit_w, gpu.locked_clock_mhz)
+        raise ActionFailed(f"unknown action {action!r}")
+
+    def _write(self, action: SetPowerLimit | LockClocks) -> str:
         if isinstance(action, SetPowerLimit):
             done = self._awake_backend(action.node).set_power_limit_w(action.gpu_index, action.limit_w)
             if done is None:
                 raise ActionFailed(f"{action.node} GPU {action.gpu_index}: NVML refused the limit")
             return f"{action.node} GPU {action.gpu_index}: {done:g} W"
-        if isinstance(action, LockClocks):
-            backend = self._awake_backend(action.node)
-            if action.min_mhz is None:
-                backend.reset_clocks(action.gpu_index)
-                return f"{action.node} GPU {action.gpu_index}: clocks unlocked"
-            if not backend.lock_clocks_mhz(action.gpu_index, action.min_mhz):
-                raise ActionFailed(f"{action.node} GPU {action.gpu_index}: NVML refused the clock lock")
-            return f"{action.node} GPU {action.gpu_index}: clocks locked at {action.min_mhz} MHz"
-        raise ActionFailed(f"unknown action {action!r}")
+        backend = self._awake_backend(action.node)
+        if action.min_mhz is None:
+            backend.reset_clocks(action.gpu_index)
+            return f"{action.node} GPU {action.gpu_index}: clocks unlocked"
+        if not backend.lock_clocks_mhz(action.gpu_index, action.min_mhz):
+            raise ActionFailed(f"{action.node} GPU {action.gpu_index}: NVML refused the clock lock")
+        return f"{action.node} GPU {action.gpu_index}: clocks locked at {action.min_mhz} MHz"
 
     def _awake_backend(self, node: str) -> NvmlBackend:
         if self.nodes[node].power != PowerState.AWAKE.value:
             raise ActionFailed(f"{node}: not awake")
         return self.nvml[node]
+
+    def withdraw_preemptions(self, job_ids: list[str]) -> None:
+        """Jobs asked to stop for a job that no longer waits keep running: their signal is cleared."""
+        for job_id in job_ids:
+            running = self.running.get(job_id)
+            if running is not None and running.preempt_signalled_s is not None:
+                self.running[job_id] = replace(running, preempt_signalled_s=None, preempted_for=None)
+                self._changed = True
 
     def settle(self) -> None:
         """Write down the job starts and stops of the tick (node power was written at once)."""
@@ -300,6 +402,7 @@ class FakeCluster:
 
     def release_gpus(self, reason: str) -> list[str]:
         lines = []
+        self._stale.update(self.nvml)
         for name, backend in self.nvml.items():
             if self.nodes[name].power != PowerState.AWAKE.value:
                 continue

@@ -183,5 +183,11 @@ class SlurmBody:
     def release_gpus(self, reason: str) -> list[str]:
         return []  # the node agents own the GPUs and fall back to defaults on their own
 
+    def gpu_energy_j(self) -> dict[str, float]:
+        return {}  # the node agents read the GPUs; the ledger models their energy (docs/DAEMON.md)
+
+    def withdraw_preemptions(self, job_ids: list[str]) -> None:
+        return None  # the workload manager preempts its own jobs; greengpu sends it none
+
     def settle(self) -> None:
         return None  # every action went to Slurm as it was carried out

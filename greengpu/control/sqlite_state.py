@@ -5,6 +5,7 @@ so that processes that write at the same time (Slurm's hooks, two commands) wait
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,3 +40,38 @@ def transaction(path: Path, synchronous: str = "FULL") -> Iterator[sqlite3.Conne
         db.execute("COMMIT")
     finally:
         db.close()
+
+
+class Connections:
+    """One open connection to `path` per thread, each change one immediate transaction on it.
+
+    For a process that writes every few seconds for months (the daemon): opening and closing a
+    connection per transaction costs a WAL checkpoint at each close, milliseconds a time. A thread
+    keeps its own connection because sqlite3 connections are not shared between threads (the HTTP
+    server's threads read the same store)."""
+
+    def __init__(self, path: Path, synchronous: str = "FULL") -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self._local = threading.local()
+
+    def _connection(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One immediate transaction: committed when the block ends, rolled back when it raises."""
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")

@@ -8,11 +8,11 @@ inventory's host power when it has it). `gpu_setting` is the only place either a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from greengpu.energy.capping import CapDecision, ProfilePoint, constraints_of, decide
-from greengpu.model import LimitConstraints, LockClocks, NodeType, SetPowerLimit
+from greengpu.model import Job, LimitConstraints, LockClocks, NodeType, PlaceJob, SetPowerLimit
 from greengpu.policy import CappingPolicy
 from greengpu.tick.waiting import WorkWaiting
 
@@ -21,6 +21,10 @@ NOMINAL_MAX_CLOCK_MHZ = 1000
 fraction and expected slowdown do not depend on it, only the MHz written to a real GPU does."""
 
 PowerAction = SetPowerLimit | LockClocks
+GpuSettings = Mapping[tuple[str, int], tuple[float, int | None]]
+"""(node, GPU index) -> the power limit (W) and locked SM clock (MHz; None: unlocked) a GPU holds now."""
+LIMIT_TOLERANCE_W = 0.5
+"""A limit within this of the wanted one is already right (NVML rounds to milliwatts, drivers to watts)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,25 @@ def observe_typed_gpu(node: str, gpu_index: int, node_type: NodeType, job_class:
                           host_share_w=host_share_w(node_type))
 
 
+def after_placements(gpus: Sequence[GpuObservation], placed: Sequence[PlaceJob],
+                     jobs: dict[str, Job]) -> Sequence[GpuObservation]:
+    """`gpus` as the cycle's placements leave them: an idle GPU a job was just placed on carries its class.
+
+    Without this, a body that observes before it places would cap a GPU for the job that is starting on
+    it as an idle GPU (its minimum limit) for a whole tick. A GPU already running a job keeps that
+    job's class (a shared GPU is set for the job that was there first, as the observers do)."""
+    starting: dict[tuple[str, int], str] = {}
+    for action in placed:
+        job = jobs.get(action.job_id)
+        if job is not None:
+            for slot in action.slots:
+                starting.setdefault((slot.node, slot.gpu_index), job.job_class)
+    if not starting:
+        return gpus
+    return [replace(gpu, job_class=starting[(gpu.node, gpu.gpu_index)])
+            if gpu.job_class is None and (gpu.node, gpu.gpu_index) in starting else gpu for gpu in gpus]
+
+
 def gpu_setting(gpu: GpuObservation, policy: CappingPolicy, waiting: WorkWaiting | bool) -> CapDecision:
     """The limit and clocks `gpu` should run at now; `waiting`: work waits for capacity (lifts caps)."""
     short = waiting.waiting if isinstance(waiting, WorkWaiting) else waiting
@@ -69,19 +92,33 @@ def setting_actions(gpu: GpuObservation, decision: CapDecision) -> tuple[SetPowe
             LockClocks(gpu.node, gpu.gpu_index, clock, clock, decision.reason))
 
 
-def plan_power(gpus: Sequence[GpuObservation], policy: CappingPolicy,
-               waiting: WorkWaiting | bool) -> tuple[PowerAction, ...]:
-    """Every GPU's limit and clock actions, in the order of `gpus` (a body applies only what differs).
+def plan_power(gpus: Sequence[GpuObservation], policy: CappingPolicy, waiting: WorkWaiting | bool,
+               current: GpuSettings | None = None) -> tuple[PowerAction, ...]:
+    """Every GPU's limit and clock actions, in the order of `gpus`.
 
-    GPUs alike in everything the decision reads get one decision: a cluster of thousands of GPUs has a
-    handful of (class, model) pairs, and the efficiency pick walks a profile of hundreds of limits.
+    With `current` (what each GPU holds now), only the actions that change something: a daemon over
+    thousands of GPUs otherwise builds and discards two actions per GPU per tick. A GPU missing from
+    `current` gets both. GPUs alike in everything the decision reads get one decision: a cluster of
+    thousands of GPUs has a handful of (class, model) pairs, and the efficiency pick walks a profile of
+    hundreds of limits.
     """
     actions: list[PowerAction] = []
     decided: dict[tuple[object, ...], CapDecision] = {}
     for gpu in gpus:
-        key = (gpu.job_class, gpu.constraints, gpu.max_clock_mhz, gpu.host_share_w, gpu.cap_not_binding, gpu.profile)
+        limits = gpu.constraints  # its numbers, not the dataclass: hashing one costs more than the rest
+        key = (gpu.job_class, limits.min_w, limits.max_w, limits.default_w, gpu.max_clock_mhz, gpu.host_share_w,
+               gpu.cap_not_binding, gpu.profile)
         decision = decided.get(key)
         if decision is None:
             decision = decided[key] = gpu_setting(gpu, policy, waiting)
-        actions.extend(setting_actions(gpu, decision))
+        held = current.get((gpu.node, gpu.gpu_index)) if current is not None else None
+        if held is None:
+            actions.extend(setting_actions(gpu, decision))
+            continue
+        limit_w = decision.limit_w if decision.limit_w is not None else gpu.constraints.default_w
+        if abs(held[0] - limit_w) > LIMIT_TOLERANCE_W:
+            actions.append(SetPowerLimit(gpu.node, gpu.gpu_index, limit_w, decision.reason))
+        if held[1] != decision.locked_clock_mhz:
+            clock = decision.locked_clock_mhz
+            actions.append(LockClocks(gpu.node, gpu.gpu_index, clock, clock, decision.reason))
     return tuple(actions)

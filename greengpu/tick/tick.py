@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from greengpu.model import Action, ClusterSnapshot, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import Policy
 from greengpu.sched.core import CycleResult, schedule_cycle
-from greengpu.tick.power import GpuObservation, PowerAction, plan_power
+from greengpu.tick.power import GpuObservation, GpuSettings, PowerAction, plan_power
+from greengpu.tick.power import after_placements as gpus_after_placements
 from greengpu.tick.sleep import SleepObservation, after_placements, plan_sleep, plan_wakes
 from greengpu.tick.waiting import WorkWaiting, work_waiting
 
@@ -54,12 +55,18 @@ def schedule(snapshot: ClusterSnapshot, policy: Policy) -> Scheduled:
 
 
 def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuObservation],
-                 sleep: SleepObservation) -> TickResult:
-    """One tick over every lever: `gpus` as observed now, `sleep` the nodes' power states and rates."""
+                 sleep: SleepObservation, gpu_settings: GpuSettings | None = None) -> TickResult:
+    """One tick over every lever: `gpus` as observed now, `sleep` the nodes' power states and rates.
+
+    With `gpu_settings` (the limits and clocks the GPUs hold now), the capping lever returns only the
+    writes that change something."""
     scheduled = schedule(snapshot, policy)
     asked = tuple(a for a in scheduled.cycle.actions if isinstance(a, WakeNode))
     # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
-    sleep = after_placements(sleep, [a for a in scheduled.cycle.actions if isinstance(a, PlaceJob)])
+    placed = [a for a in scheduled.cycle.actions if isinstance(a, PlaceJob)]
+    sleep = after_placements(sleep, placed)
     sleeps = plan_sleep(sleep, policy.sleep, scheduled.waiting) if policy.sleep.enabled else ()
     wakes = plan_wakes(sleep, policy.sleep, asked) if policy.sleep.enabled else ()
-    return TickResult(scheduled, plan_power(gpus, policy.capping, scheduled.waiting), sleeps, wakes)
+    if placed:
+        gpus = gpus_after_placements(gpus, placed, {p.job.job_id: p.job for p in snapshot.pending})
+    return TickResult(scheduled, plan_power(gpus, policy.capping, scheduled.waiting, gpu_settings), sleeps, wakes)

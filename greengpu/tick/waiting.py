@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from greengpu.model import Cluster
 from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, CycleResult
 from greengpu.sched.slack import NO_WAIT, QueueGuard, queue_guard
+from greengpu.sched.waits import WaitReason
 
 LEVER_BLOCKED_REASONS = frozenset({WAIT_CAPACITY, WAIT_WAKE})
 """Wait reasons a faster running job or an extra awake node could shorten."""
+LEVER_BLOCKED_WAITS = frozenset(set(WaitReason) - {WaitReason.QUOTA, WaitReason.PREEMPTING, WaitReason.NO_MODEL})
+"""The same, as the core's typed reasons (every reason whose text is one of LEVER_BLOCKED_REASONS)."""
 
 
 @dataclass(frozen=True)
@@ -38,5 +41,5 @@ NOTHING_WAITS = WorkWaiting()
 def work_waiting(result: CycleResult, cluster: Cluster | None = None) -> WorkWaiting:
     """The jobs of a scheduling cycle that wait for capacity or for sleeping nodes to wake, and (given
     the inventory) the slack rule's verdict from the cycle's typed waits."""
-    job_ids = tuple(sorted(job_id for job_id, wait in result.waits.items() if wait.text in LEVER_BLOCKED_REASONS))
+    job_ids = tuple(sorted(job_id for job_id, wait in result.waits.items() if wait.reason in LEVER_BLOCKED_WAITS))
     return WorkWaiting(job_ids, queue_guard(result.waits, cluster) if cluster is not None else NO_WAIT)

@@ -66,6 +66,7 @@ def test_the_loop_sleeps_idle_nodes_wakes_them_for_work_and_caps_what_runs(
     for _ in range(40):  # 40 minutes, one tick a minute
         clock.now_s += 60
         assert daemon.tick().ok
+        daemon.meter_energy()  # the loop's metering job, once a minute
         seen_asleep = seen_asleep or PowerState.ASLEEP.value in power(body).values()
         if "train" in body.running and clock.now_s > T0 + 120:
             node = body.running["train"].slots[0].node
@@ -278,11 +279,11 @@ def test_the_command_runs_serves_refuses_a_second_daemon_and_stops_on_sigterm(tm
     finally:
         if first.poll() is None:
             first.kill()
-    import json
+    from greengpu.backends.fake_nvml import FakeNvml
 
     for name in ("n1", "n2", "n3"):  # stopping released the fake GPUs it had capped
-        saved = json.loads((tmp_path / "state" / f"nvml-{name}.json").read_text())["gpus"]
-        assert [g["limit_w"] for g in saved] == [g["default_limit_w"] for g in saved]
+        saved = FakeNvml.stored_gpus(tmp_path / "state" / f"nvml-{name}.json")
+        assert saved and [g.limit_w for g in saved] == [g.default_limit_w for g in saved]
 
 
 @pytest.mark.parametrize("extra, says", [
@@ -336,3 +337,45 @@ def test_agents_take_work_waiting_from_the_daemon_and_lift_caps_when_it_is_gone(
     agent.tick()  # the daemon is gone: not known whether work waits, so the cap lifts (fail safe)
     assert fake.gpus[0].limit_w == 400.0 and source.problem is not None and "cannot ask the daemon" in source.problem
     agent.stop()
+
+
+def test_the_fake_clusters_cached_gpu_view_is_what_nvml_reads(tmp_path: Path) -> None:
+    """The fake cluster reads a node's GPUs again only when something changed them; after every tick of a
+    busy hour (placements, ends, caps, sleeps, wakes, preemptions) its view equals a fresh NVML reading."""
+    from greengpu.control.fake_cluster import generated_jobs
+
+    clock = ManualClock(T0)
+    cluster = three_nodes(tmp_path)
+    daemon, body, _ = make(tmp_path, clock, jobs=generated_jobs(cluster, T0, count=120, seed=5))
+    kinds: set[str] = set()
+    for _ in range(60):
+        clock.now_s += 60
+        kinds.update(kind for kind, _, _ in daemon.tick().actions)
+        cached = body.observe(clock.now_s, 0, 0)
+        body.reread_gpus()
+        fresh = body.observe(clock.now_s, 0, 0)
+        assert cached.gpus == fresh.gpus
+        assert cached.gpu_settings == fresh.gpu_settings
+    assert {"place", "set_power_limit", "sleep", "wake"} <= kinds  # the view was kept through all of these
+
+
+def test_a_preempted_fake_job_is_stopped_once_after_its_grace_and_the_urgent_job_runs(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    filler = [Job(job_id=f"fill{i}", tenant="a", gpus=4, duration_s=36_000, submit_time_s=T0 + 1, gpus_per_node=4,
+                  checkpoint_interval_s=600.0) for i in range(3)]
+    urgent = Job(job_id="urgent", tenant="b", gpus=4, duration_s=600, submit_time_s=T0 + 300, gpus_per_node=4,
+                 priority=100, job_class="inference")
+    daemon, body, store = make(tmp_path, clock, jobs=[*filler, urgent])
+    for _ in range(20):
+        clock.now_s += 60
+        assert daemon.tick().ok
+    entries = store.entries(limit=10_000)
+    preempts = [e for e in entries if e.kind == "preempt"]
+    kills = [e for e in entries if e.kind == "kill"]
+    assert len(preempts) == 1 and preempts[0].state == "done"  # asked once, not again at every tick
+    victim = preempts[0].job
+    assert [e.job for e in kills] == [victim]  # stopped once its grace was over
+    assert "urgent" in body.running or "urgent" in body.finished
+    again = body.running.get(victim)  # requeued with the work it had left, and started again when room came
+    assert victim in body.pending or (again is not None and again.start_time_s > kills[0].time_s
+                                      and again.job.duration_s < 36_000)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from inventories import SITE
 
+from greengpu.backends.fake_nvml import FakeNvml
 from greengpu.control.daemon_store import DaemonStore
 
 KILLS = int(os.environ.get("GREENGPU_CRASH_KILLS", "50"))
@@ -55,9 +56,9 @@ def gpus_without_explanation(state: Path) -> list[str]:
     problems = []
     for path in sorted(state.glob("nvml-*.json")):
         node = path.stem.removeprefix("nvml-")
-        for index, gpu in enumerate(json.loads(path.read_text())["gpus"]):
-            if gpu["limit_w"] != gpu["default_limit_w"] and (node, index, gpu["limit_w"]) not in explained:
-                problems.append(f"{node} GPU {index} at {gpu['limit_w']} W")
+        for index, gpu in enumerate(FakeNvml.stored_gpus(path)):  # the file and its write log
+            if gpu.limit_w != gpu.default_limit_w and (node, index, gpu.limit_w) not in explained:
+                problems.append(f"{node} GPU {index} at {gpu.limit_w} W")
     return problems
 
 
@@ -95,6 +96,6 @@ def test_sigkill_at_random_points_leaves_nothing_unexplained_or_stuck(tmp_path: 
     first = min(offsets.values())
     ended_s = (state / "fake-cluster.json").stat().st_mtime
     # A job that arrived in the last ticks may still be waiting for a node to boot; none waits longer.
-    waited = {job_id: ended_s - (fake["origin_s"] + offsets[job_id] - first) for job_id, _ in fake["pending"]}
+    waited = {job_id: ended_s - (fake["origin_s"] + offsets[job_id] - first) for job_id in fake["pending"]}
     assert not (asleep and any(w > 6.0 for w in waited.values())), (asleep, waited)
     assert gpus_without_explanation(state) == []

@@ -65,6 +65,7 @@ def test_the_daemon_sleeps_idle_nodes_through_slurm_and_a_job_wakes_them(
     def loop() -> None:
         while not stop.wait(1.0):
             report = daemon.tick()
+            daemon.meter_energy()  # the loop's metering job
             if not report.ok:
                 failures.append(report.message)
 

@@ -122,3 +122,15 @@ def test_a_job_no_gpu_model_can_hold_blocks_no_lever() -> None:
     assert result.waits["tpu"].reason is WaitReason.NO_MODEL
     assert not queue_guard(result.waits, cluster).queue_waits
 
+
+
+def test_the_typed_reasons_that_block_the_levers_are_those_whose_text_says_capacity_or_wake() -> None:
+    """`work_waiting` reads the typed reason; the JSON outputs' words must say the same thing."""
+    from greengpu.sched.waits import Wait, WaitReason
+    from greengpu.tick.waiting import LEVER_BLOCKED_REASONS, LEVER_BLOCKED_WAITS
+
+    for reason in WaitReason:
+        for detail in ("", "tenant t at its quota"):
+            wait = Wait(reason, "t", detail=detail)
+            assert (wait.text in LEVER_BLOCKED_REASONS) == (reason in LEVER_BLOCKED_WAITS), (reason, detail)
+    assert WaitReason.GANG in LEVER_BLOCKED_WAITS and WaitReason.QUOTA not in LEVER_BLOCKED_WAITS
