@@ -121,6 +121,8 @@ class FakeCluster:
         """Nodes whose GPUs must be read again at the next observation."""
         self._changed = True
         """Whether the cluster's state (jobs, nodes) changed since it was last written down."""
+        self._slots_text: dict[str, str] = {}
+        """Each running job's GPUs as written down (they do not change while it runs)."""
         self._taken = {(s.node, s.gpu_index) for r in self.running.values() for s in r.slots}
         self._jobs_on = dict.fromkeys(self.nodes, 0)
         for slot in (s for r in self.running.values() for s in r.slots):
@@ -149,14 +151,16 @@ class FakeCluster:
         self.origin_s = float(saved.get("origin_s", self.origin_s))
         self.finished = {job_id: float(end_s) for job_id, end_s in saved.get("finished", {}).items()}
         for job_id, start_s, end_s, slots, signalled_s, preempted_for in saved["running"]:
-            held = tuple(GpuSlot(node, int(index)) for node, _, index in (slot.rpartition(":") for slot in slots.split()))
+            pairs = (slot.rpartition(":") for slot in slots.split())
+            held = tuple(GpuSlot(node, int(index)) for node, _, index in pairs)
             self.running[job_id] = RunningJob(job=self.jobs[job_id], slots=held, start_time_s=start_s,
                                               expected_end_s=end_s, preempt_signalled_s=signalled_s,
                                               preempted_for=preempted_for, last_checkpoint_s=signalled_s)
         remaining = saved.get("remaining", {})
         for job_id in saved["pending"]:
             job = self.jobs[job_id]
-            self.pending[job_id] = PendingJob(replace(job, duration_s=remaining[job_id]) if job_id in remaining else job)
+            left = replace(job, duration_s=remaining[job_id]) if job_id in remaining else job
+            self.pending[job_id] = PendingJob(left)
 
     def _save(self) -> None:
         if not self._changed:
@@ -165,9 +169,8 @@ class FakeCluster:
         state = {"nodes": [vars(n) for n in self.nodes.values()], "next_arrival": self.next_arrival,
                  "origin_s": self.origin_s,
                  "finished": self.finished,
-                 "running": [[r.job.job_id, r.start_time_s, r.expected_end_s,
-                              " ".join(f"{s.node}:{s.gpu_index}" for s in r.slots), r.preempt_signalled_s,
-                              r.preempted_for] for r in self.running.values()],
+                 "running": [[r.job.job_id, r.start_time_s, r.expected_end_s, self._slots_of(r),
+                              r.preempt_signalled_s, r.preempted_for] for r in self.running.values()],
                  # Job ids, in queue order; the work left only of jobs stopped part-way (the rest have their
                  # whole duration): a queue of thousands is written every tick.
                  "pending": list(self.pending),
@@ -176,6 +179,12 @@ class FakeCluster:
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.state_path)
+
+    def _slots_of(self, running: RunningJob) -> str:
+        text = self._slots_text.get(running.job.job_id)
+        if text is None:
+            text = self._slots_text[running.job.job_id] = " ".join(f"{s.node}:{s.gpu_index}" for s in running.slots)
+        return text
 
     # --- time passes ---------------------------------------------------------------------------
 
@@ -208,6 +217,7 @@ class FakeCluster:
 
     def _free(self, job_id: str, now_s: float) -> RunningJob:
         running = self.running.pop(job_id)
+        self._slots_text.pop(job_id, None)
         self._changed = True
         for slot in running.slots:
             self._note_gpu(slot.node, slot.gpu_index, None)

@@ -123,7 +123,8 @@ class VictimFinder:
             return any(f >= job.units for f in free)
         return sum(1 for f in free if f == GPU_UNITS) >= count
 
-    def _node_victims(self, node: int, job: Job, count: int, candidates: list[RunningJob]) -> list[RunningJob] | None:
+    def _node_victims(self, node: int, job: Job, count: int, candidates: list[RunningJob],
+                      over_nominal: dict[tuple[str, str], int]) -> list[RunningJob] | None:
         """Greedy by rank until the job fits on `node`, then drop every victim not needed.
 
         The node's free units are kept up to date as victims are added and dropped: the same answers as
@@ -141,7 +142,10 @@ class VictimFinder:
             if tenant != job.tenant:
                 # Never push a lending tenant below its nominal quota by this eviction set.
                 if tenant not in over:
-                    over[tenant] = self.ledger.over_nominal_units(tenant, self._model_of(victim))
+                    key = (tenant, self._model_of(victim))
+                    if key not in over_nominal:  # the ledger does not change during one search
+                        over_nominal[key] = self.ledger.over_nominal_units(*key)
+                    over[tenant] = over_nominal[key]
                 if over[tenant] <= 0:
                     continue
                 over[tenant] -= victim.job.units
@@ -205,8 +209,9 @@ class VictimFinder:
         if multi_chunks:  # free nodes count too: a gang may combine them with evicted ones
             nodes |= {n for n in range(len(state.names)) if n not in excluded and state.schedulable[n]
                       and state.model[n] in models and state.free_whole[n] >= count}
+        over_nominal: dict[tuple[str, str], int] = {}
         for node in sorted(nodes):
-            victims = self._node_victims(node, job, count, per_node.get(node, []))
+            victims = self._node_victims(node, job, count, per_node.get(node, []), over_nominal)
             if victims is None:
                 continue
             score = self._score(victims)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from greengpu.energy.capping import CapDecision, ProfilePoint, constraints_of, decide
 from greengpu.model import Job, LimitConstraints, LockClocks, NodeType, PlaceJob, SetPowerLimit
@@ -43,6 +44,20 @@ class GpuObservation:
     """The limit set earlier for this job never bound (the agent learns this; a replay's caps always bind)."""
     profile: tuple[ProfilePoint, ...] | None = None
     """The job's measured (limit, throughput, power) profile, if one was taken."""
+
+    @cached_property
+    def decision_key(self) -> tuple[object, ...]:
+        """Everything the capping decision reads of this GPU: GPUs with equal keys get one decision. The
+        limits as numbers, not the dataclass (hashing one costs more than the rest); kept on the
+        observation, which a body that re-reads only what changed hands in again tick after tick."""
+        limits = self.constraints
+        return (self.job_class, limits.min_w, limits.max_w, limits.default_w, self.max_clock_mhz,
+                self.host_share_w, self.cap_not_binding, self.profile)
+
+    @cached_property
+    def slot(self) -> tuple[str, int]:
+        """(node, GPU index)."""
+        return (self.node, self.gpu_index)
 
 
 def host_share_w(node_type: NodeType) -> float:
@@ -105,13 +120,11 @@ def plan_power(gpus: Sequence[GpuObservation], policy: CappingPolicy, waiting: W
     actions: list[PowerAction] = []
     decided: dict[tuple[object, ...], CapDecision] = {}
     for gpu in gpus:
-        limits = gpu.constraints  # its numbers, not the dataclass: hashing one costs more than the rest
-        key = (gpu.job_class, limits.min_w, limits.max_w, limits.default_w, gpu.max_clock_mhz, gpu.host_share_w,
-               gpu.cap_not_binding, gpu.profile)
+        key = gpu.decision_key
         decision = decided.get(key)
         if decision is None:
             decision = decided[key] = gpu_setting(gpu, policy, waiting)
-        held = current.get((gpu.node, gpu.gpu_index)) if current is not None else None
+        held = current.get(gpu.slot) if current is not None else None
         if held is None:
             actions.extend(setting_actions(gpu, decision))
             continue
