@@ -70,24 +70,27 @@ def plan_sleep(seen: SleepObservation, policy: SleepPolicy, waiting: WorkWaiting
 def plan_wakes(seen: SleepObservation, policy: SleepPolicy, asked: Sequence[WakeNode] = ()) -> tuple[WakeNode, ...]:
     """The asleep nodes to wake now: those the core `asked` for, then those the warm reserve lacks.
 
-    A wake held back here (rate limit, asleep too briefly) is asked for again by a later cycle.
+    A node the core asks for is woken however briefly it has slept: work waits for it, and a lever may
+    spend slack, never queue time (`min_asleep_s` only keeps the warm reserve from waking a node that
+    has just gone to sleep). A wake held back here (the rate limit) is asked for again by a later cycle.
     """
     if not policy.enabled or not seen.asleep:
         return ()
     budget = policy.max_wakes_per_min - seen.wakes_last_minute
-    may_wake = {view.name: view for view in seen.asleep if seen.now_s - view.power_since_s >= policy.min_asleep_s}
+    asleep = {view.name: view for view in seen.asleep}
+    may_wake = {name: view for name, view in asleep.items() if seen.now_s - view.power_since_s >= policy.min_asleep_s}
     chosen: dict[str, WakeNode] = {}
     for action in asked:
         if budget <= 0:
             break
-        if action.node in may_wake and action.node not in chosen:
+        if action.node in asleep and action.node not in chosen:
             chosen[action.node] = action
             budget -= 1
     reserve = reserve_target_gpus(seen, policy)
     if reserve <= 0:
         return tuple(chosen.values())
     # A node woken for a job holds no work yet: it counts towards the reserve as soon as it wakes.
-    shortfall = reserve - seen.ready_idle_gpus - sum(may_wake[name].gpus for name in chosen)
+    shortfall = reserve - seen.ready_idle_gpus - sum(asleep[name].gpus for name in chosen)
     for name in sorted(may_wake):
         if shortfall <= 0 or budget <= 0:
             break

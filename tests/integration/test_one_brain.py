@@ -192,8 +192,10 @@ def test_the_kubernetes_body_and_the_simulator_sleep_and_wake_the_same_nodes(
         steps = [(T0, {"gpu1": 4}, []),                     # everyone else just went idle
                  (T0 + 600, {"gpu1": 4}, []),               # not yet past the idle timeout
                  (T0 + 1000, {"gpu1": 4}, []),              # gpu2-4 idle 1000 s: two sleep, the reserve keeps one
-                 (T0 + 1100, {"gpu1": 4, "gpu4": 4}, [4]),  # a pod waits: nothing sleeps, min_asleep holds the wake
-                 (T0 + 1700, {"gpu1": 4, "gpu4": 4}, [4]),  # still waiting, min_asleep passed: one wake
+                 (T0 + 1100, {"gpu1": 4, "gpu4": 4}, [4]),  # a pod waits: nothing sleeps, its node wakes at once
+                 (T0 + 1200, {"gpu1": 4, "gpu4": 4, "gpu2": 4}, []),  # it runs there; the reserve lacks a
+                                                                      # node, but gpu3 slept only 200 s
+                 (T0 + 1700, {"gpu1": 4, "gpu4": 4, "gpu2": 4}, []),  # min_asleep passed: the reserve wakes it
                  (T0 + 1800, {"gpu1": 4}, [])]
         for now_s, work, pending in steps:
             set_work(now_s, work)

@@ -87,22 +87,37 @@ def test_wake_rate_limit_spaces_the_wakes() -> None:
     assert burst == [180, 180, 240, 240, 300]
 
 
-def test_minimum_asleep_time_delays_a_wake_and_minimum_awake_time_delays_a_suspend() -> None:
+def test_a_job_wakes_a_node_that_has_just_gone_to_sleep_and_minimum_awake_time_delays_a_suspend() -> None:
     # idle-timeout: suspend 1800 s after idle, taking 30 s; min_asleep 600 s; min_awake 2400 s.
     jobs = [job("a", duration_s=60, submit_time_s=T0), job("b", duration_s=60, submit_time_s=T0 + 60 + 1830 + 100),
             job("c", duration_s=60, submit_time_s=T0 + 20_000)]
     sim = Simulation(nodes(1), sleepy(min_asleep_s=600, min_awake_s=2400), jobs)
     result = sim.run().to_json()
-    asleep_at = T0 + 60 + 1800 + 30
-    woken_at = asleep_at + 600  # not before the node has slept its minimum
-    assert waits(sim)["b"] == pytest.approx(woken_at + 180 - jobs[1].submit_time_s, abs=60)
+    # b arrives 100 s after the node fell asleep: it is woken at once (a lever never buys energy with
+    # queue time), not after the node has slept its 600 s minimum, and b waits one boot.
+    assert waits(sim)["b"] == ONE_GPU.boot_s
+    woken_at = jobs[1].submit_time_s
     # b ends at woken_at + 240; its idle timeout would allow a suspend at woken_at + 2040, but the node
     # came up at woken_at + 180 and must stay awake 2400 s: it suspends at woken_at + 2580.
     second_asleep_at = woken_at + 180 + 2400 + 30
     assert result["wakes"] == 2
     assert waits(sim)["c"] == 180
-    assert result["node_sleep_hours"] == pytest.approx((600 + jobs[2].submit_time_s - second_asleep_at) / 3600,
-                                                       abs=60 / 3600)
+    assert result["node_sleep_hours"] == pytest.approx(
+        (jobs[1].submit_time_s - (T0 + 60 + 1830) + jobs[2].submit_time_s - second_asleep_at) / 3600, abs=60 / 3600)
+
+
+def test_minimum_asleep_time_holds_back_the_warm_reserve_not_a_job() -> None:
+    from greengpu.model import WakeNode
+    from greengpu.tick.sleep import SleepObservation, plan_wakes
+
+    policy = SleepPolicy(enabled=True, min_asleep_s=600, warm_reserve_gpus=2)
+    views = tuple(NodeView(f"n{i}", 1, PowerState.ASLEEP, T0 - 100, False, None) for i in range(3))
+    seen = SleepObservation(now_s=T0, asleep=views)  # all three asleep for 100 s only
+    assert plan_wakes(seen, policy) == ()  # the reserve waits for the minimum
+    asked = plan_wakes(seen, policy, [WakeNode("n1", "needed by j")])
+    assert [w.node for w in asked] == ["n1"]  # the job's node wakes at once
+    later = replace(seen, now_s=T0 + 500)
+    assert sorted(w.node for w in plan_wakes(later, policy)) == ["n0", "n1"]  # then the reserve's two
 
 
 def test_a_node_that_never_wakes_is_retried_then_failed_and_the_job_goes_elsewhere() -> None:
