@@ -59,7 +59,11 @@ class AgentProcess:
         raise AssertionError(f"no line matching {pattern!r}; stderr so far:\n{''.join(self.stderr)}")
 
     def gpus(self) -> list[dict]:
-        return json.loads(self.state.read_text())["gpus"]
+        """The GPUs as a GPU holds them: the fake's state file and its write log (a kill may leave writes
+        only in the log)."""
+        from greengpu.backends.fake_nvml import FakeNvml
+
+        return [dict(vars(gpu)) for gpu in FakeNvml.stored_gpus(self.state)]
 
     def kill(self) -> None:
         if self.process.poll() is None:
