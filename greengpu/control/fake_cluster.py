@@ -25,7 +25,7 @@ from greengpu.backends.nvml import NvmlBackend
 from greengpu.control.agent import gpu_observation
 from greengpu.control.body import ActionFailed, Observation
 from greengpu.control.jobclass import GpuJob
-from greengpu.energy.sleep import NodeView
+from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.model import (
     Action,
     Cluster,
@@ -247,7 +247,8 @@ class FakeCluster:
             state, node_type = self.nodes[node.name], self.cluster.node_types[node.type_name]
             power = PowerState(state.power)
             if power is PowerState.ASLEEP:
-                asleep.append(NodeView(node.name, node_type.gpus, power, state.since_s, False, None))
+                asleep.append(NodeView(node.name, node_type.gpus, power, state.since_s, False, None,
+                                       idle_draw_w(node_type)))
                 continue
             if power is PowerState.AWAKE:
                 node_gpus, node_settings = self._gpu_view(node.name, node_type, on_gpu)
@@ -255,7 +256,7 @@ class FakeCluster:
                 settings.update(node_settings)
                 if node.name not in busy_nodes:
                     idle_awake.append(NodeView(node.name, node_type.gpus, power, state.since_s, False,
-                                               state.idle_since_s))
+                                               state.idle_since_s, idle_draw_w(node_type)))
             if node.name not in busy_nodes and power in (PowerState.AWAKE, PowerState.WAKING):
                 ready += node_type.gpus
         sleep = SleepObservation(now_s=now_s, idle_awake=tuple(idle_awake), asleep=tuple(asleep),

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from greengpu.backends.kubernetes import CLASS_ANNOTATION, SLEEP_ANNOTATION, KubeApi, KubeError, PodInfo
 from greengpu.control.sleep_control import SleepControl
-from greengpu.energy.sleep import NodeView
+from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.energy.wake_verify import WakeEvent
 from greengpu.model import JOB_CLASSES, Cluster, ClusterSnapshot, Job, NodeState, PendingJob, PowerState, WakeNode
 from greengpu.policy import Policy
@@ -134,13 +134,15 @@ class KubeSleep:
         ready = self.api.ready_nodes()
         asleep: list[NodeView] = []
         awake_idle: dict[str, tuple[int, float]] = {}
+        idle_w = {node.name: idle_draw_w(self.cluster.node_types[node.type_name]) for node in self.cluster.nodes}
         ready_idle_gpus = 0
         busy_gpus = 0.0
         for node in self.cluster.nodes:
             gpus = self.cluster.node_types[node.type_name].gpus
             record = records.get(node.name)
             if record is not None and record.state == "asleep":
-                asleep.append(NodeView(node.name, gpus, PowerState.ASLEEP, record.since_s, False, None))
+                asleep.append(NodeView(node.name, gpus, PowerState.ASLEEP, record.since_s, False, None,
+                                       idle_w[node.name]))
                 continue
             listed = gpu_pods.get(node.name) if gpu_pods is not None else None
             holding = listed if listed is not None else self.gpu_pods(node.name)
@@ -154,7 +156,7 @@ class KubeSleep:
                 since = record.since_s if record is not None and record.state == "up" else 0.0
                 awake_idle[node.name] = (gpus, since)
         idle_since = store.note_idle(awake_idle, now_s)
-        idle_awake = tuple(NodeView(name, gpus, PowerState.AWAKE, since, False, idle_since[name])
+        idle_awake = tuple(NodeView(name, gpus, PowerState.AWAKE, since, False, idle_since[name], idle_w[name])
                            for name, (gpus, since) in awake_idle.items())
         ready_idle_gpus += sum(gpus for gpus, _ in awake_idle.values())
         return SleepObservation(now_s=now_s, idle_awake=idle_awake, asleep=tuple(asleep),

@@ -19,7 +19,7 @@ import hostlist
 
 from greengpu.backends import slurm
 from greengpu.control.body import ActionFailed, Observation
-from greengpu.energy.sleep import NodeView
+from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.model import (
     JOB_CLASSES,
     Action,
@@ -143,11 +143,12 @@ class SlurmBody:
         asleep: list[NodeView] = []
         ready = 0
         gpus_of = {node.name: self.cluster.node_types[node.type_name].gpus for node in self.cluster.nodes}
+        idle_w = {node.name: idle_draw_w(self.cluster.node_types[node.type_name]) for node in self.cluster.nodes}
         for name in sorted(known):
             seen = states.get(name)
             if seen is not None and seen.power is PowerState.ASLEEP:
                 since = self._asleep_since.setdefault(name, now_s)
-                asleep.append(NodeView(name, gpus_of[name], PowerState.ASLEEP, since, False, None))
+                asleep.append(NodeView(name, gpus_of[name], PowerState.ASLEEP, since, False, None, idle_w[name]))
                 self._idle_since.pop(name, None)
                 continue
             self._asleep_since.pop(name, None)
@@ -158,7 +159,7 @@ class SlurmBody:
                 continue
             # Awake, usable and without work: idle since greengpu first saw it so.
             idle_awake.append(NodeView(name, gpus_of[name], PowerState.AWAKE, 0.0, False,
-                                       self._idle_since.setdefault(name, now_s)))
+                                       self._idle_since.setdefault(name, now_s), idle_w[name]))
             ready += gpus_of[name]
         snapshot = ClusterSnapshot(now_s, self.cluster, tuple(running), tuple(pending), states)
         sleep = SleepObservation(now_s=now_s, idle_awake=tuple(idle_awake), asleep=tuple(asleep),

@@ -12,7 +12,7 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from greengpu.model import PowerState, SleepNode
+from greengpu.model import NodeType, PowerState, SleepNode
 from greengpu.policy import WEEKDAYS, SleepPolicy, SleepWindow
 
 DAY_S = 86_400
@@ -67,6 +67,14 @@ class NodeView:
     busy: bool
     idle_since_s: float | None
     """When the node last became free of work; None while it holds work."""
+    idle_w: float = 0.0
+    """What the node draws awake and without work (host and idle GPUs, from the inventory): the warm
+    reserve is held by the nodes that cost least to keep awake. 0 where a body does not know it."""
+
+
+def idle_draw_w(node_type: NodeType) -> float:
+    """What a node of `node_type` draws awake and without work: its host and its idle GPUs (W)."""
+    return node_type.host_idle_w + node_type.gpus * node_type.gpu_idle_w
 
 
 def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_headroom_gpus: int = 0) -> int:
@@ -110,6 +118,10 @@ def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, 
          and now_s - n.power_since_s >= policy.min_awake_s and n.name not in protected),
         key=lambda n: (n.idle_since_s, n.name),
     )
+    if reserve > 0:
+        # The reserve is held by the nodes that cost least to keep awake: the dearest go to sleep first
+        # (a one-GPU reserve on a workstation, not on an 8-GPU server). Stable: ties by idle time.
+        candidates.sort(key=lambda n: -n.idle_w)
     chosen: list[SleepNode] = []
     for node in candidates:
         if len(chosen) >= budget:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from greengpu.accounting.attribution import Attribution
-from greengpu.energy.sleep import NodeView
+from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.model import Cluster, NodeState, PowerState
 
 READY = (PowerState.AWAKE, PowerState.WAKING)
@@ -39,6 +39,8 @@ class SimNode:
     """Bumped whenever the node's idleness changes: an older idle check is stale."""
     draw_since_s: float = 0.0
     """When the node's draw last changed (per-node metering for the ledger)."""
+    idle_w: float = 0.0
+    """What it draws awake and without work (`energy.sleep.idle_draw_w`)."""
 
     def draw_w(self) -> tuple[float, float]:
         """(GPU watts, host watts) in the node's current state."""
@@ -52,7 +54,8 @@ class SimNode:
 
     def view(self) -> NodeView:
         """The node as the sleep lever sees it."""
-        return NodeView(self.name, self.gpus, self.power, self.power_since_s, self.jobs > 0, self.idle_since_s)
+        return NodeView(self.name, self.gpus, self.power, self.power_since_s, self.jobs > 0, self.idle_since_s,
+                        self.idle_w)
 
 
 class NodeFleet:
@@ -63,7 +66,7 @@ class NodeFleet:
         for node in cluster.nodes:
             t = cluster.node_types[node.type_name]
             self.nodes[node.name] = SimNode(node.name, node.type_name, t.gpus, t.gpu_idle_w, t.host_idle_w,
-                                            t.host_sleep_w, t.boot_s)
+                                            t.host_sleep_w, t.boot_s, idle_w=idle_draw_w(t))
         self.attribution = attribution
         self.gpu_w = 0.0
         self.host_w = 0.0

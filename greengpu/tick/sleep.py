@@ -91,7 +91,8 @@ def plan_wakes(seen: SleepObservation, policy: SleepPolicy, asked: Sequence[Wake
         return tuple(chosen.values())
     # A node woken for a job holds no work yet: it counts towards the reserve as soon as it wakes.
     shortfall = reserve - seen.ready_idle_gpus - sum(asleep[name].gpus for name in chosen)
-    for name in sorted(may_wake):
+    # The cheapest nodes to keep awake wake first (the reserve is held by them; see plan_suspends).
+    for name in sorted(may_wake, key=lambda n: (may_wake[n].idle_w, n)):
         if shortfall <= 0 or budget <= 0:
             break
         if name not in chosen:

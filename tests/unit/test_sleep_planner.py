@@ -211,6 +211,37 @@ def test_a_node_too_big_for_the_reserve_is_skipped_and_a_smaller_one_still_sleep
                                           reserve_gpus=0)] == ["big", "small"]
 
 
+def test_the_warm_reserve_is_held_by_the_nodes_that_cost_least_to_keep_awake() -> None:
+    """A lab: a 4-GPU server (350 W host + 4 x 52 W idle GPUs) and a 2-GPU workstation (120 + 2 x 35 W).
+    A reserve of 2 GPUs is kept on the workstation, whichever has been idle longer."""
+    now = 10_000.0
+    server_w, station_w = 350 + 4 * 52, 120 + 2 * 35
+    for server_idle, station_idle in ((0.0, 100.0), (100.0, 0.0)):
+        views_now = [replace(idle("server", 4, server_idle), idle_w=server_w),
+                     replace(idle("station", 2, station_idle), idle_w=station_w)]
+        chosen = plan_suspends(now, views_now, PLANNER, blocked_pending=False, suspends_last_minute=0, reserve_gpus=2)
+        assert [s.node for s in chosen] == ["server"]
+        # A reserve of 3 needs the server's GPUs: the workstation sleeps instead.
+        chosen = plan_suspends(now, views_now, PLANNER, blocked_pending=False, suspends_last_minute=0, reserve_gpus=3)
+        assert [s.node for s in chosen] == ["station"]
+    # Without a reserve the longest idle sleeps first, as always (the order matters under the rate limit).
+    views_now = [replace(idle("server", 4, 100.0), idle_w=server_w), replace(idle("station", 2, 0.0), idle_w=station_w)]
+    one_a_minute = replace(PLANNER, max_suspends_per_min=1)
+    assert [s.node for s in plan_suspends(now, views_now, one_a_minute, blocked_pending=False,
+                                          suspends_last_minute=0)] == ["station"]
+
+
+def test_the_warm_reserve_wakes_the_cheapest_node_first() -> None:
+    from greengpu.tick.sleep import SleepObservation, plan_wakes
+
+    asleep = (NodeView("a-server", 4, PowerState.ASLEEP, 0.0, False, None, 558.0),
+              NodeView("b-station", 2, PowerState.ASLEEP, 0.0, False, None, 190.0))
+    seen = SleepObservation(now_s=10_000.0, asleep=asleep)
+    policy = SleepPolicy(enabled=True, warm_reserve_gpus=2)
+    assert [w.node for w in plan_wakes(seen, policy)] == ["b-station"]
+    assert [w.node for w in plan_wakes(seen, replace(policy, warm_reserve_gpus=3))] == ["b-station", "a-server"]
+
+
 def test_the_planner_only_suspends_inside_a_window_in_local_time() -> None:
     from datetime import UTC, datetime
 
