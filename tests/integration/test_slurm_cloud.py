@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from slurm_harness import SlurmCluster, _free_port
+from slurm_harness import DEPLOY_SLURM, SlurmCluster, _free_port
 from test_slurm_power_save import slurm_cluster  # noqa: F401 - the real Slurm fixture
 
 from greengpu.control.audit import AuditLog
@@ -58,13 +58,18 @@ pools:
 
 
 def _add_cloud_nodes(cluster: SlurmCluster) -> None:
-    """The lines deploy/slurm/slurm.conf.greengpu-cloud shows, for two spot nodes and one on-demand node."""
+    """The shipped lines of deploy/slurm/slurm.conf.greengpu-cloud and the node and partition lines it shows,
+    for two spot nodes and one on-demand node."""
     root = cluster.root
     nodes = "\n".join(
         f"NodeName={name} Port={_free_port()} CPUs=2 RealMemory=1000 Gres=gpu:4 Feature={feature} Weight=100 "
         "State=CLOUD" for name, feature in (("spot1", "spot"), ("spot2", "spot"), ("od1", "on-demand")))
+    shipped = [line for line in (DEPLOY_SLURM / "slurm.conf.greengpu-cloud").read_text().splitlines()
+               if line and not line.startswith("#") and "Program=" not in line]  # the wrappers: below
+    assert shipped == ["PrivateData=cloud", "TreeWidth=65533"]
     conf = cluster.conf.read_text()
-    cluster.conf.write_text(conf.replace("PartitionName=gpu", f"PrivateData=cloud\n{nodes}\nPartitionName=gpu") +
+    lines = "\n".join(shipped)
+    cluster.conf.write_text(conf.replace("PartitionName=gpu", f"{lines}\n{nodes}\nPartitionName=gpu") +
                             f"PartitionName=cloud Nodes=spot[1-2],od1 SuspendTime={CLOUD_SUSPEND_TIME_S} "
                             "MaxTime=INFINITE State=UP\n")
     gres = root / "gres.conf"

@@ -14,7 +14,13 @@ import datetime
 import ipaddress
 import json
 import os
+import signal
+import socket
 import ssl
+import subprocess
+import sys
+import time
+import types
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -298,3 +304,63 @@ def test_any_pod_gets_an_allowed_answer_and_a_patch_that_applies(path: tuple[str
     if "patch" in response:
         placed = patched(pod, response)
         assert placed["metadata"]["annotations"]["greengpu.io/capacity-type"] in ("spot", "on-demand")
+
+
+STAND_IN_DECIDE = '''
+import dataclasses, math, sys, types
+from greengpu.policy import SpotPolicy
+
+@dataclasses.dataclass(frozen=True)
+class PoolPrice:
+    price_per_gpu_hour: float
+    interruptions_per_hour: float
+    notice_s: float
+
+def cloud_capacity_for(facts, spot, on_demand, policy):
+    # The prices the command bound: the example inventory's cheapest spot and on-demand pools, per GPU-hour.
+    assert math.isclose(spot.price_per_gpu_hour, 9.8722 / 8) and spot.interruptions_per_hour == 0.05, spot
+    assert math.isclose(on_demand.price_per_gpu_hour, 32.7726 / 8), on_demand
+    assert spot.notice_s == 120.0 and isinstance(policy, SpotPolicy)
+    if facts.job_class in ("inference", "interactive") or not facts.interruptible:
+        return "on-demand"
+    if facts.checkpoint_interval_s is None:
+        return "on-demand"
+    # Expected rework: half a checkpoint interval lost per interruption.
+    rework = spot.interruptions_per_hour * facts.checkpoint_interval_s / 7200.0
+    return "spot" if spot.price_per_gpu_hour * (1.0 + rework) < on_demand.price_per_gpu_hour else "on-demand"
+
+module = types.ModuleType("greengpu.spot.decide")
+module.PoolPrice, module.cloud_capacity_for = PoolPrice, cloud_capacity_for
+sys.modules["greengpu.spot.decide"] = module
+from greengpu.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+"""`greengpu.spot.decide` as agreed with the simulator's side (PoolPrice, cloud_capacity_for), standing in
+until both branches meet: the documented rule, checking the prices the command binds."""
+
+
+def test_the_command_serves_the_decision_with_the_inventorys_prices(certificate: tuple[Path, Path]) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cluster = Path(__file__).resolve().parents[2] / "examples" / "burst-cloud.cluster.yaml"
+    process = subprocess.Popen([sys.executable, "-c", STAND_IN_DECIDE, "spot", "webhook", "--listen",
+                                f"127.0.0.1:{port}", "--cert", str(certificate[0]), "--key", str(certificate[1]),
+                                "--cluster", str(cluster), "--policy", "default"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert line == f"greengpu: spot webhook on https://127.0.0.1:{port}/mutate\n", line
+        client = Webhook(types.SimpleNamespace(port=port), certificate[0])  # type: ignore[arg-type]
+        pod = gpu_pod(TRAINING)
+        assert required_terms(patched(pod, client.review(pod))) == [{"matchExpressions": [
+            capacity_requirement("spot")]}]
+        inference = gpu_pod({"greengpu.io/class": "inference"})
+        assert required_terms(patched(inference, client.review(inference))) == [{"matchExpressions": [
+            capacity_requirement("on-demand")]}]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        code = process.wait(timeout=10)
+    assert code == 0 and time.monotonic() - started < 5

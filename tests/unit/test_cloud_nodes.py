@@ -117,3 +117,27 @@ def test_other_nodes_go_to_the_on_premises_program_as_one_hostlist(tmp_path: Pat
                  str(others), "resume", "node[1-2]"])
     assert code == 0
     assert record.read_text() == "node[1-2]"
+
+
+DEPLOY_SLURM = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
+
+
+@pytest.mark.parametrize(("wrapper", "subcommand", "on_premises"), [
+    ("greengpu-cloud-resume", "resume", "greengpu-slurm-resume"),
+    ("greengpu-cloud-suspend", "suspend", "greengpu-slurm-suspend"),
+    ("greengpu-cloud-resume-fail", "resume-failed", "greengpu-slurm-resume-fail"),
+])
+def test_the_shipped_wrappers_hand_other_nodes_to_the_on_premises_hooks(wrapper: str, subcommand: str,
+                                                                       on_premises: str) -> None:
+    from greengpu.cli import cli
+
+    text = (DEPLOY_SLURM / wrapper).read_text()
+    words = " ".join(line.rstrip("\\").strip() for line in text.splitlines() if not line.startswith("#")).split()
+    assert words[:3] == ["exec", "/usr/local/bin/greengpu", "cloud"] and words[-2:] == [subcommand, '"$1"']
+    options = dict(zip(words[3:-2:2], words[4:-2:2], strict=True))
+    assert options["--others"] == f"/usr/local/sbin/{on_premises}" and (DEPLOY_SLURM / on_premises).exists()
+    group = cli.commands["cloud"]
+    known = {opt for param in group.params for opt in getattr(param, "opts", [])}
+    assert set(options) <= known and subcommand in group.commands  # type: ignore[attr-defined]
+    conf = (DEPLOY_SLURM / "slurm.conf.greengpu-cloud").read_text()
+    assert f"/usr/local/sbin/{wrapper}\n" in conf
