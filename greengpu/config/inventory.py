@@ -336,9 +336,16 @@ def _pool_price(entry: Fields, node_type: NodeType, spot: bool, base_dir: Path,
 
 
 def _cloud_pool(entry: Fields, name: str, spot: bool, max_nodes: int) -> CloudPool:
-    """The pool's live settings: Slurm cloud node names (default NAME-1 ... NAME-max_nodes) and commands."""
+    """The pool's live settings: Slurm cloud node names and commands. A pool with a launch or release command
+    has nodes NAME-1 ... NAME-max_nodes unless `node_names` names them; one without (replay only) has none."""
     expression = entry.string("node_names")
-    if expression is None:
+    live = entry.has("launch_command") or entry.has("release_command")
+    if expression is None and not live:
+        node_names: list[str] = []  # a replay-only pool: no Slurm nodes stand for it
+    elif expression is None:
+        if max_nodes > _MAX_NODES_PER_EXPRESSION:
+            raise entry.error("max_nodes", f"{max_nodes} nodes is more than {_MAX_NODES_PER_EXPRESSION} Slurm cloud "
+                                           "nodes")
         node_names = [f"{name}-{index}" for index in range(1, max_nodes + 1)]
         bad = [n for n in node_names[:1] if not _NAME_RE.match(n)]
         if bad:

@@ -44,8 +44,8 @@ def _inventory(tmp_path: Path, launch: str = "/bin/true {node}") -> Path:
 def test_cloud_node_names_default_to_the_pool_name_and_split_from_the_others(tmp_path: Path) -> None:
     pools = load_cloud_pools(_inventory(tmp_path))
     assert pools["spot"].node_names == ("spot-1", "spot-2")
-    assert pools["od"].node_names == ("od-1",)
-    assert split_names("node1,spot-[1-2],od-1", pools) == (["spot-1", "spot-2", "od-1"], ["node1"])
+    assert pools["od"].node_names == ()  # no launch or release command: a pool for the replay only
+    assert split_names("node1,spot-[1-2],od-1", pools) == (["spot-1", "spot-2"], ["node1", "od-1"])
 
 
 def test_placeholders_fill_whole_words_and_never_split_them(tmp_path: Path) -> None:
@@ -141,3 +141,14 @@ def test_the_shipped_wrappers_hand_other_nodes_to_the_on_premises_hooks(wrapper:
     assert set(options) <= known and subcommand in group.commands  # type: ignore[attr-defined]
     conf = (DEPLOY_SLURM / "slurm.conf.greengpu-cloud").read_text()
     assert f"/usr/local/sbin/{wrapper}\n" in conf
+
+
+def test_a_live_pool_of_more_nodes_than_slurm_could_list_is_refused(tmp_path: Path) -> None:
+    from greengpu.errors import ConfigError
+
+    path = _inventory(tmp_path)
+    path.write_text(path.read_text().replace("max_nodes: 2", "max_nodes: 100001"))
+    with pytest.raises(ConfigError, match=r"pools\.spot\.max_nodes: 100001 nodes is more than 100000 Slurm cloud"):
+        load_cloud_pools(path)
+    path.write_text(INVENTORY.format(launch="/bin/true").replace("max_nodes: 1}", "max_nodes: 1000000000}"))
+    assert load_cloud_pools(path)["od"].node_names == ()  # a replay-only pool may be as large as it likes
