@@ -22,8 +22,8 @@ def spot() -> None:
 
 
 @spot.command("webhook")
-@click.option("--listen", default="0.0.0.0:8443", show_default=True, metavar="HOST:PORT",
-              help="Where to serve HTTPS (the Service's targetPort).")
+@click.option("--listen", default="127.0.0.1:8443", show_default=True, metavar="HOST:PORT",
+              help="Where to serve HTTPS: loopback by default; 0.0.0.0:8443 in a pod behind its Service.")
 @click.option("--cert", "cert_file", required=True, metavar="FILE", help="TLS certificate (PEM) naming the Service.")
 @click.option("--key", "key_file", required=True, metavar="FILE", help="Its private key (PEM).")
 @click.option("--cluster", "cluster_file", default="/etc/greengpu/cluster.yaml", show_default=True, metavar="FILE",

@@ -17,6 +17,7 @@ import json
 import logging
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -64,6 +65,11 @@ def answer(review: Any, decide: Decide, now_s: float) -> tuple[dict[str, Any], V
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that fails (a client that does not trust the certificate, a handshake cut short) is
+        one log line, not socketserver's traceback on stderr."""
+        log.warning("spot webhook: connection from %s failed: %s", client_address[0], sys.exc_info()[1])
 
 
 class _ServerV6(_Server):

@@ -258,12 +258,6 @@ def test_requests_that_are_not_admission_reviews(webhook: Webhook) -> None:
         assert answer.read() == b"ok\n"
 
 
-def test_a_client_that_does_not_trust_the_certificate_is_refused(webhook: Webhook) -> None:
-    with pytest.raises(urllib.error.URLError) as error:
-        urllib.request.urlopen(f"https://localhost:{webhook.server.port}/healthz", timeout=10)
-    assert isinstance(error.value.reason, ssl.SSLCertVerificationError)
-
-
 def test_the_command_refuses_bad_certificate_files_in_one_line(tmp_path: Path, certificate: tuple[Path, Path],
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     cluster = str(Path(__file__).resolve().parents[2] / "examples" / "burst-cloud.cluster.yaml")
@@ -364,3 +358,15 @@ def test_the_command_serves_the_decision_with_the_inventorys_prices(certificate:
         started = time.monotonic()
         code = process.wait(timeout=10)
     assert code == 0 and time.monotonic() - started < 5
+
+
+def test_a_client_that_does_not_trust_the_certificate_is_refused_in_one_log_line(
+        webhook: Webhook, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(urllib.error.URLError) as error:
+        urllib.request.urlopen(f"https://localhost:{webhook.server.port}/healthz", timeout=10)
+    assert isinstance(error.value.reason, ssl.SSLCertVerificationError)
+    deadline = time.monotonic() + 5
+    while "connection from 127.0.0.1 failed" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "connection from 127.0.0.1 failed" in caplog.text and "UNKNOWN_CA" in caplog.text
+    assert "Traceback" not in capfd.readouterr().err
