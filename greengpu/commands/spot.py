@@ -74,8 +74,8 @@ def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, 
 
 def bind_decision(cluster: Cluster, policy: Policy) -> Decide:
     """The spot decision (greengpu.spot.decide.cloud_capacity_for) with the inventory's prices and the
-    policy bound: the cheapest spot pool and the cheapest on-demand pool, per GPU-hour (Karpenter picks the
-    cheapest offering that fits too)."""
+    policy bound: the cheapest spot pool and the cheapest on-demand pool with any nodes, per GPU-hour
+    (Karpenter picks the cheapest offering that fits too); None for a kind the inventory has no pool of."""
     try:
         decide_module: Any = importlib.import_module("greengpu.spot.decide")
     except ModuleNotFoundError as error:
@@ -83,7 +83,7 @@ def bind_decision(cluster: Cluster, policy: Policy) -> Decide:
 
     def cheapest(spot_pools: bool) -> Any:
         prices = [(pool.price_per_hour / cluster.node_types[pool.type_name].gpus, pool)
-                  for pool in cluster.pools.values() if pool.spot == spot_pools]
+                  for pool in cluster.pools.values() if pool.spot == spot_pools and pool.max_nodes > 0]
         if not prices:
             return None
         per_gpu_hour, pool = min(prices, key=lambda item: item[0])
