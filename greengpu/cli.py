@@ -15,6 +15,7 @@ import click
 from greengpu import __version__
 from greengpu.commands.agent import agent
 from greengpu.commands.check import check
+from greengpu.commands.cloud import cloud
 from greengpu.commands.common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, VERBOSITY, HelpFirstGroup
 from greengpu.commands.daemon import daemon
 from greengpu.commands.kube import kube
@@ -23,6 +24,7 @@ from greengpu.commands.plan import plan
 from greengpu.commands.report import report
 from greengpu.commands.simulate import simulate
 from greengpu.commands.slurm import slurm
+from greengpu.commands.spot import spot
 from greengpu.errors import BadInput
 
 ENV_PREFIX = "GREENGPU"
@@ -52,7 +54,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
         logging.basicConfig(level=level, format="greengpu: %(message)s", stream=sys.stderr)
 
 
-for _command in (check, report, simulate, agent, daemon, plan, slurm, kube, node_suspend):
+for _command in (check, report, simulate, agent, daemon, plan, slurm, kube, node_suspend, cloud, spot):
     cli.add_command(_command)
 
 

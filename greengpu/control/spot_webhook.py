@@ -1,0 +1,156 @@
+"""`greengpu spot webhook`: the mutating admission webhook over HTTPS (docs/SPOT-LIVE.md).
+
+`POST /mutate` takes an AdmissionReview (admission.k8s.io/v1) and answers it with greengpu.spot.admission's
+verdict; `GET /healthz` answers `ok` (the Deployment's probes). TLS from a certificate and key file (the
+API server only calls webhooks over HTTPS; the certificate must name the Service, and its CA goes in the
+MutatingWebhookConfiguration's caBundle).
+
+Fail open: whatever goes wrong inside (a decision that raises, a pod shaped oddly) the pod is allowed
+unchanged and the error logged, and the MutatingWebhookConfiguration says `failurePolicy: Ignore`, so a
+webhook that is down or slow never blocks a pod either. Only a request that is not an AdmissionReview at
+all (no uid to answer to) gets a 400.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from greengpu.spot.admission import Verdict, decide_pod, review_response
+from greengpu.spot.pod_facts import Decide
+
+log = logging.getLogger("greengpu.spot")
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""Largest AdmissionReview read (the API server's own limit on an object is about 1.5 MiB)."""
+READ_TIMEOUT_S = 10.0
+"""A client that sends nothing for this long is dropped (the API server's webhook timeout is at most 30 s)."""
+
+
+def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """A server context with the certificate chain and key (TLS 1.2 or later); OSError or ssl.SSLError
+    when they cannot be read or do not match."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+def pod_name(request: Any) -> str:
+    """`namespace/name` of the request's pod for the log (a pod made from generateName has no name yet)."""
+    pod = request.get("object")
+    metadata = pod.get("metadata") if isinstance(pod, dict) else None
+    name = metadata.get("name") or metadata.get("generateName") if isinstance(metadata, dict) else None
+    return f"{request.get('namespace') or '?'}/{name or request.get('name') or '?'}"
+
+
+def answer(review: Any, decide: Decide, now_s: float) -> tuple[dict[str, Any], Verdict | None]:
+    """The AdmissionReview answer and the verdict behind it (None: an internal error, allowed unchanged)."""
+    request = review.get("request") or {}
+    try:
+        verdict = decide_pod(request, decide, now_s)
+    except Exception:  # noqa: BLE001 - fail open: a pod is never blocked by greengpu's own error
+        log.exception("spot webhook: error deciding on pod %s; allowed unchanged", pod_name(request))
+        return review_response(review, None), None
+    return review_response(review, verdict), verdict
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that fails (a client that does not trust the certificate, a handshake cut short) is
+        one log line, not socketserver's traceback on stderr."""
+        log.warning("spot webhook: connection from %s failed: %s", client_address[0], sys.exc_info()[1])
+
+
+class _ServerV6(_Server):
+    address_family = socket.AF_INET6
+
+
+class WebhookServer:
+    """The webhook on `host:port` over TLS, in a background thread; `port` 0 picks a free one."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext, decide: Decide,
+                 clock: Callable[[], float] = time.time) -> None:
+        """Binds at once (an address in use raises OSError here, before anything else happens)."""
+
+        class Handler(BaseHTTPRequestHandler):
+            timeout = READ_TIMEOUT_S
+
+            def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+                if self.path.split("?", 1)[0] == "/healthz":
+                    self._reply(200, b"ok\n", "text/plain")
+                else:
+                    self._reply(404, b"not found\n", "text/plain")
+
+            def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+                if self.path.split("?", 1)[0] != "/mutate":
+                    self._reply(404, b"not found\n", "text/plain")
+                    return
+                review = self._review()
+                if review is None:
+                    return
+                body, verdict = answer(review, decide, clock())
+                request = review["request"]
+                if verdict is not None:
+                    log.info("spot webhook: %s: %s", pod_name(request), verdict.reason)
+                self._reply(200, json.dumps(body).encode(), "application/json")
+
+            def _review(self) -> dict[str, Any] | None:
+                """The request's AdmissionReview, or None after answering 400/413 (no uid to answer to)."""
+                try:
+                    length = int(self.headers.get("Content-Length", ""))
+                except ValueError:
+                    self._reply(411, b"Content-Length required\n", "text/plain")
+                    return None
+                if not 0 <= length <= MAX_BODY_BYTES:
+                    self._reply(413, b"request too large\n", "text/plain")
+                    return None
+                try:
+                    review = json.loads(self.rfile.read(length))
+                except (ValueError, UnicodeDecodeError):
+                    review = None
+                if not isinstance(review, dict) or not isinstance(review.get("request"), dict) \
+                        or not review["request"].get("uid"):
+                    log.warning("spot webhook: a request that is not an AdmissionReview from %s",
+                                self.client_address[0])
+                    self._reply(400, b"expected an AdmissionReview with request.uid\n", "text/plain")
+                    return None
+                return review
+
+            def _reply(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the http.server API)
+                log.debug("spot webhook: " + format, *args)
+
+        server_class = _ServerV6 if ":" in host else _Server
+        self.server = server_class((host, port), Handler)
+        # The handshake happens in the request's own thread (with its read timeout), not in accept():
+        # a client that stalls it must not hold up every other pod's admission.
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True, do_handshake_on_connect=False)
+        self.port = int(self.server.server_address[1])
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="spot-webhook", daemon=True)
+
+    def start(self) -> WebhookServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,1 @@
+"""Lever 3: spot versus on-demand cloud capacity."""
