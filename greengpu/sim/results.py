@@ -78,6 +78,16 @@ class SimResult:
     re-run after a preemption add energy but no work (None when nothing completed)."""
     failures: Mapping[str, Any] | None = None
     """The failure model's figures (sim/failures.py); None when the replay ran without it (no keys added)."""
+    spot_share: float = 0.0
+    """Spot GPU-hours over all GPU-hours run, on-premises and in the cloud (0 without pools)."""
+    cloud_cost: float = 0.0
+    """What the cloud nodes cost, from each request to its stop, boots included (also inside `cost`)."""
+    interruptions: int = 0
+    """Spot interruptions (notices) of cloud nodes."""
+    deadline_misses: int = 0
+    """Jobs with a deadline that finished after it, or had not finished when it passed."""
+    cloud_pools: Mapping[str, Any] | None = None
+    """Per pool: node-hours, cost, GPU-hours, lost GPU-hours, interruptions, jobs per class (None without pools)."""
 
     def to_json(self) -> dict[str, Any]:
         """The result as the JSON object `greengpu simulate --json` prints (one per policy)."""
@@ -109,8 +119,25 @@ class SimResult:
             "pue": self.pue,
             "currency": self.currency,
             "scheduling_cycles": self.scheduling_cycles,
+            "spot_share": self.spot_share,
+            "cloud_cost": self.cloud_cost,
+            "interruptions": self.interruptions,
+            "deadline_misses": self.deadline_misses,
+            **({"cloud_pools": dict(self.cloud_pools)} if self.cloud_pools is not None else {}),
             **(self.failures or {}),
         }
+
+
+def deadline_misses(jobs: Sequence[Any], finish_s: Mapping[str, float], now_s: float) -> int:
+    """Jobs with a deadline (seconds after submit) that finished after it, or were unfinished when it passed."""
+    missed = 0
+    for job in jobs:
+        if job.deadline_s is None:
+            continue
+        due_s = job.submit_time_s + job.deadline_s
+        if finish_s.get(job.job_id, now_s if now_s > due_s else due_s) > due_s:
+            missed += 1
+    return missed
 
 
 @dataclass
