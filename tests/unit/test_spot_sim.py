@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from greengpu.config.inventory import load_cluster_text
+from greengpu.cli import main
+from greengpu.config.inventory import load_cluster, load_cluster_text
 from greengpu.config.policy import load_policy
 from greengpu.model import Cluster, Job
 from greengpu.policy import Policy
 from greengpu.sim.engine import Simulation
 
 HOUR = 3600.0
+REPO = Path(__file__).resolve().parents[2]
 
 
-def cluster(spot_rate: float = 0.1, max_nodes: int = 4, on_demand: bool = True) -> Cluster:
-    pools = f"  sp: {{type: c8, spot: true, price_per_hour: 5.47, interruptions_per_hour: {spot_rate}, " \
-            f"max_nodes: {max_nodes}}}\n"
-    if on_demand:
-        pools += f"  od: {{type: c8, price_per_hour: 24.48, max_nodes: {max_nodes}}}\n"
-    return load_cluster_text(f"""\
+CLUSTER_TEXT = """\
 site: {{pue: 1.2, price_per_kwh: 0.1}}
 node_types:
   a8: {{gpus: 8, gpu_model: A100, gpu_idle_w: 50, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 400,
@@ -33,7 +32,14 @@ nodes:
 tenants:
   t: {{quota_gpus: 8}}
 pools:
-{pools}""", "burst.yaml")
+  sp: {{type: c8, spot: true, price_per_hour: 5.47, interruptions_per_hour: {spot_rate}, max_nodes: {max_nodes}}}
+{on_demand}"""
+
+
+def cluster(spot_rate: float = 0.1, max_nodes: int = 4, on_demand: bool = True) -> Cluster:
+    pool = f"  od: {{type: c8, price_per_hour: 24.48, max_nodes: {max_nodes}}}\n" if on_demand else ""
+    return load_cluster_text(CLUSTER_TEXT.format(spot_rate=spot_rate, max_nodes=max_nodes, on_demand=pool),
+                             "burst.yaml")
 
 
 def spot_policy(**spot: Any) -> Policy:
@@ -144,3 +150,36 @@ def test_cluster_without_pools_reports_zero_cloud_figures() -> None:
     assert (result["spot_share"], result["cloud_cost"], result["interruptions"]) == (0.0, 0.0, 0)
     assert result["deadline_misses"] == 1  # it waits behind the blocker past its deadline
     assert "cloud_pools" not in result
+
+
+def test_simulate_command_seed_drives_interruptions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inventory = tmp_path / "burst.yaml"
+    inventory.write_text(CLUSTER_TEXT.format(spot_rate=3.0, max_nodes=4, on_demand=""))
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,submit_time,duration_s,gpus,tenant,priority,class,interruptible,checkpoint_interval_s\n"
+                     "blocker,0,720000,8,t,100,training,false,\n"
+                     + "".join(f"j{k},{10 + k},14400,8,t,0,training,true,1800\n" for k in range(4)))
+
+    def simulate(seed: int) -> dict[str, Any]:
+        args = ["simulate", "--trace", str(trace), "--cluster", str(inventory), "--policy", "default", "--json",
+                "--until", "360000", "--seed", str(seed)]
+        assert main(args) == 0, capsys.readouterr().err
+        result: dict[str, Any] = json.loads(capsys.readouterr().out)["results"][0]
+        result.pop("sim_wall_s")
+        return result
+
+    first, again, other = simulate(1), simulate(1), simulate(2)
+    assert first == again and first["seed"] == 1
+    assert first["interruptions"] > 0 and first["spot_share"] > 0
+    assert first["cloud_pools"]["sp"]["interruptions"] == first["interruptions"]
+    assert (first["makespan_s"], first["cloud_cost"]) != (other["makespan_s"], other["cloud_cost"])
+
+
+def test_burst_example_is_the_stress_benchmarks_320_gpu_cluster_with_two_pools() -> None:
+    example = load_cluster(REPO / "examples" / "burst-320.cluster.yaml")
+    assert example.total_gpus == 320
+    assert sorted((n.name, n.type_name, n.domain) for n in example.nodes) == sorted(
+        (f"philly{i + 1:03d}", "p100x8" if i < 27 else "p100x4", f"rack{i // 21:02d}") for i in range(53))
+    spot, on_demand = example.pools["aws-spot"], example.pools["aws-on-demand"]
+    assert spot.spot and not on_demand.spot and spot.type_name == on_demand.type_name == "p3.16xlarge"
+    assert spot.price_per_hour / on_demand.price_per_hour == pytest.approx(0.2236, abs=1e-4)
