@@ -29,7 +29,7 @@ from greengpu.model import GPU_UNITS, Cluster, Job, PendingJob, Pool, gpus_to_un
 from greengpu.policy import Policy
 from greengpu.sched.waits import Wait, WaitReason
 from greengpu.sim.clock import EventClock, EventKind
-from greengpu.sim.results import JobOutcomes
+from greengpu.sim.results import JobOutcomes, PoolFigures
 from greengpu.spot.decide import CapacityKind, PoolPrice, SpotJobFacts, cloud_capacity_for, prefer_waking
 
 BURST_REASONS = frozenset({WaitReason.CAPACITY, WaitReason.GANG, WaitReason.RESERVATION, WaitReason.NO_MODEL,
@@ -63,36 +63,6 @@ class CloudJob:
     """Work saved by the checkpoint written in an interruption's notice (None: none written)."""
 
 
-@dataclass
-class PoolFigures:
-    """What one pool cost and did: node-hours paid, money, GPU-hours of jobs, work lost, interruptions."""
-
-    node_s: float = 0.0
-    cost: float = 0.0
-    gpu_s: float = 0.0
-    lost_gpu_s: float = 0.0
-    interruptions: int = 0
-    placements_by_class: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"node_hours": self.node_s / 3600.0, "cost": self.cost, "gpu_hours": self.gpu_s / 3600.0,
-                "lost_gpu_hours": self.lost_gpu_s / 3600.0, "interruptions": self.interruptions,
-                "placements_by_class": dict(sorted(self.placements_by_class.items()))}
-
-
-@dataclass(frozen=True)
-class CloudFigures:
-    """The cloud's share of a replay's figures (all zero without pools)."""
-
-    cost: float = 0.0
-    spot_share: float = 0.0
-    """Spot GPU-hours over every GPU-hour run, on-premises and in the cloud."""
-    interruptions: int = 0
-    preemptions: int = 0
-    lost_gpu_s: float = 0.0
-    last_finish_s: float = 0.0
-
-
 class CloudPools:
     """The replay's cloud nodes and the jobs on them."""
 
@@ -120,6 +90,11 @@ class CloudPools:
         """Jobs an interruption stopped (the contract counts them with preemptions)."""
         self._serial = 0
         self._tokens: dict[str, int] = {}
+        self._started = dict.fromkeys(self.pools, 0)
+        """Nodes each pool runs now (at most its max_nodes)."""
+        self._shape: dict[str, tuple[int, int]] = {}
+        """Per pool, during one burst: the most free units on one open node and the open empty nodes (a job that
+        fits neither, with no start left, is refused without a scan: overloaded replays offer thousands)."""
         self._boot_cost = self._on_premises_boot_kwh()
 
     @property
@@ -178,9 +153,16 @@ class CloudPools:
     def _room(self, job: Job, pool: Pool) -> dict[str, int] | None:
         """Units per node the job would take in `pool` ("" + index: nodes to start), or None: no room."""
         node_units = self.cluster.node_types[pool.type_name].gpus * GPU_UNITS
-        open_nodes = [n for n in self.nodes.values() if n.pool == pool.name and n.reclaim_s is None]
-        starts_left = pool.max_nodes - sum(1 for n in self.nodes.values() if n.pool == pool.name)
+        starts_left = pool.max_nodes - self._started[pool.name]
         units = gpus_to_units(job.gpus)
+        if starts_left <= 0:
+            shape = self._shape.get(pool.name)
+            if shape is None:
+                frees = [n.free_units for n in self.nodes.values() if n.pool == pool.name and n.reclaim_s is None]
+                shape = self._shape[pool.name] = (max(frees, default=0), frees.count(node_units))
+            if (units > shape[0]) if units <= node_units else (self._nodes_needed(job, pool) > shape[1]):
+                return None
+        open_nodes = [n for n in self.nodes.values() if n.pool == pool.name and n.reclaim_s is None]
         if units <= node_units:
             fitting = [n for n in open_nodes if n.free_units >= units]
             if fitting:
@@ -202,6 +184,7 @@ class CloudPools:
         units = node_type.gpus * GPU_UNITS
         node = CloudNode(f"{pool.name}-{self._serial}", pool.name, units, now_s, now_s + node_type.boot_s, units)
         self.nodes[node.name] = node
+        self._started[pool.name] += 1
         if pool.spot and pool.interruptions_per_hour > 0:
             gap_s = self.random[pool.name].expovariate(pool.interruptions_per_hour / 3600.0)
             self.clock.push(now_s + gap_s, EventKind.CLOUD, ("notice", node.name, 0))
@@ -210,6 +193,7 @@ class CloudPools:
     def burst(self, waits: Mapping[str, Wait], pending: dict[str, PendingJob], now_s: float) -> int:
         """Send the jobs the cycle left waiting for capacity to the cloud where the rules say so; how many left."""
         sent = 0
+        self._shape = {}
         for job_id, wait in waits.items():
             waiting = pending.get(job_id)
             if waiting is None or wait.reason not in BURST_REASONS:
@@ -222,6 +206,7 @@ class CloudPools:
             assert room is not None  # _cheapest only offers pools with room
             del pending[job_id]
             self._place(waiting, kind, pool, room, now_s)
+            self._shape.pop(pool.name, None)
             sent += 1
         return sent
 
@@ -354,6 +339,7 @@ class CloudPools:
     def _release(self, node: CloudNode) -> None:
         """The node stops (or is taken back): it is paid up to now."""
         del self.nodes[node.name]
+        self._started[node.pool] -= 1
         self._bill(node, self.clock.now_s)
 
     def _bill(self, node: CloudNode, until_s: float) -> None:

@@ -39,12 +39,12 @@ from greengpu.sched.invariants import check_invariants
 from greengpu.sched.slack import model_of_nodes
 from greengpu.sim.checks import PlacementChecks
 from greengpu.sim.clock import EventClock, EventKind
-from greengpu.sim.cloud import CloudFigures, CloudPools
+from greengpu.sim.cloud import CloudPools
 from greengpu.sim.failures import FailureReplay, GpuEvent
 from greengpu.sim.jobs import JobRunner
 from greengpu.sim.nodes import NodeFleet, SimNode
 from greengpu.sim.pace import Pacer
-from greengpu.sim.results import SimResult, deadline_misses, wait_stats
+from greengpu.sim.results import CloudFigures, SimResult, deadline_misses, wait_stats
 from greengpu.sim.sleep_body import SleepBody
 from greengpu.sim.usage import TenantUsage
 from greengpu.tick.tick import schedule
@@ -330,6 +330,8 @@ class Simulation:
         self._dirty = True
 
     def _demand_changed_by(self, finished_gpus: float) -> None:
+        """A cloud job finished: less demand, and room in the cloud for what waits."""
+        self._dirty = True
         self._demand_changed(-finished_gpus)
 
     def _demand_changed(self, delta_gpus: float) -> None:

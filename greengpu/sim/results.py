@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 CLASS_WAIT_SLA_S = {"inference": 300.0, "interactive": 300.0}
@@ -169,3 +169,33 @@ class JobOutcomes:
         classes = {c: WaitStats.of(v) for c, v in sorted(by_class.items())}
         slowdown = (sum(slowdowns) / len(slowdowns)) if slowdowns else None
         return WaitStats.of(waits), classes, sla, slowdown
+
+
+@dataclass
+class PoolFigures:
+    """What one pool cost and did: node-hours paid, money, GPU-hours of jobs, work lost, interruptions."""
+
+    node_s: float = 0.0
+    cost: float = 0.0
+    gpu_s: float = 0.0
+    lost_gpu_s: float = 0.0
+    interruptions: int = 0
+    placements_by_class: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node_hours": self.node_s / 3600.0, "cost": self.cost, "gpu_hours": self.gpu_s / 3600.0,
+                "lost_gpu_hours": self.lost_gpu_s / 3600.0, "interruptions": self.interruptions,
+                "placements_by_class": dict(sorted(self.placements_by_class.items()))}
+
+
+@dataclass(frozen=True)
+class CloudFigures:
+    """The cloud's share of a replay's figures (all zero without pools)."""
+
+    cost: float = 0.0
+    spot_share: float = 0.0
+    """Spot GPU-hours over every GPU-hour run, on-premises and in the cloud."""
+    interruptions: int = 0
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
+    last_finish_s: float = 0.0

@@ -183,3 +183,18 @@ def test_burst_example_is_the_stress_benchmarks_320_gpu_cluster_with_two_pools()
     spot, on_demand = example.pools["aws-spot"], example.pools["aws-on-demand"]
     assert spot.spot and not on_demand.spot and spot.type_name == on_demand.type_name == "p3.16xlarge"
     assert spot.price_per_hour / on_demand.price_per_hour == pytest.approx(0.2236, abs=1e-4)
+
+
+def test_full_pool_holds_work_until_its_nodes_free_then_a_gang_takes_both() -> None:
+    jobs = [Job("a", "t", 8, HOUR, submit_time_s=10.0), Job("b", "t", 8, HOUR, submit_time_s=10.0),
+            Job("gang", "t", 16, HOUR, submit_time_s=20.0)]
+    result = run(jobs, load_policy("always-on"), cluster(max_nodes=2))
+    assert pool_jobs(result, "od") == {"training": 3}
+    # a and b start when their nodes are up (130 s) and end an hour later; the gang waits for both nodes.
+    sim = Simulation(cluster(max_nodes=2), load_policy("always-on"), [BLOCKER, *jobs], until_s=100 * HOUR)
+    sim.run()
+    assert sim.first_start["a"] == sim.first_start["b"] == 130.0
+    assert sim.first_start["gang"] == 130.0 + HOUR
+    assert sim.finish_s["gang"] == 130.0 + 2 * HOUR
+    # Two nodes, each paid from 10 s to an idle start-up's length after the gang ends.
+    assert result["cloud_pools"]["od"]["node_hours"] * 3600 == pytest.approx(2 * (130.0 + 2 * HOUR + 120.0 - 10.0))
