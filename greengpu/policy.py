@@ -127,11 +127,18 @@ class SleepPolicy:
 
 @dataclass(frozen=True)
 class SpotPolicy:
-    """Lever 3: which classes may go to spot capacity."""
+    """Lever 3: which jobs may go to spot capacity, and what an interruption costs them (greengpu.spot.decide)."""
 
     enabled: bool = False
     classes: tuple[str, ...] = ("training", "batch")
     require_checkpointing: bool = True
+    notice_s: float = 120.0
+    """Warning a spot interruption gives before the node is taken back (AWS and GCP give about 120 s)."""
+    checkpoint_cost_s: float = 60.0
+    """Time a checkpointing job needs to write one checkpoint (its overhead, and whether a notice is long enough)."""
+    restart_s: float = 600.0
+    """Time from an interruption until the job runs again elsewhere (requeue, new node's start-up, reload): the
+    slack a deadline job must keep to stay on spot."""
 
 
 @dataclass(frozen=True)

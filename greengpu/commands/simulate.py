@@ -62,7 +62,7 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
     for policy in loaded:
         with _progress(f"simulating {policy.name}", len(jobs)) as report:
             simulation = Simulation(cluster, policy, jobs, until_s=until_s, progress=report,
-                                    attribute=ledger_path is not None)
+                                    attribute=ledger_path is not None, seed=seed)
             result = simulation.run().to_json()
         if result["unplaceable_jobs"]:
             note(f"{policy.name}: {len(result['unplaceable_jobs'])} job(s) never started, no placement exists "
@@ -140,6 +140,10 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
         ("wait mean (s)", lambda r: fmt(r["wait_s"]["mean"])),
         ("GPU utilisation", lambda r: f"{r['gpu_hours_allocated'] / r['gpu_hours_capacity']:.1%}"
          if r["gpu_hours_capacity"] else "-"),
+        (f"cloud cost ({currency})", lambda r: fmt(r["cloud_cost"], 2)),
+        ("spot share", lambda r: f"{r['spot_share']:.1%}"),
+        ("spot interruptions", lambda r: fmt(r["interruptions"])),
+        ("deadline misses", lambda r: fmt(r["deadline_misses"])),
         ("preemptions", lambda r: fmt(r["preemptions"])),
         ("lost GPU-hours", lambda r: fmt(r["lost_gpu_hours"])),
         ("node sleep hours", lambda r: fmt(r["node_sleep_hours"])),

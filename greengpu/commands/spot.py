@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 import click
 
 from greengpu.commands.common import HelpFirstGroup
 from greengpu.model import Cluster
 from greengpu.policy import Policy
+from greengpu.spot.decide import CapacityKind, PoolPrice, SpotJobFacts, cloud_capacity_for
 from greengpu.spot.pod_facts import Decide
-
-DEFAULT_NOTICE_S = 120.0
-"""The interruption notice of a spot pool (AWS and GCP give two minutes; Azure thirty seconds)."""
 
 
 @click.group(cls=HelpFirstGroup)
@@ -76,23 +71,19 @@ def bind_decision(cluster: Cluster, policy: Policy) -> Decide:
     """The spot decision (greengpu.spot.decide.cloud_capacity_for) with the inventory's prices and the
     policy bound: the cheapest spot pool and the cheapest on-demand pool with any nodes, per GPU-hour
     (Karpenter picks the cheapest offering that fits too); None for a kind the inventory has no pool of."""
-    try:
-        decide_module: Any = importlib.import_module("greengpu.spot.decide")
-    except ModuleNotFoundError as error:
-        raise click.ClickException(f"spot webhook: the spot decisions are not in this build ({error.name})") from None
 
-    def cheapest(spot_pools: bool) -> Any:
+    def cheapest(spot_pools: bool) -> PoolPrice | None:
         prices = [(pool.price_per_hour / cluster.node_types[pool.type_name].gpus, pool)
                   for pool in cluster.pools.values() if pool.spot == spot_pools and pool.max_nodes > 0]
         if not prices:
             return None
         per_gpu_hour, pool = min(prices, key=lambda item: item[0])
-        return decide_module.PoolPrice(price_per_gpu_hour=per_gpu_hour,
-                                       interruptions_per_hour=pool.interruptions_per_hour, notice_s=DEFAULT_NOTICE_S)
+        return PoolPrice(price_per_gpu_hour=per_gpu_hour, interruptions_per_hour=pool.interruptions_per_hour,
+                         notice_s=policy.spot.notice_s)
 
     spot_price, on_demand_price = cheapest(True), cheapest(False)
 
-    def decide(facts: Any) -> Any:
-        return decide_module.cloud_capacity_for(facts, spot_price, on_demand_price, policy.spot)
+    def decide(facts: SpotJobFacts) -> CapacityKind | None:
+        return cloud_capacity_for(facts, spot_price, on_demand_price, policy.spot)
 
     return decide

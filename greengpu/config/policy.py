@@ -224,7 +224,9 @@ def _sleep(fields: Fields | None) -> SleepPolicy:
 def _spot(fields: Fields | None) -> SpotPolicy:
     if fields is None:
         return SpotPolicy()
-    fields.reject_unknown(("enabled", "classes", "require_checkpointing"))
+    fields.reject_unknown(("enabled", "classes", "require_checkpointing", "notice_s", "checkpoint_cost_s",
+                           "restart_s"))
+    d = SpotPolicy()
     classes: list[str] = []
     for path, item in fields.items("classes"):
         if item not in JOB_CLASSES:
@@ -232,8 +234,11 @@ def _spot(fields: Fields | None) -> SpotPolicy:
         classes.append(item)
     return SpotPolicy(
         enabled=fields.boolean("enabled", True),
-        classes=tuple(classes) if fields.has("classes") else SpotPolicy().classes,
+        classes=tuple(classes) if fields.has("classes") else d.classes,
         require_checkpointing=fields.boolean("require_checkpointing", True),
+        notice_s=_num(fields, "notice_s", d.notice_s),
+        checkpoint_cost_s=_num(fields, "checkpoint_cost_s", d.checkpoint_cost_s),
+        restart_s=_num(fields, "restart_s", d.restart_s),
     )
 
 

@@ -19,6 +19,8 @@ class EventKind(IntEnum):
     HOUR = 7
     GPU_EVENT = 8
     """A GPU health change or failure from the optional failure model (sim/failures.py)."""
+    CLOUD = 9
+    """A cloud node's or cloud job's event (sim/cloud.py): start, finish, interruption notice, stop, idle, reclaim."""
 
 
 class EventClock:

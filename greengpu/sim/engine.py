@@ -39,11 +39,12 @@ from greengpu.sched.invariants import check_invariants
 from greengpu.sched.slack import model_of_nodes
 from greengpu.sim.checks import PlacementChecks
 from greengpu.sim.clock import EventClock, EventKind
+from greengpu.sim.cloud import CloudPools
 from greengpu.sim.failures import FailureReplay, GpuEvent
 from greengpu.sim.jobs import JobRunner
 from greengpu.sim.nodes import NodeFleet, SimNode
 from greengpu.sim.pace import Pacer
-from greengpu.sim.results import SimResult, wait_stats
+from greengpu.sim.results import CloudFigures, SimResult, deadline_misses, wait_stats
 from greengpu.sim.sleep_body import SleepBody
 from greengpu.sim.usage import TenantUsage
 from greengpu.tick.tick import schedule
@@ -58,7 +59,7 @@ class Simulation:
     def __init__(self, cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
                  check_every_cycle: bool = True, progress: Callable[[int, int], None] | None = None,
                  attribute: bool = False, never_wake: Collection[str] = (),
-                 failures: FailureReplay | None = None) -> None:
+                 failures: FailureReplay | None = None, seed: int = 0) -> None:
         self.cluster = cluster
         self.failures = failures
         """The optional GPU failure model (None: GPUs never fail; every figure as without it)."""
@@ -82,6 +83,10 @@ class Simulation:
         self.usage = TenantUsage(policy.scheduler.fair_share)
         self.work = JobRunner(self.clock, self.fleet, self.pacer, self.sleep, self.checks, self.usage,
                               self.attribution, policy.scheduler.preemption.grace_s)
+        self.cloud = (CloudPools(cluster, policy, self.clock, self.work.outcomes, self.work.finish_s,
+                                 {job.job_id: job for job in self.jobs}, seed, self._requeued, self._demand_changed_by,
+                                 self.meter.price_per_kwh) if cluster.pools else None)
+        """The inventory's cloud pools (sim/cloud.py; None without pools: every figure as before)."""
         self.offered_gpus = 0.0
         """Running + pending GPUs: the demand the forecast-driven warm reserve follows."""
         self.gpu_hours_allocated = 0.0
@@ -169,6 +174,8 @@ class Simulation:
                 self.work.start(action, self._lifts_caps and guard.lifts(tenant, nodes, self._model_of))
         for job_id in scheduled.cycle.withdrawn:  # its beneficiary started elsewhere: it runs on
             self.work.withdraw(job_id)
+        if self.cloud is not None and self.pending:  # what still waits for capacity may go to the cloud
+            self.cloud.burst(scheduled.cycle.waits, self.pending, self.clock.now_s)
         if self.check_every_cycle:
             placed = [self.running[a.job_id] for a in actions if isinstance(a, PlaceJob)]
             self.checks.record(self.checks.check_placements(placed, self.fleet.nodes))
@@ -197,7 +204,8 @@ class Simulation:
         """No job runs, none is still to arrive, no node is waking or suspending: a cycle that placed
         and woke nothing now would place and wake nothing at any later time."""
         return not self.running and self.arrivals_left == 0 and not self.fleet.any_in_transition() and not (
-            self.failures is not None and self.failures.awaiting_repair)  # a repaired GPU may take them
+            self.failures is not None and self.failures.awaiting_repair) and not (  # a repaired GPU may take them
+            self.cloud is not None and self.cloud.busy)  # an interrupted cloud job comes back
 
     def run(self) -> SimResult:
         """Replay every job; return the figures."""
@@ -248,10 +256,13 @@ class Simulation:
                 self.sleep.suspend_idle(self.waiting)
             if self.progress is not None and processed % 5000 < 8:
                 self.progress(len(self.work.outcomes.completed), len(self.jobs))
-            if (not self.pending and not self.running and self.arrivals_left == 0) or self.stalled:
+            if (not self.pending and not self.running and self.arrivals_left == 0
+                    and (self.cloud is None or not self.cloud.busy)) or self.stalled:
                 break
         if end_s < math.inf:
             self._advance(end_s)
+        if self.cloud is not None:
+            self.cloud.close(self.clock.now_s)
         if self.attribution is not None:
             self.fleet.meter_all(self.clock.now_s)
             self.work.charge_all()
@@ -294,6 +305,9 @@ class Simulation:
             self.sleep.hour_turns(bool(self.arrivals_left or self.pending or self.running))
         elif kind is EventKind.GPU_EVENT:
             self._gpu_event(data)
+        elif kind is EventKind.CLOUD:
+            assert self.cloud is not None
+            self.cloud.handle(data)
 
     def _gpu_event(self, event: GpuEvent) -> None:
         """A health change the scheduler may see, or a failure: the jobs on the GPU are requeued with the work
@@ -310,6 +324,16 @@ class Simulation:
             self.failures.charge(victim, lost_gpu_s)
             self._dirty = True
 
+    def _requeued(self, waiting: PendingJob) -> None:
+        """An interrupted cloud job is back in the queue."""
+        self.pending[waiting.job.job_id] = waiting
+        self._dirty = True
+
+    def _demand_changed_by(self, finished_gpus: float) -> None:
+        """A cloud job finished: less demand, and room in the cloud for what waits."""
+        self._dirty = True
+        self._demand_changed(-finished_gpus)
+
     def _demand_changed(self, delta_gpus: float) -> None:
         self.offered_gpus += delta_gpus
         self.sleep.demand_changed()
@@ -323,24 +347,40 @@ class Simulation:
         origin = jobs[0].submit_time_s if jobs else 0.0
         span_s = (self.clock.now_s - origin) if jobs else 0.0
         completed = work.outcomes.completed
-        completed_gpu_hours = sum(j.gpus * j.duration_s for j in jobs if j.job_id in completed) / 3600.0
+        in_cloud = self.cloud.completed if self.cloud is not None else set()  # no facility energy in the cloud
+        completed_gpu_hours = sum(j.gpus * j.duration_s for j in jobs
+                                  if j.job_id in completed and j.job_id not in in_cloud) / 3600.0
+        cloud = self._cloud_figures()
         return SimResult(
             policy=self.policy.name, jobs=len(jobs), jobs_completed=len(completed),
             jobs_not_started=len(jobs) - len(work.outcomes.first_start),
             unplaceable_jobs=tuple(sorted(self.pending)[:10]) if self.stalled else (),
-            makespan_s=(work.last_finish_s - origin) if completed else 0.0,
+            makespan_s=(max(work.last_finish_s, cloud.last_finish_s) - origin) if completed else 0.0,
             energy_kwh=self.meter.facility_energy_kwh, gpu_energy_kwh=self.meter.gpu_energy_kwh,
-            cost=self.meter.cost, co2_kg=self.meter.co2_g / 1000.0, wait_s=waits, wait_s_by_class=by_class,
+            cost=self.meter.cost + cloud.cost if self.cloud is not None else self.meter.cost,
+            co2_kg=self.meter.co2_g / 1000.0, wait_s=waits, wait_s_by_class=by_class,
             gpu_hours_allocated=self.gpu_hours_allocated,
             gpu_hours_capacity=self.cluster.total_gpus * span_s / 3600.0, slowdown_mean=slowdown,
-            preemptions=work.preemptions, lost_gpu_hours=work.lost_gpu_s / 3600.0,
+            preemptions=work.preemptions + cloud.preemptions,
+            lost_gpu_hours=(work.lost_gpu_s + cloud.lost_gpu_s if self.cloud is not None else work.lost_gpu_s) / 3600.0,
             node_sleep_hours=self.sleep_s / 3600.0, wakes=self.sleep.wakes,
             failed_nodes=tuple(sorted(self.sleep.failed_nodes)), sla_violations=sla,
             invariant_violations=self.checks.violations, sim_wall_s=wall_s, pue=self.cluster.site.pue,
             currency=self.cluster.site.currency, scheduling_cycles=self.cycles,
             energy_kwh_per_gpu_hour=(self.meter.facility_energy_kwh / completed_gpu_hours
                                      if completed_gpu_hours > 0 else None),
-            failures=self.failures.stats.as_dict() if self.failures is not None else None)
+            failures=self.failures.stats.as_dict() if self.failures is not None else None,
+            spot_share=cloud.spot_share, cloud_cost=cloud.cost, interruptions=cloud.interruptions,
+            deadline_misses=deadline_misses(jobs, work.finish_s, self.clock.now_s),
+            cloud_pools=self.cloud.to_json() if self.cloud is not None else None)
+
+    def _cloud_figures(self) -> CloudFigures:
+        if self.cloud is None:
+            return CloudFigures()
+        spot_s = self.cloud.gpu_s(spot=True)
+        all_s = self.gpu_hours_allocated * 3600.0 + spot_s + self.cloud.gpu_s(spot=False)
+        return CloudFigures(self.cloud.cost, spot_s / all_s if all_s > 0 else 0.0, self.cloud.interruptions,
+                            self.cloud.preemptions, self.cloud.lost_gpu_s, self.cloud.last_finish_s)
 
 
 def simulate(cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,

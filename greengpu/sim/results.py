@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 CLASS_WAIT_SLA_S = {"inference": 300.0, "interactive": 300.0}
@@ -78,6 +78,16 @@ class SimResult:
     re-run after a preemption add energy but no work (None when nothing completed)."""
     failures: Mapping[str, Any] | None = None
     """The failure model's figures (sim/failures.py); None when the replay ran without it (no keys added)."""
+    spot_share: float = 0.0
+    """Spot GPU-hours over all GPU-hours run, on-premises and in the cloud (0 without pools)."""
+    cloud_cost: float = 0.0
+    """What the cloud nodes cost, from each request to its stop, boots included (also inside `cost`)."""
+    interruptions: int = 0
+    """Spot interruptions (notices) of cloud nodes."""
+    deadline_misses: int = 0
+    """Jobs with a deadline that finished after it, or had not finished when it passed."""
+    cloud_pools: Mapping[str, Any] | None = None
+    """Per pool: node-hours, cost, GPU-hours, lost GPU-hours, interruptions, jobs per class (None without pools)."""
 
     def to_json(self) -> dict[str, Any]:
         """The result as the JSON object `greengpu simulate --json` prints (one per policy)."""
@@ -109,8 +119,25 @@ class SimResult:
             "pue": self.pue,
             "currency": self.currency,
             "scheduling_cycles": self.scheduling_cycles,
+            "spot_share": self.spot_share,
+            "cloud_cost": self.cloud_cost,
+            "interruptions": self.interruptions,
+            "deadline_misses": self.deadline_misses,
+            **({"cloud_pools": dict(self.cloud_pools)} if self.cloud_pools is not None else {}),
             **(self.failures or {}),
         }
+
+
+def deadline_misses(jobs: Sequence[Any], finish_s: Mapping[str, float], now_s: float) -> int:
+    """Jobs with a deadline (seconds after submit) that finished after it, or were unfinished when it passed."""
+    missed = 0
+    for job in jobs:
+        if job.deadline_s is None:
+            continue
+        due_s = job.submit_time_s + job.deadline_s
+        if finish_s.get(job.job_id, now_s if now_s > due_s else due_s) > due_s:
+            missed += 1
+    return missed
 
 
 @dataclass
@@ -142,3 +169,33 @@ class JobOutcomes:
         classes = {c: WaitStats.of(v) for c, v in sorted(by_class.items())}
         slowdown = (sum(slowdowns) / len(slowdowns)) if slowdowns else None
         return WaitStats.of(waits), classes, sla, slowdown
+
+
+@dataclass
+class PoolFigures:
+    """What one pool cost and did: node-hours paid, money, GPU-hours of jobs, work lost, interruptions."""
+
+    node_s: float = 0.0
+    cost: float = 0.0
+    gpu_s: float = 0.0
+    lost_gpu_s: float = 0.0
+    interruptions: int = 0
+    placements_by_class: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node_hours": self.node_s / 3600.0, "cost": self.cost, "gpu_hours": self.gpu_s / 3600.0,
+                "lost_gpu_hours": self.lost_gpu_s / 3600.0, "interruptions": self.interruptions,
+                "placements_by_class": dict(sorted(self.placements_by_class.items()))}
+
+
+@dataclass(frozen=True)
+class CloudFigures:
+    """The cloud's share of a replay's figures (all zero without pools)."""
+
+    cost: float = 0.0
+    spot_share: float = 0.0
+    """Spot GPU-hours over every GPU-hour run, on-premises and in the cloud."""
+    interruptions: int = 0
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
+    last_finish_s: float = 0.0

@@ -2,8 +2,8 @@
 
 Pure: a pod is the JSON object an AdmissionReview carries; nothing here talks to the API server or reads
 a clock (the caller passes the time). The facts have the shape of the spot decision's `SpotJobFacts`
-(greengpu.spot.decide), defined here too until both meet, so the webhook takes the decision as a plain
-callable: `Decide`, the decision with its prices and policy bound.
+(greengpu.spot.decide); the webhook takes the decision as a plain callable: `Decide`, the decision with
+its prices and policy bound.
 
 Annotations (labels are read too, annotations win):
 
@@ -22,11 +22,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
-CapacityKind = Literal["on-premises", "spot", "on-demand"]
+from greengpu.spot.decide import CapacityKind, SpotJobFacts
+
+__all__ = ["CapacityKind", "Decide", "SpotJobFacts", "pod_facts"]
+
 GPU_RESOURCE = "nvidia.com/gpu"
 PREFIX = "greengpu.io/"
 CLASS_KEY = PREFIX + "class"
@@ -42,19 +44,6 @@ run time, so the choice depends little on it; an hour keeps checkpoint overheads
 MAX_DURATION_S = 10 * 366 * 86_400.0
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_S = {None: 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
-
-
-@dataclass(frozen=True)
-class SpotJobFacts:
-    """What the spot decision needs to know of one job (the same fields as greengpu.spot.decide's)."""
-
-    job_class: str
-    interruptible: bool
-    checkpoint_interval_s: float | None
-    checkpoint_cost_s: float
-    remaining_s: float
-    deadline_remaining_s: float | None
-    gpus: float
 
 
 Decide = Callable[[SpotJobFacts], CapacityKind | None]

@@ -3,8 +3,8 @@
 decoded and applied to the pod (the `jsonpatch` library, RFC 6902), and the pod that comes out requires
 the capacity type the decision chose, with its own affinity kept. Pods that are not GPU pods, that chose
 a capacity type themselves, or whose annotations cannot be read are allowed unchanged, and so is every
-pod when the decision raises (fail open). The decision is the documented rule written out below for the
-cases tested (greengpu.spot.decide implements it in full)."""
+pod when the decision raises (fail open). The decision is greengpu.spot.decide's, with the example
+inventory's prices bound as the command binds them."""
 
 from __future__ import annotations
 
@@ -37,26 +37,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from greengpu.cli import main
+from greengpu.commands.spot import bind_decision
+from greengpu.config.inventory import load_cluster
+from greengpu.config.policy import load_policy
 from greengpu.control.spot_webhook import WebhookServer, answer, tls_context
-from greengpu.spot.pod_facts import CapacityKind, SpotJobFacts
+from greengpu.spot.decide import CapacityKind, SpotJobFacts
 
 NOW_S = datetime.datetime(2026, 12, 1, 0, 0, tzinfo=datetime.UTC).timestamp()
 
 
-def documented_rule(facts: SpotJobFacts) -> CapacityKind | None:
-    """Issue 18's rule for the cases here: inference, interactive and non-interruptible work on on-demand; an
-    interruptible job without checkpoints too (all its work is at risk); a deadline job with less than twice
-    its run time left on on-demand; other interruptible, checkpointing work on spot; a class the policy
-    keeps on premises gets no cloud preference."""
-    if facts.job_class == "on-premises-only":
-        return "on-premises"
-    if facts.job_class in ("inference", "interactive") or not facts.interruptible:
-        return "on-demand"
-    if facts.checkpoint_interval_s is None:
-        return "on-demand"
-    if facts.deadline_remaining_s is not None and facts.deadline_remaining_s < 2 * facts.remaining_s:
-        return "on-demand"
-    return "spot"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "burst-cloud.cluster.yaml"
+DECIDE = bind_decision(load_cluster(EXAMPLE), load_policy("default"))
+"""The real spot decision (greengpu.spot.decide) with the example inventory's cheapest spot and on-demand
+prices and the default policy bound, as `greengpu spot webhook --cluster ... --policy default` binds it."""
 
 
 def _certificate(directory: Path) -> tuple[Path, Path]:
@@ -150,7 +143,7 @@ def capacity_requirement(value: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def webhook(certificate: tuple[Path, Path]) -> Iterator[Webhook]:
-    server = WebhookServer("127.0.0.1", 0, tls_context(*map(str, certificate)), documented_rule,
+    server = WebhookServer("127.0.0.1", 0, tls_context(*map(str, certificate)), DECIDE,
                            clock=lambda: NOW_S).start()
     yield Webhook(server, certificate[0])
     server.stop()
@@ -173,8 +166,10 @@ def test_a_checkpointing_training_pod_is_sent_to_spot(webhook: Webhook) -> None:
     {"greengpu.io/class": "inference"},
     {**TRAINING, "greengpu.io/class": "interactive"},
     {**TRAINING, "greengpu.io/interruptible": "false"},
-    {key: value for key, value in TRAINING.items() if key != "greengpu.io/checkpoint-interval"},
-    {**TRAINING, "greengpu.io/deadline": "2026-12-01T10:00:00Z"},  # 10 h left for 6 h of work
+    {**{key: value for key, value in TRAINING.items() if key != "greengpu.io/checkpoint-interval"},
+     "greengpu.io/expected-runtime": "100h"},  # no checkpoints: 100 h at risk makes spot's rework dearer
+    {**TRAINING, "greengpu.io/deadline": "2026-12-01T06:05:00Z"},  # 5 minutes of slack: less than the
+                                                                  # default's 10-minute restart after an interruption
 ], ids=["inference", "interactive", "not-interruptible", "no-checkpoints", "tight-deadline"])
 def test_work_that_must_not_be_put_at_risk_goes_to_on_demand(webhook: Webhook, annotations: dict[str, str]) -> None:
     pod = gpu_pod(annotations)
@@ -219,12 +214,27 @@ def test_a_pod_without_annotations_or_affinity_gets_both(webhook: Webhook) -> No
     (gpu_pod(TRAINING, affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "NotIn",
                                                      "values": ["spot"]}]}]}}}), "chose its capacity"),
-    (gpu_pod({"greengpu.io/class": "on-premises-only"}), "no cloud preference"),
-], ids=["zero-gpus", "no-gpus", "selector", "eks-selector", "affinity", "on-premises"])
+], ids=["zero-gpus", "no-gpus", "selector", "eks-selector", "affinity"])
 def test_pods_left_alone_are_allowed_unchanged(webhook: Webhook, pod: dict[str, Any], why: str) -> None:
     response = webhook.review(pod)
     assert "patch" not in response and "patchType" not in response, why
     assert "warnings" not in response
+
+
+def test_a_pod_no_cloud_pool_may_take_is_allowed_unchanged() -> None:
+    """Only a spot pool, and an inference pod (never on spot): the decision has no cloud capacity for it."""
+    from greengpu.spot.decide import PoolPrice, cloud_capacity_for
+
+    policy = load_policy("default").spot
+    spot_only = PoolPrice(price_per_gpu_hour=1.0, interruptions_per_hour=0.05, notice_s=120.0)
+
+    def decide(facts: SpotJobFacts) -> CapacityKind | None:
+        return cloud_capacity_for(facts, spot_only, None, policy)
+
+    body, _ = answer(admission_review(gpu_pod({"greengpu.io/class": "inference"}), "uid-9"), decide, NOW_S)
+    assert body["response"]["allowed"] is True and "patch" not in body["response"]
+    body, _ = answer(admission_review(gpu_pod(TRAINING), "uid-10"), decide, NOW_S)
+    assert "patch" in body["response"]  # the same webhook sends a training pod to that spot pool
 
 
 def test_an_unreadable_annotation_leaves_the_pod_unchanged_with_a_warning(webhook: Webhook) -> None:
@@ -292,7 +302,7 @@ def test_any_pod_gets_an_allowed_answer_and_a_patch_that_applies(path: tuple[str
     for key in path[:-1]:
         parent = parent[key]
     parent[path[-1]] = value
-    body, _ = answer(admission_review(pod, "uid-1"), documented_rule, NOW_S)
+    body, _ = answer(admission_review(pod, "uid-1"), DECIDE, NOW_S)
     response = body["response"]
     assert response["uid"] == "uid-1" and response["allowed"] is True
     if "patch" in response:
@@ -300,45 +310,12 @@ def test_any_pod_gets_an_allowed_answer_and_a_patch_that_applies(path: tuple[str
         assert placed["metadata"]["annotations"]["greengpu.io/capacity-type"] in ("spot", "on-demand")
 
 
-STAND_IN_DECIDE = '''
-import dataclasses, math, sys, types
-from greengpu.policy import SpotPolicy
-
-@dataclasses.dataclass(frozen=True)
-class PoolPrice:
-    price_per_gpu_hour: float
-    interruptions_per_hour: float
-    notice_s: float
-
-def cloud_capacity_for(facts, spot, on_demand, policy):
-    # The prices the command bound: the example inventory's cheapest spot and on-demand pools, per GPU-hour.
-    assert math.isclose(spot.price_per_gpu_hour, 9.8722 / 8) and spot.interruptions_per_hour == 0.05, spot
-    assert math.isclose(on_demand.price_per_gpu_hour, 32.7726 / 8), on_demand
-    assert spot.notice_s == 120.0 and isinstance(policy, SpotPolicy)
-    if facts.job_class in ("inference", "interactive") or not facts.interruptible:
-        return "on-demand"
-    if facts.checkpoint_interval_s is None:
-        return "on-demand"
-    # Expected rework: half a checkpoint interval lost per interruption.
-    rework = spot.interruptions_per_hour * facts.checkpoint_interval_s / 7200.0
-    return "spot" if spot.price_per_gpu_hour * (1.0 + rework) < on_demand.price_per_gpu_hour else "on-demand"
-
-module = types.ModuleType("greengpu.spot.decide")
-module.PoolPrice, module.cloud_capacity_for = PoolPrice, cloud_capacity_for
-sys.modules["greengpu.spot.decide"] = module
-from greengpu.cli import main
-sys.exit(main(sys.argv[1:]))
-'''
-"""`greengpu.spot.decide` as agreed with the simulator's side (PoolPrice, cloud_capacity_for), standing in
-until both branches meet: the documented rule, checking the prices the command binds."""
-
-
 def test_the_command_serves_the_decision_with_the_inventorys_prices(certificate: tuple[Path, Path]) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     cluster = Path(__file__).resolve().parents[2] / "examples" / "burst-cloud.cluster.yaml"
-    process = subprocess.Popen([sys.executable, "-c", STAND_IN_DECIDE, "spot", "webhook", "--listen",
+    process = subprocess.Popen([sys.executable, "-m", "greengpu.cli", "spot", "webhook", "--listen",
                                 f"127.0.0.1:{port}", "--cert", str(certificate[0]), "--key", str(certificate[1]),
                                 "--cluster", str(cluster), "--policy", "default"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
