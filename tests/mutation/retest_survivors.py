@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-SURVIVED_OR_UNTESTED = {0, 5, 33}  # mutmut's exit codes: survived, no tests (twice)
+SURVIVED_OR_UNTESTED = {0, 5, 33, -15}  # mutmut's exit codes: survived, no tests (twice), stopped by hand (SIGTERM)
 
 
 def main(patterns: list[str]) -> int:
