@@ -8,10 +8,11 @@ from __future__ import annotations
 from schedkit import job, make_cluster, node_type, placed
 
 from greengpu.model import ClusterSnapshot, GpuSlot, NodeState, PendingJob, PowerState, RunningJob
-from greengpu.policy import PreemptionPolicy, SchedulerPolicy
-from greengpu.sched.core import schedule
+from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
+from greengpu.sched.core import schedule, schedule_cycle
 from greengpu.sched.placement import _Either, place
 from greengpu.sched.state import PlacementState
+from greengpu.sched.waits import Wait, WaitReason
 from greengpu.sched.wake import WakePlan
 
 NO_PREEMPTION = SchedulerPolicy(preemption=PreemptionPolicy(enabled=False))
@@ -56,3 +57,18 @@ def test_the_union_of_excluded_and_warning_nodes_iterates_and_counts_each_node_o
     either = _Either({1, 2}, {2: frozenset({0}), 5: frozenset({1})})
     assert sorted(either) == [1, 2, 5] and len(either) == 3
     assert 5 in either and 3 not in either
+
+
+def test_a_full_cluster_gives_every_job_it_skips_a_capacity_wait_cycle_after_cycle() -> None:
+    # One 8-GPU node fully used; nothing to preempt or reserve: after the first blocked job the cycle
+    # stops trying, and the jobs it skipped wait for capacity like the first.
+    busy = RunningJob(job("busy", gpus=8, tenant="a"), tuple(GpuSlot("n0000", g) for g in range(8)), 0.0, 1e6)
+    pending = tuple(PendingJob(job(f"p{i}", gpus=1 + i % 3, tenant="a" if i % 2 else "b")) for i in range(6))
+    snapshot = ClusterSnapshot(time_s=100.0, cluster=make_cluster([(1, node_type(8), "r")]), running=(busy,),
+                               pending=pending)
+    policy = SchedulerPolicy(preemption=PreemptionPolicy(enabled=False), backfill=BackfillPolicy(enabled=False))
+    for _ in range(2):
+        result = schedule_cycle(snapshot, policy)
+        assert result.actions == ()
+        assert result.waits == {p.job.job_id: Wait(WaitReason.CAPACITY, p.job.tenant, ("A100",), p.job.whole_gpus)
+                                for p in pending}
