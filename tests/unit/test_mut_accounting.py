@@ -128,7 +128,8 @@ def test_contracts_cover_what_they_offer_and_no_more() -> None:
         ("nothing offered", 0.0), ("half", pytest.approx(0.2)), ("energy attribute certificates", 0.0),
         ("residual mix", pytest.approx(0.2))]
     alone = market_parts(0.5, MarketInstruments(400.0, "grid"))
-    assert [(p.instrument, p.energy_kwh) for p in alone] == [("energy attribute certificates", 0.0), ("residual mix", 0.5)]
+    assert [(p.instrument, p.energy_kwh) for p in alone] == [("energy attribute certificates", 0.0),
+                                                             ("residual mix", 0.5)]
 
 
 def segment(start_s: float, end_s: float) -> JobSegment:
