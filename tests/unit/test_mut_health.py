@@ -59,7 +59,8 @@ def test_a_sample_at_the_same_time_is_taken_an_older_one_refused_naming_the_last
 
 def one_day(**grown: int) -> tuple[GpuHealthSample, ...]:
     """Two samples a day apart, each named counter growing from 0 by the given amount."""
-    return (GpuHealthSample(0.0, **{k: 0 for k in grown}), GpuHealthSample(DAY_S, **grown))
+    zeros = {k: 0 for k in grown}
+    return (GpuHealthSample(0.0, **zeros), GpuHealthSample(DAY_S, **grown))  # type: ignore[arg-type]
 
 
 def test_a_score_on_the_warning_threshold_is_not_yet_a_warning() -> None:
@@ -98,9 +99,9 @@ def test_growth_counts_from_the_last_sample_before_the_window() -> None:
                GpuHealthSample(200.0, ecc_corrected_total=8))
     assert signal_values(samples, 200.0, 100.0)["sbe_per_day"] == pytest.approx(8 * DAY_S / 100.0)
     # Three samples before the window: only the last of them is the baseline (4 -> 10, not 2 -> 10).
-    samples = (GpuHealthSample(10.0, ecc_corrected_total=0), GpuHealthSample(30.0, ecc_corrected_total=2),
-               GpuHealthSample(50.0, ecc_corrected_total=4), GpuHealthSample(150.0, ecc_corrected_total=10))
-    assert signal_values(samples, 200.0, 100.0)["sbe_per_day"] == pytest.approx(6 * DAY_S / 100.0)
+    four = (GpuHealthSample(10.0, ecc_corrected_total=0), GpuHealthSample(30.0, ecc_corrected_total=2),
+            GpuHealthSample(50.0, ecc_corrected_total=4), GpuHealthSample(150.0, ecc_corrected_total=10))
+    assert signal_values(four, 200.0, 100.0)["sbe_per_day"] == pytest.approx(6 * DAY_S / 100.0)
 
 
 def test_rates_are_per_day_and_per_minute_of_a_window_that_is_not_a_day() -> None:
