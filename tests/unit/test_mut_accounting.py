@@ -13,6 +13,7 @@ import pytest
 
 from greengpu.accounting.bill import JobSegment, segment_hours
 from greengpu.accounting.carbon import Contract, MarketInstruments, market_parts
+from greengpu.accounting.rounding import as_decimal, decimals_of
 from greengpu.accounting.tariffs import TariffDocumentError, parse_openei
 
 HOUR_S = 3600.0
@@ -147,3 +148,8 @@ def test_a_segment_is_cut_at_hours_each_piece_with_its_share_of_every_figure() -
 def test_a_one_second_segment_still_counts() -> None:
     (piece,) = segment_hours(segment(HOUR_S + 10.0, HOUR_S + 11.0), 0.0, 4 * HOUR_S, "t")
     assert piece.hour_start_s == HOUR_S and piece.cost == 6.0 and piece.gpu_hours == pytest.approx(2.0 / HOUR_S)
+
+
+def test_decimal_places_of_a_unit() -> None:
+    assert [decimals_of(u) for u in (1.0, 10.0, 0.1, 0.01, 0.001, 0.5)] == [0, 0, 1, 2, 3, 1]
+    assert as_decimal(7, 0.01) == 0.07 and as_decimal(7, 1.0) == 7.0
