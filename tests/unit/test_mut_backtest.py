@@ -318,3 +318,9 @@ def test_an_idle_series_has_no_ceiling_and_a_fractional_one_does() -> None:
     flags = prepare(hourly([0.5, 0.25] * 24)).flags
     assert flags == ("demand sits at its ceiling (0.5) 50% of the time: it may be capped by capacity or quota, "
                      "so the forecast understates demand",)
+
+
+def test_no_origins_give_zero_bands_and_no_coverage() -> None:
+    calibration = calibrate(backtest_with_errors(np.zeros((0, 3))), "m")
+    assert calibration.lower[0.8].tolist() == [0.0] * 3 and calibration.upper[0.95].tolist() == [0.0] * 3
+    assert math.isnan(calibration.coverage[0.8]) and math.isnan(calibration.pinball_upper)
