@@ -9,8 +9,10 @@ from schedkit import job, make_cluster, node_type, placed
 
 from greengpu.model import ClusterSnapshot, GpuSlot, NodeState, PendingJob, PowerState, RunningJob
 from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
+from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.core import schedule, schedule_cycle
 from greengpu.sched.placement import _Either, place
+from greengpu.sched.slack import model_of_nodes, queue_guard
 from greengpu.sched.state import PlacementState
 from greengpu.sched.waits import Wait, WaitReason
 from greengpu.sched.wake import WakePlan
@@ -72,3 +74,55 @@ def test_a_full_cluster_gives_every_job_it_skips_a_capacity_wait_cycle_after_cyc
         assert result.actions == ()
         assert result.waits == {p.job.job_id: Wait(WaitReason.CAPACITY, p.job.tenant, ("A100",), p.job.whole_gpus)
                                 for p in pending}
+
+
+def test_a_gang_whose_largest_piece_fits_no_candidate_claims_nothing() -> None:
+    # 12 GPUs on A100 nodes of 8: pieces of 8 and 4. Three candidates hold a piece of 4 (an asleep 4-GPU
+    # node, awake nodes with 4 and 5 GPUs free), none a piece of 8.
+    cluster = make_cluster([(2, node_type(8), "r"), (1, node_type(4, name="a100x4"), "r")])
+    running = (RunningJob(job("x", gpus=4), tuple(GpuSlot("n0000", g) for g in range(4)), 0.0, 1e6),
+               RunningJob(job("y", gpus=3), tuple(GpuSlot("n0001", g) for g in range(3)), 0.0, 1e6))
+    states = {"n0002": NodeState(PowerState.ASLEEP)}
+    snapshot = ClusterSnapshot(time_s=0.0, cluster=cluster, running=running, node_states=states)
+    plan = WakePlan(PlacementState(snapshot), states)
+    assert not plan.claim(job("gang", gpus=12), ("A100",), set())
+    assert plan.to_wake == {} and plan.free == {2: 4} and plan.awake_claimed == {}
+
+
+def test_books_forgotten_for_one_cluster_are_built_afresh_and_only_for_it() -> None:
+    first, second = make_cluster([(1, node_type(8), "r")]), make_cluster([(1, node_type(8), "r")])
+    one, two = ClusterSnapshot(time_s=0.0, cluster=first), ClusterSnapshot(time_s=0.0, cluster=second)
+    books_one, books_two = books_for(one, False), books_for(two, False)
+    assert books_for(one, False) is books_one  # remembered between cycles
+    forget_books(first)
+    assert books_for(one, False) is not books_one
+    assert books_for(two, False) is books_two
+
+
+def test_free_units_follow_a_node_leaving_and_rejoining_the_schedulable_set() -> None:
+    busy = RunningJob(job("x", gpus=3), tuple(GpuSlot("n0000", g) for g in range(3)), 0.0, 1e6)
+    state = PlacementState(ClusterSnapshot(time_s=0.0, cluster=make_cluster([(2, node_type(8), "r")]),
+                                           running=(busy,)))
+    assert state.free_units_total == 13 * 1000
+    state.set_schedulable(1, False)
+    assert state.free_units_total == 5 * 1000
+    state.set_schedulable(0, False)
+    assert state.free_units_total == 0
+    state.set_schedulable(1, True)
+    assert state.free_units_total == 8 * 1000
+
+
+def test_the_queue_guard_gathers_the_nodes_of_every_kind_of_wait() -> None:
+    cluster = make_cluster([(2, node_type(8), "r"), (2, node_type(8, model="H100"), "r")])
+    a100 = Wait(WaitReason.CAPACITY, "t", ("A100",), 8)
+    h100 = Wait(WaitReason.GANG, "t", ("H100",), 8)
+    guard = queue_guard({"a": a100, "b": h100}, cluster)
+    assert guard.blocked_nodes == guard.keep_awake == {"n0000", "n0001", "n0002", "n0003"}
+    assert guard.every_node is True and guard.lifts("u", ["elsewhere"], {})
+    reserved = Wait(WaitReason.RESERVATION, "t", ("H100",), 8, nodes=frozenset({"n0003"}))
+    guard = queue_guard({"a": a100, "r": reserved}, cluster)
+    assert guard.blocked_nodes == {"n0000", "n0001", "n0003"}
+    assert guard.keep_awake == {"n0000", "n0001", "n0002", "n0003"}
+    assert guard.every_node is False and not guard.lifts("u", ["n0002"], model_of_nodes(cluster))
+    guard = queue_guard({"r": reserved, "a": a100}, cluster)
+    assert guard.blocked_nodes == {"n0000", "n0001", "n0003"}
