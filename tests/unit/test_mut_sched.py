@@ -12,6 +12,8 @@ from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
 from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.core import schedule, schedule_cycle
 from greengpu.sched.placement import _Either, place
+from greengpu.sched.preemption import VictimFinder
+from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.slack import model_of_nodes, queue_guard
 from greengpu.sched.state import PlacementState
 from greengpu.sched.waits import Wait, WaitReason
@@ -126,3 +128,45 @@ def test_the_queue_guard_gathers_the_nodes_of_every_kind_of_wait() -> None:
     assert guard.every_node is False and not guard.lifts("u", ["n0002"], model_of_nodes(cluster))
     guard = queue_guard({"r": reserved, "a": a100}, cluster)
     assert guard.blocked_nodes == {"n0000", "n0001", "n0003"}
+
+
+def one_node_of_single_gpu_jobs(priority: int, last_priority: int | None = None,
+                                ) -> tuple[PlacementState, QuotaLedger, list[RunningJob]]:
+    """Eight one-GPU jobs on one node, all started 3000 s before t = 10000: v0 checkpoints every 1000 s
+    (nothing to redo), v1 every 700 s (200 s to redo), the rest every 7200 s (all 3000 s to redo)."""
+    cluster = make_cluster([(1, node_type(8), "r")])
+    intervals = [1000.0, 700.0] + [7200.0] * 6
+    priorities = [priority] * 7 + [priority if last_priority is None else last_priority]
+    jobs = [RunningJob(job(f"v{g}", gpus=1, priority=priorities[g], checkpoint_interval_s=interval),
+                       (GpuSlot("n0000", g),), 7000.0, 1e6) for g, interval in enumerate(intervals)]
+    snapshot = ClusterSnapshot(time_s=10_000.0, cluster=cluster, running=tuple(jobs))
+    ledger = QuotaLedger(cluster, {"n0000": "A100"}, {}, False)
+    for running_job in jobs:
+        ledger.charge(running_job)
+    return PlacementState(snapshot), ledger, jobs
+
+
+def test_the_victims_chosen_are_those_with_least_work_to_redo_and_the_choice_says_what_is_lost() -> None:
+    state, ledger, jobs = one_node_of_single_gpu_jobs(priority=0)
+    finder = VictimFinder(state, ledger, PreemptionPolicy(min_runtime_s=0), 10_000.0, jobs)
+    choice = finder.find(PendingJob(job("p", gpus=2, priority=5)), set())
+    assert choice is not None
+    assert sorted(v.job.job_id for v in choice.victims) == ["v0", "v1"]
+    assert choice.nodes == {0} and choice.lost_gpu_s == 200.0
+    # A job already asked to stop is not chosen again: the next least costly takes its place.
+    finder.stopping.add("v0")
+    again = finder.find(PendingJob(job("q", gpus=2, priority=5)), set())
+    assert again is not None and "v0" not in {v.job.job_id for v in again.victims}
+    assert "v1" in {v.job.job_id for v in again.victims} and again.lost_gpu_s == 3200.0
+
+
+def test_priority_preempts_only_strictly_lower_priorities() -> None:
+    state, ledger, jobs = one_node_of_single_gpu_jobs(priority=5)
+    finder = VictimFinder(state, ledger, PreemptionPolicy(min_runtime_s=0), 10_000.0, jobs)
+    assert finder.find(PendingJob(job("p", gpus=2, priority=5)), set()) is None
+    # One job of priority 0 among them: it alone may yield, and one GPU is not the two asked for.
+    state, ledger, jobs = one_node_of_single_gpu_jobs(priority=5, last_priority=0)
+    finder = VictimFinder(state, ledger, PreemptionPolicy(min_runtime_s=0), 10_000.0, jobs)
+    assert finder.find(PendingJob(job("p", gpus=2, priority=5)), set()) is None
+    one = finder.find(PendingJob(job("q", gpus=1, priority=5)), set())
+    assert one is not None and [v.job.job_id for v in one.victims] == ["v7"]
