@@ -43,7 +43,7 @@ def main() -> int:
     parser.add_argument("patterns", nargs="+", help="mutant-name globs")
     parser.add_argument("--tests", nargs="+", required=True, help="test files (and pytest options) to judge with")
     parser.add_argument("--timeout-s", type=int, default=20)
-    args = parser.parse_args()
+    args, pytest_options = parser.parse_known_args()  # e.g. --deselect FILE::TEST
     equivalent = equivalent_mutants()
     metas = sorted(MUTANTS.rglob("*.py.meta"))
     todo = [name for meta in metas for name, code in json.loads(meta.read_text())["exit_code_by_key"].items()
@@ -58,7 +58,7 @@ def main() -> int:
     import greengpu
     if not greengpu.__file__ or not greengpu.__file__.startswith(str(MUTANTS)):
         sys.exit("run `tests/mutation/run.sh` once first: the mutated copy is not in ./mutants")
-    tests = [str(ROOT / t) if t.endswith(".py") or "::" in t else t for t in args.tests]
+    tests = [str(ROOT / t) if t.endswith(".py") or "::" in t else t for t in [*args.tests, *pytest_options]]
     signal.signal(signal.SIGALRM, _on_alarm)
     verdicts: dict[str, int] = {}
     for name in todo:
