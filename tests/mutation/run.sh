@@ -17,6 +17,10 @@ cd "$(dirname "$0")/../.."
 export GREENGPU_PROPERTY_EXAMPLES="${GREENGPU_PROPERTY_EXAMPLES:-100}"
 # Inside ./mutants the tests no longer sit beside the repository's data/ folder; point them at it.
 export GREENGPU_PUBLIC_DATA="${GREENGPU_PUBLIC_DATA:-$(pwd)/data}"
+# A mutant that loops while appending (a cut that never advances) would take the machine's memory
+# before its CPU time runs out: 4 GiB of address space per process is ample for the tests, and a mutant
+# that runs out fails its tests (killed) instead.
+ulimit -v 4000000
 start_s=$(date +%s)
 status=0
 nice -n 10 python3 -m mutmut run "$@" || status=$?

@@ -1,0 +1,87 @@
+"""Judge mutants fast with a chosen set of test files, in one process, and record the verdicts in mutmut's cache.
+
+    python3 tests/mutation/quick_judge.py 'greengpu.sched.slack.*' --tests tests/unit/test_slack.py
+
+`run.sh` runs, for every mutant, every unit and property test that reaches the mutated function: for
+the scheduler that is hundreds of tests and seconds per mutant on a small machine. This runs only the
+test files given (their fast tests), in one Python process: mutmut's mutants read `MUTANT_UNDER_TEST`
+at each call, so one import of pandas and numpy serves them all. It judges the mutants matching the
+patterns that mutmut has not judged or that survived (equivalent ones are skipped): killed when a test
+fails (a test of the suite noticed), a timeout (killed, as mutmut counts it) past `--timeout-s`, else
+survived. A survivor here may still be killed by a test outside the files given, so the score it gives
+is a lower bound; `run.sh` after `retest_survivors.py` judges its survivors with every test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from report import equivalent_mutants
+
+ROOT = Path(__file__).resolve().parents[2]
+MUTANTS = ROOT / "mutants"
+UNJUDGED_OR_SURVIVED = {None, 0, 5}
+
+
+class _Hang(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    raise _Hang()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("patterns", nargs="+", help="mutant-name globs")
+    parser.add_argument("--tests", nargs="+", required=True, help="test files (and pytest options) to judge with")
+    parser.add_argument("--timeout-s", type=int, default=20)
+    args, pytest_options = parser.parse_known_args()  # e.g. --deselect FILE::TEST
+    equivalent = equivalent_mutants()
+    metas = sorted(MUTANTS.rglob("*.py.meta"))
+    todo = [name for meta in metas for name, code in json.loads(meta.read_text())["exit_code_by_key"].items()
+            if code in UNJUDGED_OR_SURVIVED and name not in equivalent
+            and any(fnmatch.fnmatch(name, p) for p in args.patterns)]
+    os.chdir(MUTANTS)
+    sys.path.insert(0, str(MUTANTS))
+    os.environ.setdefault("GREENGPU_PUBLIC_DATA", str(ROOT / "data"))
+    os.environ.setdefault("GREENGPU_PROPERTY_EXAMPLES", "100")
+    import pytest
+
+    import greengpu
+    if not greengpu.__file__ or not greengpu.__file__.startswith(str(MUTANTS)):
+        sys.exit("run `tests/mutation/run.sh` once first: the mutated copy is not in ./mutants")
+    tests = [str(ROOT / t) if t.endswith(".py") or "::" in t else t for t in [*args.tests, *pytest_options]]
+    signal.signal(signal.SIGALRM, _on_alarm)
+    verdicts: dict[str, int] = {}
+    for name in todo:
+        os.environ["MUTANT_UNDER_TEST"] = name
+        signal.alarm(args.timeout_s)
+        try:
+            rc = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *tests]))
+            verdicts[name] = 1 if rc == 1 else 0 if rc == 0 else sys.exit(f"pytest exit {rc} for {name}")
+        except _Hang:
+            verdicts[name] = 24  # mutmut's code for a timeout
+        finally:
+            signal.alarm(0)
+    for meta in metas:
+        data = json.loads(meta.read_text())
+        found = {n: c for n, c in verdicts.items() if n in data["exit_code_by_key"]}
+        if found:
+            data["exit_code_by_key"].update(found)
+            meta.write_text(json.dumps(data, indent=4))
+    killed = sum(1 for c in verdicts.values() if c)
+    print(f"{len(verdicts)} mutants judged with {len(args.tests)} test arguments: {killed} killed, "
+          f"{len(verdicts) - killed} survived them")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
