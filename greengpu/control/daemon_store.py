@@ -154,30 +154,19 @@ class DaemonStore:
             rows = db.execute(query).fetchall()
         return [JournalEntry(i, t, k, n, g, j, json.loads(d), s) for i, t, k, n, g, j, d, s in rows]
 
-    def count_since(self, kind: str, since_s: float) -> int:
-        """Actions of `kind` begun after `since_s` (the rate limits' last minute)."""
-        with self._tx() as db:
-            row = db.execute("SELECT COUNT(*) FROM journal WHERE kind = ? AND time_s > ? AND state != 'failed'",
-                             (kind, since_s)).fetchone()
-        return int(row[0])
-
     def tick_facts(self, since_s: float) -> TickFacts:
         """What a tick reads of the store, in one transaction: paused, exempt nodes, and the sleeps and
-        wakes begun after `since_s`."""
+        wakes begun after `since_s` (the rate limits' last minute)."""
         with self._tx() as db:
             counts = dict(db.execute("SELECT kind, COUNT(*) FROM journal WHERE kind IN ('sleep', 'wake') "
                                      "AND time_s > ? AND state != 'failed' GROUP BY kind", (since_s,)).fetchall())
-            paused = db.execute("SELECT value FROM settings WHERE key = 'paused'").fetchone()
-            exempt = {row[0] for row in db.execute("SELECT node FROM exempt_nodes").fetchall()}
-        return TickFacts(bool(paused and paused[0] == "1"), exempt, int(counts.get("sleep", 0)),
-                         int(counts.get("wake", 0)))
+            return TickFacts(_paused(db), _exempt(db), int(counts.get("sleep", 0)), int(counts.get("wake", 0)))
 
     # --- switches -----------------------------------------------------------------------------
 
     def paused(self) -> bool:
         with self._tx() as db:
-            row = db.execute("SELECT value FROM settings WHERE key = 'paused'").fetchone()
-        return bool(row and row[0] == "1")
+            return _paused(db)
 
     def set_paused(self, paused: bool) -> None:
         with self._tx() as db:
@@ -194,7 +183,7 @@ class DaemonStore:
 
     def exempt(self) -> set[str]:
         with self._tx() as db:
-            return {row[0] for row in db.execute("SELECT node FROM exempt_nodes").fetchall()}
+            return _exempt(db)
 
     def set_exempt(self, node: str, exempt: bool, now_s: float) -> None:
         with self._tx() as db:
@@ -202,3 +191,12 @@ class DaemonStore:
                 db.execute("INSERT OR IGNORE INTO exempt_nodes VALUES (?, ?)", (node, now_s))
             else:
                 db.execute("DELETE FROM exempt_nodes WHERE node = ?", (node,))
+
+
+def _paused(db: sqlite3.Connection) -> bool:
+    row = db.execute("SELECT value FROM settings WHERE key = 'paused'").fetchone()
+    return bool(row and row[0] == "1")
+
+
+def _exempt(db: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in db.execute("SELECT node FROM exempt_nodes").fetchall()}

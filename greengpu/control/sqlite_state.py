@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 BUSY_TIMEOUT_S = 30.0
@@ -24,20 +24,33 @@ def create(path: Path, schema: str, schema_version: int) -> None:
         tx.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(schema_version),))
 
 
+def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are begun by hand), WAL, with a busy timeout."""
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    return db
+
+
+@contextmanager
+def _immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One immediate transaction on `db`: committed when the block ends, rolled back when it raises."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
 @contextmanager
 def transaction(path: Path, synchronous: str = "FULL") -> Iterator[sqlite3.Connection]:
     """One immediate transaction on `path`: committed when the block ends, rolled back when it raises."""
-    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    db = _connect(path, synchronous)
     try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(f"PRAGMA synchronous={synchronous}")
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(db):
             yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
     finally:
         db.close()
 
@@ -58,20 +71,9 @@ class Connections:
     def _connection(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"PRAGMA synchronous={self.synchronous}")
-            self._local.db = db
+            db = self._local.db = _connect(self.path, self.synchronous)
         return db
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """One immediate transaction: committed when the block ends, rolled back when it raises."""
-        db = self._connection()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        return _immediate(self._connection())
