@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from greengpu.config.limits import MAX_CSV_BYTES, OutOfRange, check_file_size, finite_number
+from greengpu.config.limits import OutOfRange, finite_number
+from greengpu.config.series import config_csv
 from greengpu.config.yamlsource import shown
 from greengpu.errors import ConfigError
 
@@ -118,24 +119,8 @@ class PriceTable:
 
 def read_price_csv(path: Path, shown_name: str) -> PriceTable:
     """Read a price file; one located ConfigError (file, line, column) for anything wrong in it."""
-    try:
-        check_file_size(path, MAX_CSV_BYTES)
-        handle = path.open(newline="", encoding="utf-8")
-    except ValueError as exc:
-        raise ConfigError(shown_name, None, "", str(exc)) from None
-    except FileNotFoundError:
-        raise ConfigError(shown_name, None, "", "file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(shown_name, None, "", "is a directory, expected a CSV file") from None
-    except OSError as exc:
-        raise ConfigError(shown_name, None, "", f"cannot read: {exc.strerror}") from None
-    try:
-        with handle:
-            return PriceTable(file=shown_name, rows=tuple(_rows(handle, shown_name)))
-    except UnicodeDecodeError:
-        raise ConfigError(shown_name, None, "", "not UTF-8 text") from None
-    except csv.Error as exc:
-        raise ConfigError(shown_name, None, "", f"malformed CSV: {exc}") from None
+    with config_csv(path, shown_name) as handle:
+        return PriceTable(file=shown_name, rows=tuple(_rows(handle, shown_name)))
 
 
 def _rows(handle: TextIO, shown_name: str) -> list[PriceRow]:

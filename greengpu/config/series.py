@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -31,8 +33,10 @@ def parse_time_s(text: str) -> float:
     return time_s((stamp - _EPOCH_AWARE).total_seconds())
 
 
-def read_series_csv(path: Path, value_column: str, *, allow_negative: bool, shown_name: str) -> TimeSeries:
-    """Read a CSV with columns `time` and `value_column`, sorted by time, into a TimeSeries."""
+@contextmanager
+def config_csv(path: Path, shown_name: str) -> Iterator[TextIO]:
+    """A CSV file an inventory names, open for reading: too large, missing, a directory, unreadable, not
+    UTF-8 or malformed CSV (raised while the block reads it) is one ConfigError naming the file."""
     try:
         check_file_size(path, MAX_CSV_BYTES)
         handle = path.open(newline="", encoding="utf-8")
@@ -46,11 +50,17 @@ def read_series_csv(path: Path, value_column: str, *, allow_negative: bool, show
         raise ConfigError(shown_name, None, "", f"cannot read: {exc.strerror}") from None
     try:
         with handle:
-            return _read_series(handle, path, value_column, allow_negative, shown_name)
+            yield handle
     except UnicodeDecodeError:
         raise ConfigError(shown_name, None, "", "not UTF-8 text") from None
     except csv.Error as exc:
         raise ConfigError(shown_name, None, "", f"malformed CSV: {exc}") from None
+
+
+def read_series_csv(path: Path, value_column: str, *, allow_negative: bool, shown_name: str) -> TimeSeries:
+    """Read a CSV with columns `time` and `value_column`, sorted by time, into a TimeSeries."""
+    with config_csv(path, shown_name) as handle:
+        return _read_series(handle, path, value_column, allow_negative, shown_name)
 
 
 def _read_series(handle: TextIO, path: Path, value_column: str, allow_negative: bool, shown_name: str) -> TimeSeries:
