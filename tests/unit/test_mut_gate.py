@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from test_forecast_gate import backtest_of
 
-from greengpu.forecast.backtest import Backtest, ModelBacktest
 from greengpu.forecast.gate import (
     Evidence,
     against_every_baseline,
@@ -23,14 +23,6 @@ from greengpu.forecast.gate import (
     sign_test_p,
     wins_needed,
 )
-
-
-def backtest_of(per_origin: dict[str, list[float]]) -> Backtest:
-    origins = len(next(iter(per_origin.values())))
-    models = {name: ModelBacktest(name, "baseline" if name in {"naive", "seasonal_naive", "drift"} else "candidate",
-                                  float(np.mean(values)), 0.0, tuple(values), np.zeros((origins, 24)), 0, 0.0)
-              for name, values in per_origin.items()}
-    return Backtest(tuple(range(origins)), 24, np.zeros((origins, 24)), models)
 
 
 def test_one_win_in_one_toss_is_a_coin_flip() -> None:
