@@ -5,8 +5,9 @@ Each tick:
    observed, fail safe: every GPU back to its default limit, no node put to sleep, an alert;
 2. decide with `greengpu.tick.tick.control_tick`, the simulator's own decision;
 3. drop what this daemon must not do: job actions on a workload manager that schedules its own jobs,
-   anything on an exempt node, limits and clocks a GPU already has, everything while paused (then the
-   GPUs are released instead);
+   anything on an exempt node, writes backed off after a refusal, everything while paused (then the
+   GPUs are released instead); limits and clocks a GPU already has are not asked for (the tick is given
+   the GPUs' settings);
 4. carry each action out with a journal entry written before and closed after it, and an audit line.
 Metering is a job of its own (`meter_energy`, each minute): it reads the GPU energy counters and charges the
 energy since its last reading to the tenants whose jobs the last tick saw running, so the control tick

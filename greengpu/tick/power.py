@@ -99,12 +99,19 @@ def gpu_setting(gpu: GpuObservation, policy: CappingPolicy, waiting: WorkWaiting
                   capacity_short=short)
 
 
-def setting_actions(gpu: GpuObservation, decision: CapDecision) -> tuple[SetPowerLimit, LockClocks]:
-    """The two actions that put `gpu` at `decision`: its limit (the default when uncapped) and its clocks."""
+def setting_actions(gpu: GpuObservation, decision: CapDecision,
+                    held: tuple[float, int | None] | None = None) -> tuple[PowerAction, ...]:
+    """The actions that put `gpu` at `decision`: its limit (the default when uncapped) and its clocks.
+
+    Given what the GPU `held` (limit W, locked clock MHz), only those that change something."""
     limit_w = decision.limit_w if decision.limit_w is not None else gpu.constraints.default_w
     clock = decision.locked_clock_mhz
-    return (SetPowerLimit(gpu.node, gpu.gpu_index, limit_w, decision.reason),
-            LockClocks(gpu.node, gpu.gpu_index, clock, clock, decision.reason))
+    actions: list[PowerAction] = []
+    if held is None or abs(held[0] - limit_w) > LIMIT_TOLERANCE_W:
+        actions.append(SetPowerLimit(gpu.node, gpu.gpu_index, limit_w, decision.reason))
+    if held is None or held[1] != clock:
+        actions.append(LockClocks(gpu.node, gpu.gpu_index, clock, clock, decision.reason))
+    return tuple(actions)
 
 
 def plan_power(gpus: Sequence[GpuObservation], policy: CappingPolicy, waiting: WorkWaiting | bool,
@@ -124,14 +131,5 @@ def plan_power(gpus: Sequence[GpuObservation], policy: CappingPolicy, waiting: W
         decision = decided.get(key)
         if decision is None:
             decision = decided[key] = gpu_setting(gpu, policy, waiting)
-        held = current.get(gpu.slot) if current is not None else None
-        if held is None:
-            actions.extend(setting_actions(gpu, decision))
-            continue
-        limit_w = decision.limit_w if decision.limit_w is not None else gpu.constraints.default_w
-        if abs(held[0] - limit_w) > LIMIT_TOLERANCE_W:
-            actions.append(SetPowerLimit(gpu.node, gpu.gpu_index, limit_w, decision.reason))
-        if held[1] != decision.locked_clock_mhz:
-            clock = decision.locked_clock_mhz
-            actions.append(LockClocks(gpu.node, gpu.gpu_index, clock, clock, decision.reason))
+        actions.extend(setting_actions(gpu, decision, current.get(gpu.slot) if current is not None else None))
     return tuple(actions)
