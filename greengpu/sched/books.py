@@ -41,8 +41,6 @@ class Books:
     """The RunningJob objects in `running` by id() (they are kept alive, so ids stay unique)."""
     wait_memo: dict[tuple[object, ...], Wait] = field(default_factory=dict)
     """Typed waits by everything they record (one object for jobs alike: the slack rule visits each once)."""
-    capacity_wait_of: dict[str, Wait] = field(default_factory=dict)
-    """Per pending job id, its capacity wait (for the jobs a full cycle skips); pruned by the core."""
 
     def commit(self, started: list[RunningJob], stopped: list[str]) -> None:
         """Record the jobs a cycle placed and killed (it already changed the state and ledger)."""

@@ -76,11 +76,14 @@ class CycleResult:
 class _Cycle(CycleState):
     """The decisions of one cycle, in the order of the module docstring."""
 
-    def expire_grace(self, pending_ids: set[str]) -> None:
+    def expire_grace(self, pending: tuple[PendingJob, ...]) -> None:
         grace_s = self.policy.preemption.grace_s
+        pending_ids: set[str] | None = None  # built only when some job was asked to stop
         for running in self.snapshot.running:
             if running.preempt_signalled_s is None:
                 continue
+            if pending_ids is None:
+                pending_ids = {p.job.job_id for p in pending}
             beneficiary = running.preempted_for
             if beneficiary is not None and beneficiary not in pending_ids:
                 # The job it was asked to stop for no longer waits (it started elsewhere, e.g. on GPUs
@@ -116,13 +119,25 @@ class _Cycle(CycleState):
         self.started.append(running)
         own = self.held_for.pop(job.job_id, None)
         if own:
-            self._excluded_shared = None
+            self._layout_changed()
             for node_index in own:
                 self.holder_of.pop(node_index, None)
         self.actions.append(PlaceJob(job.job_id, slots, backfilled))
         return True
 
     def quota_blocked(self, job: Job, models: tuple[str, ...]) -> Wait | None:
+        ledger_version = self.ledger.version
+        if ledger_version != self._quota_memo_version:
+            self._quota_memo.clear()
+            self._quota_memo_version = ledger_version
+        key = (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible)
+        memo = self._quota_memo
+        if key in memo:
+            return memo[key]
+        blocked = memo[key] = self._quota_blocked(job, models)
+        return blocked
+
+    def _quota_blocked(self, job: Job, models: tuple[str, ...]) -> Wait | None:
         if not models:
             return self.wait(job, WaitReason.NO_MODEL)
         if not self.ledger.tenant(job.tenant).quota_gpus_by_model:
@@ -133,15 +148,19 @@ class _Cycle(CycleState):
             return self.wait(job, WaitReason.QUOTA, problems[0] or "")
         return None
 
-    def try_backfill(self, pending: PendingJob, excluded: set[int]) -> bool:
-        ends_at = self.now_s + pending.job.duration_s
+    def try_backfill(self, pending: PendingJob, excluded: set[int], models: tuple[str, ...]) -> bool:
+        job = pending.job
+        ends_at = self.now_s + job.duration_s
         if ends_at > self._latest_reserved_start_s:
             return False
-        usable = {n for n, start in self.reserved_nodes.items() if ends_at <= start and n not in self.holder_of}
-        if not usable:
+        if self.backfill_known_to_fail(job, models, ends_at):
             return False
-        slots = place(self.state, pending.job, excluded=excluded - usable, only=usable)
-        return slots is not None and self.admit(pending, slots, backfilled=True)
+        usable = {n for n, start in self.reserved_nodes.items() if ends_at <= start and n not in self.holder_of}
+        slots = place(self.state, job, excluded=excluded - usable, only=usable) if usable else None
+        if slots is None:
+            self.backfill_failed(job, models, ends_at)
+            return False
+        return self.admit(pending, slots, backfilled=True)
 
     def waits_for_victims(self, pending: PendingJob, excluded: set[int]) -> bool:
         victims = self.stopping_for.get(pending.job.job_id)
@@ -194,7 +213,7 @@ class _Cycle(CycleState):
         names = self.state.names
         self.waits[pending.job.job_id] = replace(blocked, nodes=frozenset(names[n] for n in reservation.nodes))
         self.reservations.append(reservation)
-        self._excluded_shared = None
+        self._layout_changed()
         self._latest_reserved_start_s = max(self._latest_reserved_start_s, reservation.start_s)
         for node in reservation.nodes:
             self.reserved_nodes[node] = min(self.reserved_nodes.get(node, reservation.start_s), reservation.start_s)
@@ -213,7 +232,7 @@ class _Cycle(CycleState):
         if slots is not None:
             self.admit(item, slots, backfilled=False)
             return
-        if self.try_backfill(item, excluded):
+        if self.try_backfill(item, excluded, models):
             return
         if self.waits_for_victims(item, excluded):
             self._set_wait(job, WaitReason.PREEMPTING)
@@ -230,6 +249,54 @@ class _Cycle(CycleState):
         if self.reservations_left > 0:
             self.reservations_left -= 1
             self.try_reserve(item, excluded)
+
+    def consider_alike(self, item: PendingJob, models: tuple[str, ...]) -> None:
+        """`consider` once no preemption attempt or reservation is left (see `wait_alike`)."""
+        wait = self.wait_alike(item, models)
+        if wait is None:
+            self.consider(item, models)
+        else:
+            self.waits[item.job.job_id] = wait
+
+    def wait_alike(self, item: PendingJob, models: tuple[str, ...]) -> Wait | None:
+        """The wait `consider` would give the job once no preemption attempt or reservation is left, when
+        it can neither start nor backfill; None when it might (or holds nodes or victims of its own).
+        Changes nothing but memos. A job alike in every respect the decision reads (tenant, request,
+        interruptibility) waits for the same reason as the last one, as long as quota usage, released GPUs
+        and held nodes are unchanged, unless it is short enough to try a backfill that no smaller,
+        shorter job of its shape failed: a saturated queue's thousands of jobs are not re-decided one by one."""
+        job = item.job
+        job_id = job.job_id
+        if job_id in self.held_for or job_id in self.stopping_for:
+            return None
+        token = (self.ledger.version, self._released_version, self._layout_version)
+        if token != self._alike_token:
+            self._alike_waits.clear()
+            self._alike_token = token
+        key = (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible)
+        wait = self._alike_waits.get(key)
+        if wait is not None and wait.reason is WaitReason.QUOTA:
+            return wait
+        ends_at_s = self.now_s + job.duration_s
+        may_backfill = ends_at_s <= self._latest_reserved_start_s and \
+            not self.backfill_known_to_fail(job, models, ends_at_s)
+        if wait is not None and not may_backfill:
+            return wait
+        # The steps of `consider` that change nothing, in its order.
+        wait = self.quota_blocked(job, models)
+        if wait is None:
+            if self._place(item, models, self._excluded_for(job_id)) is not None:
+                return None
+            if may_backfill:
+                usable = {n for n, start in self.reserved_nodes.items()
+                          if ends_at_s <= start and n not in self.holder_of}
+                if usable and place(self.state, job, excluded=self._excluded_for(job_id) - usable,
+                                    only=usable) is not None:
+                    return None
+                self.backfill_failed(job, models, ends_at_s)
+            wait = self.wait(job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
+        self._alike_waits[key] = wait
+        return wait
 
     def fits_after_wake(self, job: Job, models: tuple[str, ...]) -> bool:
         """Whether nodes that are asleep or on their way (all idle, by construction) could hold the job."""
@@ -269,7 +336,7 @@ class _Cycle(CycleState):
 
     def run(self) -> CycleResult:
         pending = self.snapshot.pending
-        self.expire_grace({p.job.job_id for p in pending})
+        self.expire_grace(pending)
         policy = self.policy
         self.attempts_left = policy.preemption.max_attempts_per_cycle if policy.preemption.enabled else 0
         self.reservations_left = policy.backfill.reservations if policy.backfill.enabled else 0
@@ -278,44 +345,89 @@ class _Cycle(CycleState):
         considered: list[PendingJob] = []
         for item in queue_order(pending, self.now_s, policy, self.share_of):
             considered.append(item)
-            self.consider(item, models_for(item.job))
+            if self.attempts_left or self.reservations_left:
+                self.consider(item, models_for(item.job))
+            else:
+                self.consider_alike(item, models_for(item.job))
             if item.job.job_id in self.waits and self._nothing_left_to_try():
                 full = True
                 break
         rest: list[PendingJob] = []
+        unordered: list[PendingJob] = []
         if full:
             # The cluster is full for ordinary jobs: only jobs with held nodes (their victims were just
             # stopped) and jobs short enough to backfill reserved nodes can still start. Skip the rest.
-            decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
-            rest = [p for p in pending if p.job.job_id not in decided]
-            latest_s = self._latest_reserved_start_s
-            special = [p for p in rest if p.job.job_id in self.held_for or self.now_s + p.job.duration_s <= latest_s]
-            for item in queue_order(special, self.now_s, policy, self.share_of):
-                considered.append(item)
-                self.consider(item, models_for(item.job))
-            self.waits = {**self._capacity_waits(rest), **self.waits}
-        self.plan_wakes(considered, rest, models_for)
+            rest, special, skipped_waits = self._skipped(pending)
+            verdicts = self._waits_if_none_can_act(special)
+            if verdicts is not None:
+                # None of them can start: their waits do not depend on their order, so they are not ordered.
+                unordered = special
+                self.waits.update(verdicts)
+            else:
+                for item in queue_order(special, self.now_s, policy, self.share_of):
+                    considered.append(item)
+                    self.consider_alike(item, models_for(item.job))
+            skipped_waits.update(self.waits)
+            self.waits = skipped_waits
+        self.plan_wakes(considered, unordered, rest, models_for)
         return CycleResult(tuple(self.actions), self.waits, tuple(self.reservations), tuple(self.withdrawn))
 
-    def _capacity_waits(self, rest: list[PendingJob]) -> dict[str, Wait]:
-        """The capacity waits of the jobs a full cycle skipped, remembered per job between cycles
-        (a saturated queue skips the same thousands of jobs cycle after cycle)."""
-        memo = self.books.capacity_wait_of
-        if len(memo) > 2 * len(self.snapshot.pending) + 64:
-            memo.clear()  # jobs that left the queue
-        found = memo.get
+    def _skipped(self, pending: tuple[PendingJob, ...]) -> tuple[list[PendingJob], list[PendingJob], dict[str, Wait]]:
+        """Once the cluster is full: the jobs not decided yet, those of them that may still start (holding
+        nodes, or short enough to backfill reserved nodes), and a capacity wait for each of the first."""
+        decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
+        latest_s, now_s = self._latest_reserved_start_s, self.now_s
+        held_for = self.held_for
+        wait_of = self._capacity_wait_of
+        rest: list[PendingJob] = []
+        special: list[PendingJob] = []
         waits: dict[str, Wait] = {}
-        for item in rest:
-            job_id = item.job.job_id
-            wait = found(job_id)
+        for item in pending:
+            job = item.job
+            job_id = job.job_id
+            if job_id in decided:
+                continue
+            rest.append(item)
+            if now_s + job.duration_s <= latest_s or job_id in held_for:
+                special.append(item)
+            key = (job.tenant, job.gpu_types, job.units, job.gpus_per_node)
+            wait = wait_of.get(key)
             if wait is None:
-                wait = memo[job_id] = self.wait(item.job, WaitReason.CAPACITY)
+                wait = wait_of[key] = self.wait(job, WaitReason.CAPACITY)
             waits[job_id] = wait
-        return waits
+        return rest, special, waits
 
-    def plan_wakes(self, considered: list[PendingJob], rest: list[PendingJob],
+    def _waits_if_none_can_act(self, jobs: list[PendingJob]) -> dict[str, Wait] | None:
+        """Each job's wait when none of `jobs` can start or backfill now (see `wait_alike`), else None.
+
+        Jobs alike (same key as in `wait_alike`) share their wait, and only the shortest of them could
+        backfill where the others cannot: one question per kind of job, not per job."""
+        held_for, stopping_for = self.held_for, self.stopping_for
+        keys: list[tuple[object, ...]] = []
+        shortest: dict[tuple[object, ...], PendingJob] = {}
+        for item in jobs:
+            job = item.job
+            if job.job_id in held_for or job.job_id in stopping_for:
+                return None
+            key: tuple[object, ...] = (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible)
+            keys.append(key)
+            first = shortest.get(key)
+            if first is None or job.duration_s < first.job.duration_s:
+                shortest[key] = item
+        wait_of: dict[tuple[object, ...], Wait] = {}
+        for kind, item in shortest.items():
+            wait = self.wait_alike(item, self.models_for(item.job))
+            if wait is None:
+                return None
+            wait_of[kind] = wait
+        return {item.job.job_id: wait_of[key] for item, key in zip(jobs, keys, strict=True)}
+
+    def plan_wakes(self, considered: list[PendingJob], unordered: list[PendingJob], rest: list[PendingJob],
                    models_for: Callable[[Job], tuple[str, ...]]) -> None:
-        """Give jobs blocked for capacity room on waking or asleep nodes; wake the asleep ones needed."""
+        """Give jobs blocked for capacity room on waking or asleep nodes; wake the asleep ones needed.
+
+        In queue order: `considered` as decided, then `unordered` (decided after them, all waiting, not
+        yet ordered), then the rest of `rest`."""
         if not self.snapshot.node_states:
             return
         waits = self.waits
@@ -324,12 +436,15 @@ class _Cycle(CycleState):
         plan = WakePlan(self.state, self.snapshot.node_states)
         if not plan.has_room():
             return
-        decided = {p.job.job_id for p in considered}
+        decided = {p.job.job_id for p in itertools.chain(considered, unordered)}
         unconsidered = [p for p in rest if p.job.job_id not in decided]
+        # Nothing started since these waited, so the fair-share figures are those they would have been
+        # decided under: ordering them now gives the order they would have had.
+        then = queue_order(unordered, self.now_s, self.policy, self.share_of) if unordered else ()
         later = queue_order(unconsidered, self.now_s, self.policy, self.share_of) if unconsidered else ()
         excluded = self._excluded_for("")
         room = True
-        for item in itertools.chain(considered, later):
+        for item in itertools.chain(considered, then, later):
             job_id = item.job.job_id
             wait = waits.get(job_id)
             if wait is None or not wait.capacity_bound:

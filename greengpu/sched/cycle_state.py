@@ -62,6 +62,19 @@ class CycleState:
         self._smallest_failed: dict[tuple[object, ...], int] = {}
         self._released_version = 0
         self._shapes: dict[tuple[object, ...], tuple[object, ...]] = {}
+        # The same frontier for backfill: a job fails to backfill when one of its request shape with no
+        # more units and no later end failed (it may use only the reserved nodes free until its end, a
+        # subset of those the earlier one could use), until GPUs are released or holds/reservations change.
+        self._backfill_failed: dict[tuple[object, ...], list[tuple[int, float]]] = {}
+        self._layout_version = 0  # bumped whenever the nodes held or reserved change
+        # Quota verdicts per kind of request, valid while the ledger's version is unchanged: a saturated
+        # queue asks the same few questions thousands of times per cycle.
+        self._quota_memo: dict[tuple[object, ...], Wait | None] = {}
+        self._quota_memo_version = -1
+        # The waits of jobs decided once nothing but placement is left (see _Cycle.consider_alike).
+        self._alike_waits: dict[tuple[object, ...], Wait] = {}
+        self._alike_token: tuple[int, int, int] = (-1, -1, -1)
+        self._capacity_wait_of: dict[tuple[object, ...], Wait] = {}
         self.attempts_left = 0
         self.reservations_left = 0
         self._wakeable: dict[str, list[int]] | None = None
@@ -111,11 +124,41 @@ class CycleState:
         self._shares.pop(running.job.tenant, None)
 
     def _hold(self, job_id: str, nodes: set[int] | frozenset[int]) -> None:
-        self._excluded_shared = None
+        self._layout_changed()
         for node in nodes:
             if node not in self.holder_of:
                 self.holder_of[node] = job_id
                 self.held_for.setdefault(job_id, set()).add(node)
+
+    def _layout_changed(self) -> None:
+        """The held or reserved nodes changed: forget what was derived from them."""
+        self._excluded_shared = None
+        self._layout_version += 1
+
+    def request_shape(self, job: Job, models: tuple[str, ...]) -> tuple[object, ...]:
+        """What placement sees of `job`'s request (requests alike in it compare by size)."""
+        request = (job.gpu_types, job.units, job.gpus_per_node)
+        shape = self._shapes.get(request)
+        if shape is None:
+            shape = self._shapes[request] = self._request_shape(job, models)
+        return shape
+
+    def backfill_known_to_fail(self, job: Job, models: tuple[str, ...], ends_at_s: float) -> bool:
+        """Whether a job of the same request shape, no larger and ending no later, already failed to
+        backfill on the nodes as they are now."""
+        failed = self._backfill_failed.get((self.request_shape(job, models), self._released_version,
+                                            self._layout_version))
+        if failed:
+            units = job.units
+            for failed_units, failed_end_s in failed:
+                if units >= failed_units and ends_at_s >= failed_end_s:
+                    return True
+        return False
+
+    def backfill_failed(self, job: Job, models: tuple[str, ...], ends_at_s: float) -> None:
+        """Remember that `job` could not backfill (see backfill_known_to_fail)."""
+        key = (self.request_shape(job, models), self._released_version, self._layout_version)
+        self._backfill_failed.setdefault(key, []).append((job.units, ends_at_s))
 
     def _excluded_for(self, job_id: str) -> set[int]:
         """Nodes held or reserved for other jobs (shared set: callers must not change it)."""
@@ -135,11 +178,7 @@ class CycleState:
     def _shape(self, job_id: str, job: Job, models: tuple[str, ...]) -> tuple[object, ...] | None:
         if job_id in self.held_for:
             return None  # placed with its own held nodes: not comparable with other jobs
-        request = (job.gpu_types, job.units, job.gpus_per_node)
-        shape = self._shapes.get(request)
-        if shape is None:
-            shape = self._shapes[request] = self._request_shape(job, models)
-        return (shape, self._released_version)
+        return (self.request_shape(job, models), self._released_version)
 
     def _request_shape(self, job: Job, models: tuple[str, ...]) -> tuple[object, ...]:
         sizes = self.state.node_size_by_model
