@@ -132,6 +132,8 @@ class _Cycle(CycleState):
             self._quota_memo_version = ledger_version
         key = (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible)
         memo = self._quota_memo
+        if not self.shortcuts:
+            return self._quota_blocked(job, models)
         if key in memo:
             return memo[key]
         blocked = memo[key] = self._quota_blocked(job, models)
@@ -345,7 +347,7 @@ class _Cycle(CycleState):
         considered: list[PendingJob] = []
         for item in queue_order(pending, self.now_s, policy, self.share_of):
             considered.append(item)
-            if self.attempts_left or self.reservations_left:
+            if self.attempts_left or self.reservations_left or not self.shortcuts:
                 self.consider(item, models_for(item.job))
             else:
                 self.consider_alike(item, models_for(item.job))
@@ -358,15 +360,16 @@ class _Cycle(CycleState):
             # The cluster is full for ordinary jobs: only jobs with held nodes (their victims were just
             # stopped) and jobs short enough to backfill reserved nodes can still start. Skip the rest.
             rest, special, skipped_waits = self._skipped(pending)
-            verdicts = self._waits_if_none_can_act(special)
+            verdicts = self._waits_if_none_can_act(special) if self.shortcuts else None
             if verdicts is not None:
                 # None of them can start: their waits do not depend on their order, so they are not ordered.
                 unordered = special
                 self.waits.update(verdicts)
             else:
+                decide = self.consider_alike if self.shortcuts else self.consider
                 for item in queue_order(special, self.now_s, policy, self.share_of):
                     considered.append(item)
-                    self.consider_alike(item, models_for(item.job))
+                    decide(item, models_for(item.job))
             skipped_waits.update(self.waits)
             self.waits = skipped_waits
         self.plan_wakes(considered, unordered, rest, models_for)
@@ -464,7 +467,8 @@ def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_
     """Run one scheduling cycle on `snapshot` under `policy`: actions plus why the rest waits.
 
     `incremental=False` builds the free-GPU index and quota ledger from scratch instead of updating
-    the remembered ones (the results are identical; see greengpu.sched.books). `purpose` names a
+    the remembered ones (see greengpu.sched.books), and decides every waiting job on its own instead
+    of letting jobs alike share what was found for the first of them: the results are identical. `purpose` names a
     separate set of remembered books for what-if cycles whose snapshots differ systematically.
     """
     # A cycle allocates hundreds of thousands of short-lived tuples but builds no reference cycles, so
@@ -474,7 +478,7 @@ def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_
     gc.disable()
     books = books_for(snapshot, policy.borrow_non_interruptible, incremental, purpose)
     try:
-        cycle = _Cycle(snapshot, policy, interval_s, books)
+        cycle = _Cycle(snapshot, policy, interval_s, books, shortcuts=incremental)
         result = cycle.run()
         books.commit(cycle.started, cycle.stopped)
         return result

@@ -30,8 +30,12 @@ from greengpu.sched.waits import (
 class CycleState:
     """The books of one cycle (see the module docstring)."""
 
-    def __init__(self, snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float, books: Books) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float, books: Books,
+                 shortcuts: bool = True) -> None:
         self.snapshot = snapshot
+        self.shortcuts = shortcuts
+        """Whether jobs alike share what was found for the first of them (quota verdicts, failed
+        backfills, waits); False decides every job on its own, to check that the results are the same."""
         self.policy = policy
         self.now_s = snapshot.time_s
         self.interval_s = interval_s
@@ -146,6 +150,8 @@ class CycleState:
     def backfill_known_to_fail(self, job: Job, models: tuple[str, ...], ends_at_s: float) -> bool:
         """Whether a job of the same request shape, no larger and ending no later, already failed to
         backfill on the nodes as they are now."""
+        if not self.shortcuts:
+            return False
         failed = self._backfill_failed.get((self.request_shape(job, models), self._released_version,
                                             self._layout_version))
         if failed:

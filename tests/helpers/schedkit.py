@@ -104,6 +104,8 @@ class Driver:
         if self.cross_check:
             assert result.actions == fresh.actions
             assert dict(result.waiting) == dict(fresh.waiting)
+            assert dict(result.waits) == dict(fresh.waits)  # typed: reason, models, nodes in the way
+            assert result.reservations == fresh.reservations and result.withdrawn == fresh.withdrawn
         self.snapshot = apply_scheduler_actions(self.snapshot, result.actions)
         for action in result.actions:
             if isinstance(action, PlaceJob):
