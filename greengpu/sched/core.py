@@ -371,6 +371,9 @@ class _Cycle(CycleState):
                     considered.append(item)
                     decide(item, models_for(item.job))
             skipped_waits.update(self.waits)
+            for action in self.actions:
+                if isinstance(action, PlaceJob):
+                    skipped_waits.pop(action.job_id, None)  # a special job that started does not wait
             self.waits = skipped_waits
         self.plan_wakes(considered, unordered, rest, models_for)
         return CycleResult(tuple(self.actions), self.waits, tuple(self.reservations), tuple(self.withdrawn))

@@ -106,6 +106,7 @@ class Driver:
             assert dict(result.waiting) == dict(fresh.waiting)
             assert dict(result.waits) == dict(fresh.waits)  # typed: reason, models, nodes in the way
             assert result.reservations == fresh.reservations and result.withdrawn == fresh.withdrawn
+        assert not placed(result.actions).keys() & result.waits.keys()  # a job placed does not wait
         self.snapshot = apply_scheduler_actions(self.snapshot, result.actions)
         for action in result.actions:
             if isinstance(action, PlaceJob):

@@ -44,6 +44,7 @@ def test_a_shorter_job_alike_backfills_where_a_longer_one_failed() -> None:
     placed = {a.job_id: a for a in result.actions if isinstance(a, PlaceJob)}
     assert {a.job_id: {s.node for s in a.slots} for a in placed.values()} == {"long": {"n0001"}, "short": {"n0003"}}
     assert all(a.backfilled for a in placed.values())
+    assert not placed.keys() & result.waits.keys()
     # "middle" ends after n3's reservation starts and n1 is taken by "long": it waits for capacity.
     assert result.waits["middle"].reason is WaitReason.CAPACITY
     assert {r.job_id: (r.start_s, r.nodes) for r in result.reservations} == {"eight": (1800.0, frozenset({3})),
