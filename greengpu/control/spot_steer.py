@@ -40,9 +40,12 @@ from greengpu.spot.slurm_facts import (
     names_capacity,
     pending_job,
     steered_features,
+    without_capacity,
 )
 
 log = logging.getLogger("greengpu.spot.steer")
+REQUEUED_REASONS = frozenset({"BeginTime"})
+"""Slurm holds a requeued job (an interrupted spot node's) for a while before it may start again."""
 
 
 @dataclass(frozen=True)
@@ -117,10 +120,20 @@ class SpotSteering:
 
     def _one(self, record: dict[str, object], now_s: float) -> SteerOutcome | None:
         job = pending_job(record)
-        if job is None or job.reason not in WAITING_REASONS or now_s - job.eligible_s < self.min_wait_s:
+        if job is None:
             return None
-        if names_capacity(job.features):
-            return None  # the user chose: nothing to say, every pass
+        before = job.steered
+        base = without_capacity(job.features, before) if before is not None else job.features
+        if before is not None and base is not None:
+            # greengpu's own feature: decided again while the job waits (for a spot node, or requeued after an
+            # interruption, held a while by Slurm first), so that a deadline that comes closer moves it.
+            if job.reason not in WAITING_REASONS | REQUEUED_REASONS:
+                return None
+        elif names_capacity(job.features):
+            return None  # the user chose (or changed greengpu's choice): theirs, every pass
+        elif job.reason not in WAITING_REASONS or now_s - job.eligible_s < self.min_wait_s:
+            return None
+        base = base if base is not None else job.features
         try:
             facts = job_facts(record, job, now_s, self.policy.spot.checkpoint_cost_s)
         except BadAnnotation as error:
@@ -129,11 +142,13 @@ class SpotSteering:
         if capacity is None:
             return self._left(job.job_id, None, f"no cloud pool may take it (class {facts.job_class}, "
                               f"interruptible {str(facts.interruptible).lower()})")
-        features = steered_features(job.features, capacity)
+        if capacity == before:
+            return None  # as greengpu chose before: nothing to change
+        features = steered_features(base, capacity)
         if features is None:
             return self._left(job.job_id, capacity, f"its constraint {job.features!r} is an expression greengpu "
                               "does not rewrite")
-        updates = [f"Features={features}"]
+        updates = [f"Features={features}", f"AdminComment={job.marked(capacity)}"]
         if self.cloud_partition and self.cloud_partition not in job.partitions:
             updates.append("Partition=" + ",".join((*job.partitions, self.cloud_partition)))
         detail = (f"class {facts.job_class}, interruptible {str(facts.interruptible).lower()}, "
@@ -148,7 +163,8 @@ class SpotSteering:
         except slurm.SlurmError as error:
             log.error("job %s: left unchanged, Slurm refused %s: %s", job.job_id, " ".join(updates), error)
             return SteerOutcome(job.job_id, "failed", capacity, str(error))
-        log.info("job %s: steered to %s (%s): %s", job.job_id, capacity, detail, " ".join(updates))
+        log.info("job %s: steered to %s%s (%s): %s", job.job_id, capacity, f" (was {before})" if before else "",
+                 detail, " ".join(updates))
         return SteerOutcome(job.job_id, "steered", capacity, " ".join(updates))
 
     def _left(self, job_id: str, capacity: CapacityKind | None, why: str) -> SteerOutcome:

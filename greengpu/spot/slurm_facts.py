@@ -41,6 +41,11 @@ _PLAIN_FEATURES = re.compile(r"^[A-Za-z0-9_.\-]+(&[A-Za-z0-9_.\-]+)*$")
 _KNOWN_KEYS = frozenset({"class", "interruptible", "checkpoint-interval", "checkpoint-cost"})
 
 
+STEERED_MARK = re.compile(r"(?:^|\s)greengpu\.steered=(spot|on-demand)(?=\s|$)")
+"""What greengpu writes in a job's admin comment (users cannot change it) when it adds the capacity feature, so a
+later pass knows the feature is greengpu's to change, not the user's choice."""
+
+
 @dataclass(frozen=True)
 class PendingSlurmJob:
     """What steering needs of one pending job, besides its facts."""
@@ -52,6 +57,18 @@ class PendingSlurmJob:
     gpus: float
     node_count: int
     eligible_s: float
+    admin_comment: str = ""
+
+    @property
+    def steered(self) -> CapacityKind | None:
+        """The capacity greengpu gave this job at an earlier pass (None: none)."""
+        found = STEERED_MARK.search(self.admin_comment)
+        return "spot" if found and found.group(1) == "spot" else "on-demand" if found else None
+
+    def marked(self, capacity: CapacityKind) -> str:
+        """The admin comment that records `capacity` as greengpu's choice (the rest of it kept)."""
+        rest = STEERED_MARK.sub(" ", self.admin_comment).strip()
+        return f"{rest} greengpu.steered={capacity}".strip()
 
 
 def _number(value: Any) -> float | None:
@@ -86,7 +103,7 @@ def pending_job(record: Mapping[str, Any]) -> PendingSlurmJob | None:
                            features=str(record.get("features") or "").strip(),
                            reason=str(record.get("state_reason") or ""), gpus=gpus, node_count=max(1, nodes),
                            eligible_s=_number(record.get("eligible_time")) or _number(record.get("submit_time"))
-                           or 0.0)
+                           or 0.0, admin_comment=str(record.get("admin_comment") or "").strip())
 
 
 def comment_keys(comment: str) -> dict[str, str]:
@@ -150,3 +167,13 @@ def steered_features(features: str, capacity: CapacityKind) -> str | None:
     if not _PLAIN_FEATURES.match(features):
         return None
     return f"{features}&{capacity}"
+
+
+def without_capacity(features: str, capacity: CapacityKind) -> str | None:
+    """The constraint as it was before greengpu added `capacity` (`steered_features` undone); None when it no
+    longer ends with that feature (someone changed it since: the job is theirs again)."""
+    if features == capacity:
+        return ""
+    if features.endswith("&" + capacity):
+        return features[: -len(capacity) - 1]
+    return None

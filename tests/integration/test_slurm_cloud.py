@@ -221,6 +221,7 @@ def test_spot_steer_gives_waiting_jobs_the_capacity_the_decision_chooses(cloud_c
     cluster.wait(lambda: cluster.job_state(train) == "COMPLETED", 60, f"steered job {train} to complete")
     assert _job_field(cluster, train, "NodeList") in ("spot1", "spot2")
     assert _job_field(cluster, train, "Features") == "spot"
+    assert _job_field(cluster, train, "AdminComment") == "greengpu.steered=spot"  # greengpu's to decide again
     launched = [r for r in AuditLog(root / "cloud-audit.jsonl").records()
                 if r.get("kind") == "cloud_launch" and r.get("job") == train]
     assert [(r["outcome"], r["capacity"]) for r in launched] == [("done", "spot")]

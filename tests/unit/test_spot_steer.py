@@ -37,6 +37,7 @@ pools:
 SPOT_POOL = "  spot: {type: gpu4, spot: true, price_per_hour: 4.1, interruptions_per_hour: 0.1, max_nodes: 2}\n"
 ON_DEMAND_POOL = "  od: {type: gpu4, price_per_hour: 16.4, max_nodes: 2}\n"
 TRAINING = "greengpu.class=training greengpu.interruptible=true greengpu.checkpoint-interval=30m"
+SPOT_MARK, ON_DEMAND_MARK = "AdminComment=greengpu.steered=spot", "AdminComment=greengpu.steered=on-demand"
 
 
 def inventory(pools: str = SPOT_POOL + ON_DEMAND_POOL) -> Cluster:
@@ -69,6 +70,11 @@ class FakeSlurm:
             if job_id in self.refuse:
                 raise SlurmError(f"scontrol {' '.join(args)}: Job is no longer pending execution")
             self.updates.append(args[1:])
+            record = next(r for r in self.records if str(r["job_id"]) == job_id)
+            fields = {"Features": "features", "AdminComment": "admin_comment", "Partition": "partition"}
+            for word in args[2:]:
+                key, _, value = word.partition("=")
+                record[fields[key]] = value  # KeyError: a field greengpu should not be updating
             return ""
         raise AssertionError(f"unexpected Slurm call {name} {args}")
 
@@ -139,9 +145,10 @@ def test_interruptible_training_goes_to_spot_interactive_to_on_demand() -> None:
     outcomes = steer.steer_once()
     assert [(o.job_id, o.outcome, o.capacity) for o in outcomes] == [
         ("20", "steered", "spot"), ("21", "steered", "on-demand"), ("22", "steered", "on-demand")]
-    assert slurm.updates == [("JobId=20", "Features=spot", "Partition=gpu,cloud"),
-                             ("JobId=21", "Features=on-demand", "Partition=gpu,cloud"),
-                             ("JobId=22", "Features=on-demand", "Partition=gpu,cloud")]
+    assert slurm.updates == [("JobId=20", "Features=spot", SPOT_MARK, "Partition=gpu,cloud"),
+                             ("JobId=21", "Features=on-demand", ON_DEMAND_MARK, "Partition=gpu,cloud"),
+                             ("JobId=22", "Features=on-demand", ON_DEMAND_MARK, "Partition=gpu,cloud")]
+    assert steer.steer_once() == [] and len(slurm.updates) == 3  # the next pass: greengpu's choices stand
 
 
 def test_a_deadline_too_close_for_an_interruption_keeps_training_off_spot() -> None:
@@ -150,7 +157,8 @@ def test_a_deadline_too_close_for_an_interruption_keeps_training_off_spot() -> N
     roomy = pending_record(24, TRAINING, submit_time=NOW_S, deadline=int(NOW_S + 12 * 3600))
     steer, slurm = steering([tight, roomy])
     assert [(o.job_id, o.capacity) for o in steer.steer_once()] == [("23", "on-demand"), ("24", "spot")]
-    assert slurm.updates == [("JobId=23", "Features=on-demand"), ("JobId=24", "Features=spot")]
+    assert slurm.updates == [("JobId=23", "Features=on-demand", ON_DEMAND_MARK),
+                             ("JobId=24", "Features=spot", SPOT_MARK)]
 
 
 def test_jobs_that_chose_or_do_not_wait_for_resources_are_not_touched() -> None:
@@ -172,7 +180,7 @@ def test_unsure_means_unchanged_with_one_log_line(caplog: pytest.LogCaptureFixtu
         second = steer.steer_once()
     assert [(o.job_id, o.outcome) for o in first] == [("40", "left"), ("41", "left"), ("42", "steered")]
     assert [(o.job_id, o.outcome) for o in second] == [("40", "left"), ("41", "left")]
-    assert slurm.updates == [("JobId=42", "Features=spot")]
+    assert slurm.updates == [("JobId=42", "Features=spot", SPOT_MARK)]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == ["job 40: left unchanged: its comment cannot be read: comment key greengpu.interruptible: "
                         "expected true or false, got 'perhaps'",
@@ -185,7 +193,7 @@ def test_without_a_pool_it_may_use_a_job_is_left_waiting() -> None:
     outcomes = steer.steer_once()
     assert [(o.job_id, o.outcome, o.capacity) for o in outcomes] == [("50", "left", None), ("51", "steered", "spot")]
     assert "no cloud pool may take it (class inference" in outcomes[0].detail
-    assert slurm.updates == [("JobId=51", "Features=spot")]
+    assert slurm.updates == [("JobId=51", "Features=spot", SPOT_MARK)]
 
 
 def test_a_refused_update_is_logged_and_the_rest_still_steered(caplog: pytest.LogCaptureFixture) -> None:
@@ -193,8 +201,31 @@ def test_a_refused_update_is_logged_and_the_rest_still_steered(caplog: pytest.Lo
     with caplog.at_level(logging.INFO, logger="greengpu.spot.steer"):
         outcomes = steer.steer_once()
     assert [(o.job_id, o.outcome) for o in outcomes] == [("60", "failed"), ("61", "steered")]
-    assert slurm.updates == [("JobId=61", "Features=spot")]
+    assert slurm.updates == [("JobId=61", "Features=spot", SPOT_MARK)]
     assert any("job 60: left unchanged, Slurm refused Features=spot" in r.getMessage() for r in caplog.records)
+
+
+def test_a_job_greengpu_steered_is_decided_again_while_it_waits_and_the_users_own_choice_is_kept() -> None:
+    """A deadline job steered to spot that still waits (no spot node yet, or requeued after an interruption and
+    held by Slurm) goes to on-demand once the deadline is too close for spot; a job whose feature someone else
+    changed since is theirs."""
+    due = int(NOW_S + 3 * 3600)
+    waiting = pending_record(90, TRAINING, submit_time=NOW_S, deadline=due, features="a100",
+                             admin_comment="reserved for lab A")
+    mine = pending_record(91, TRAINING, features="on-demand", admin_comment="greengpu.steered=spot")
+    clock = [NOW_S]
+    slurm = FakeSlurm([waiting, mine])
+    steer = SpotSteering(inventory(), load_policy("default"), run=slurm, clock=lambda: clock[0])
+    assert [(o.job_id, o.capacity) for o in steer.steer_once()] == [("90", "spot")]
+    assert slurm.updates == [("JobId=90", "Features=a100&spot",
+                              "AdminComment=reserved for lab A greengpu.steered=spot")]
+    clock[0] += 1800  # half an hour later it still waits, now held after a requeue: 2 h of work, 2.5 h left
+    waiting["state_reason"] = "BeginTime"
+    outcomes = steer.steer_once()
+    assert [(o.job_id, o.outcome, o.capacity) for o in outcomes] == [("90", "steered", "on-demand")]
+    assert slurm.updates[-1] == ("JobId=90", "Features=a100&on-demand",
+                                 "AdminComment=reserved for lab A greengpu.steered=on-demand")
+    assert steer.steer_once() == [] and len(slurm.updates) == 2
 
 
 def test_dry_run_changes_nothing() -> None:
