@@ -6,10 +6,13 @@ and releases them). A pending GPU job that names no capacity feature and that it
 for (`Reason=Resources` or `Priority`) is steered: the spot decision (greengpu.spot.decide, with the
 inventory's cheapest spot and on-demand pools and the policy's `spot` section) chooses, and
 
-    scontrol update JobId=N Features=spot [Partition=gpu,cloud]
+    scontrol update JobId=N Features=spot AdminComment=greengpu.steered=spot [Partition=gpu,cloud]
 
 adds that feature to the job's constraint (and the cloud partition to its partitions, when the cloud nodes
 are in a partition of their own). Slurm then starts it on a node of that kind, through the ResumeProgram.
+The admin comment (users cannot change it) marks the feature as greengpu's: while such a job still waits
+(for its node, or requeued after an interruption) each pass decides again and changes the feature when the
+decision changed (a deadline that came too close for spot).
 
 Left unchanged, with one log line the first time (fail safe: the job waits for on-premises capacity, or
 runs where Slurm puts it):
