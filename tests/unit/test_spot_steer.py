@@ -9,6 +9,11 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +276,27 @@ def test_slurm_unreachable_is_one_line_exit_1(tmp_path: Path, dead_slurm: Path, 
     assert main(["spot", "steer", "--cluster", str(good), "--log", str(tmp_path / "steer.log")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "squeue" in err and "Traceback" not in err
+
+
+def test_as_a_service_it_outlives_an_unreachable_slurm_and_stops_on_sigterm(tmp_path: Path,
+                                                                            dead_slurm: Path) -> None:  # noqa: F811
+    good = tmp_path / "cluster.yaml"
+    good.write_text(INVENTORY.format(pools=SPOT_POOL + ON_DEMAND_POOL))
+    log_file = tmp_path / "steer.log"
+    service = subprocess.Popen([sys.executable, "-m", "greengpu", "spot", "steer", "--cluster", str(good), "--every",
+                                "1", "--log", str(log_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env={**os.environ, "SLURM_CONF": str(dead_slurm)})
+    try:
+        deadline = time.monotonic() + 30
+        def passes() -> int:
+            return log_file.read_text().count("cannot read Slurm's queue") if log_file.exists() else 0
+
+        while passes() < 2:
+            assert service.poll() is None, service.communicate()
+            assert time.monotonic() < deadline, "no second pass logged"
+            time.sleep(0.1)
+    finally:
+        service.send_signal(signal.SIGTERM)
+        out, err = service.communicate(timeout=30)
+    assert service.returncode == 0 and out == "" and err == ""
+    assert "Traceback" not in log_file.read_text()
