@@ -1,4 +1,4 @@
-"""`greengpu spot`: the live side of the spot lever on Kubernetes (docs/SPOT-LIVE.md)."""
+"""`greengpu spot`: the live side of the spot lever, on Kubernetes (webhook) and Slurm (steer) (docs/SPOT-LIVE.md)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,67 @@ def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, 
         signal.signal(number, lambda *_: stopping.set())
     stopping.wait()
     server.stop()
+
+
+@spot.command("steer")
+@click.option("--cluster", "cluster_file", default="/etc/greengpu/cluster.yaml", show_default=True, metavar="FILE",
+              help="Cluster inventory: the spot and on-demand pools and their prices.")
+@click.option("--policy", "policy_name", default="default", show_default=True, metavar="P",
+              help="Policy whose spot section says which classes may run on spot.")
+@click.option("--cloud-partition", default=None, metavar="NAME",
+              help="The Slurm partition of the cloud nodes, added to a steered job's partitions (leave it out "
+              "when the cloud nodes share the jobs' partitions).")
+@click.option("--min-wait", "min_wait_s", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
+              metavar="SECONDS", help="Steer only jobs eligible this long (give on-premises nodes time to free).")
+@click.option("--every", "every_s", default=None, type=click.FloatRange(min=1.0), metavar="SECONDS",
+              help="Repeat every SECONDS until SIGTERM (as a service) instead of one pass.")
+@click.option("--dry-run", is_flag=True, help="Log what would be steered; change nothing.")
+@click.option("--log", "log_file", default=None, metavar="FILE", help="Log here instead of stderr.")
+def spot_steer(cluster_file: str, policy_name: str, cloud_partition: str | None, min_wait_s: float,
+               every_s: float | None, dry_run: bool, log_file: str | None) -> None:
+    """Slurm: give waiting GPU jobs that name no capacity the feature the spot decision chooses.
+
+    A pending job that asks for GPUs, names neither `spot` nor `on-demand` in its constraint and waits
+    for resources gets `scontrol update JobId=N Features=spot` (or `on-demand`; and the cloud partition
+    with --cloud-partition). Its class, whether it is interruptible and its checkpoints come from its
+    comment (`greengpu.class=training greengpu.interruptible=true greengpu.checkpoint-interval=30m`), its
+    run time from --time, its deadline from --deadline. A job greengpu is unsure about is left unchanged,
+    with a log line. Exit 1 when Slurm cannot be asked or refused an update (one pass), 2 on bad input.
+    """
+    import signal
+    import threading
+
+    from greengpu.backends.slurm import SlurmError
+    from greengpu.config.inventory import load_cluster
+    from greengpu.config.policy import load_policy
+    from greengpu.control.slurm_hooks import setup_logging
+    from greengpu.control.spot_steer import SpotSteering
+
+    try:
+        setup_logging(log_file)
+    except OSError as error:
+        raise click.ClickException(f"spot steer: cannot open the log {log_file}: {error.strerror or error}") from None
+    steering = SpotSteering(load_cluster(cluster_file), load_policy(policy_name), cloud_partition=cloud_partition,
+                            min_wait_s=min_wait_s, dry_run=dry_run)
+    if every_s is None:
+        try:
+            outcomes = steering.steer_once()
+        except SlurmError as error:
+            raise click.ClickException(f"spot steer: {error}") from None
+        if any(o.outcome == "failed" for o in outcomes):
+            raise click.exceptions.Exit(1)
+        return
+    import logging
+
+    stopping = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stopping.set())
+    while not stopping.is_set():
+        try:
+            steering.steer_once()
+        except SlurmError as error:  # a service keeps going: Slurm may be back at the next pass
+            logging.getLogger("greengpu.spot.steer").error("cannot read Slurm's queue: %s", error)
+        stopping.wait(every_s)
 
 
 def bind_decision(cluster: Cluster, policy: Policy) -> Decide:

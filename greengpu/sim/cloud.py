@@ -15,6 +15,13 @@ interruption gives `spot.notice_s` of notice: a job that checkpoints (it has a c
 can write one within the notice stops `checkpoint_cost_s` later with all its work saved; any other job
 runs until the node is taken back and loses the work since its last periodic checkpoint (or all of it).
 Either way it is requeued with the rest of its work and decided again.
+
+The proactive move (Uniform Progress, greengpu.spot.decide.leaves_spot): a job with a deadline and a
+checkpoint interval that runs on spot is decided again at each periodic checkpoint it writes; when rule 4
+would no longer place it on spot (behind the uniform rate to its deadline, or without the slack for one
+more interruption), it stops there with that checkpoint's work saved and is requeued, where the same rule
+sends it on-premises or to on-demand. Jobs without a deadline or without checkpoints get no such event:
+replays of traces without deadlines are unchanged.
 """
 
 from __future__ import annotations
@@ -30,7 +37,14 @@ from greengpu.policy import Policy
 from greengpu.sched.waits import Wait, WaitReason
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.results import JobOutcomes, PoolFigures
-from greengpu.spot.decide import CapacityKind, PoolPrice, SpotJobFacts, cloud_capacity_for, prefer_waking
+from greengpu.spot.decide import (
+    CapacityKind,
+    PoolPrice,
+    SpotJobFacts,
+    cloud_capacity_for,
+    leaves_spot,
+    prefer_waking,
+)
 
 BURST_REASONS = frozenset({WaitReason.CAPACITY, WaitReason.GANG, WaitReason.RESERVATION, WaitReason.NO_MODEL,
                            WaitReason.WAKE})
@@ -87,7 +101,9 @@ class CloudPools:
         self.last_finish_s = 0.0
         self.completed: set[str] = set()
         self.preemptions = 0
-        """Jobs an interruption stopped (the contract counts them with preemptions)."""
+        """Jobs an interruption or a proactive move stopped (the contract counts them with preemptions)."""
+        self.moves: list[tuple[str, float]] = []
+        """(job, time) of each proactive move off spot at a checkpoint (leaves_spot)."""
         self._serial = 0
         self._tokens: dict[str, int] = {}
         self._started = dict.fromkeys(self.pools, 0)
@@ -251,6 +267,8 @@ class CloudPools:
                 self._finish(cloud_job)
             elif what == "stop":
                 self._stop(cloud_job)
+            elif what == "checkpoint":
+                self._checkpoint(cloud_job)
 
     def _start_job(self, cloud_job: CloudJob) -> None:
         now_s = self.clock.now_s
@@ -258,6 +276,32 @@ class CloudPools:
         cloud_job.start_s = now_s
         self.outcomes.first_start.setdefault(job.job_id, now_s)
         self.clock.push(now_s + job.duration_s, EventKind.CLOUD, ("finish", job.job_id, cloud_job.token))
+        self._next_checkpoint(cloud_job, now_s)
+
+    def _next_checkpoint(self, cloud_job: CloudJob, now_s: float) -> None:
+        """A spot job with a deadline is decided again at its next periodic checkpoint (before its end)."""
+        job = cloud_job.pending.job
+        interval = job.checkpoint_interval_s
+        if cloud_job.kind != "spot" or job.deadline_s is None or not interval or cloud_job.start_s is None:
+            return
+        at_s = now_s + interval
+        if at_s < cloud_job.start_s + job.duration_s:
+            self.clock.push(at_s, EventKind.CLOUD, ("checkpoint", job.job_id, cloud_job.token))
+
+    def _checkpoint(self, cloud_job: CloudJob) -> None:
+        """A periodic checkpoint of a deadline job on spot: it moves off spot here when rule 4 says so."""
+        now_s = self.clock.now_s
+        job = cloud_job.pending.job
+        assert cloud_job.start_s is not None
+        ran_s = now_s - cloud_job.start_s
+        pool = self.pools[self.nodes[next(iter(cloud_job.units_by_node))].pool]
+        facts = self._facts(replace(job, duration_s=job.duration_s - ran_s), now_s)
+        if not leaves_spot(facts, self._price(job, pool), self.policy.spot):
+            self._next_checkpoint(cloud_job, now_s)
+            return
+        self.moves.append((job.job_id, now_s))
+        cloud_job.saved_s = ran_s  # the checkpoint just written: nothing is lost
+        self._stop(cloud_job)
 
     def _leave(self, cloud_job: CloudJob) -> None:
         """The job's units go back to its nodes; its run time and GPU-hours are counted."""

@@ -11,7 +11,9 @@ The rules, in order:
    since its last checkpoint, or since its start when it never checkpoints) and its checkpoint overhead.
 4. A job with a deadline follows Uniform Progress (Wu et al., "Can't Be Late", NSDI'24): it stays on spot
    only while its progress is at or ahead of the uniform rate to its deadline and it has the slack to
-   survive one more interruption; otherwise it goes to on-demand, so that it finishes on time.
+   survive one more interruption; otherwise it goes to on-demand, so that it finishes on time. The rule
+   is asked when the job is placed, again at each requeue, and (`leaves_spot`) at each checkpoint a
+   deadline job writes while it runs on spot: there it can move at no loss, before an interruption.
 
 Units: seconds for times, the site currency per GPU-hour for prices, interruptions per hour for rates.
 """
@@ -147,6 +149,13 @@ def deadline_allows_spot(facts: SpotJobFacts, spot: PoolPrice, policy: SpotPolic
         return False
     slack_s = facts.deadline_remaining_s - facts.remaining_s - checkpoint_overhead_s(facts)
     return slack_s >= worst_interruption_loss_s(facts, spot) + policy.restart_s
+
+
+def leaves_spot(facts: SpotJobFacts, spot: PoolPrice, policy: SpotPolicy) -> bool:
+    """The proactive move: a deadline job running on spot has just written a checkpoint (`facts` as of now,
+    `remaining_s` the work after it); it moves to on-demand when rule 4 would no longer place it on spot,
+    rather than wait for an interruption that would cost it the slack it no longer has."""
+    return facts.deadline_remaining_s is not None and not deadline_allows_spot(facts, spot, policy)
 
 
 def cloud_capacity_for(facts: SpotJobFacts, spot: PoolPrice | None, on_demand: PoolPrice | None,

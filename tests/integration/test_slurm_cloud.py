@@ -10,11 +10,15 @@ on-premises nodes, and a real provider's API (the fake provider stands at the co
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from slurm_harness import DEPLOY_SLURM, SlurmCluster, _free_port
-from test_slurm_power_save import slurm_cluster  # noqa: F401 - the real Slurm fixture
+from test_slurm_power_save import greengpu, require_slurm
 
 from greengpu.control.audit import AuditLog
 
@@ -94,17 +98,31 @@ def _node_field(cluster: SlurmCluster, node: str, field: str) -> str:
     return next((part.split("=", 1)[1] for part in out.split() if part.startswith(f"{field}=")), "")
 
 
-def test_a_spot_job_launches_a_cloud_node_that_is_released_when_idle(slurm_cluster: SlurmCluster) -> None:  # noqa: F811
-    cluster = slurm_cluster
+@pytest.fixture(scope="module")
+def cloud_cluster() -> Iterator[SlurmCluster]:
+    """One on-premises node (partition gpu) and the cloud nodes (partition cloud) behind greengpu's cloud hooks,
+    started once for this module's tests."""
+    require_slurm()
+    root = Path(os.environ.get("GREENGPU_SLURM_TEST_DIR", "/tmp")) / f"greengpu-slurm-{os.getpid()}-cloud"
+    root.mkdir(parents=True, exist_ok=True)
+    cluster = SlurmCluster(root, node_count=1)
+    try:
+        inventory = _inventory(root)
+        _write_wrappers(root, inventory, root / "cloud-audit.jsonl", root / "log" / "greengpu-cloud.log")
+        cluster.write_config(root / "cloud-suspend.sh", root / "cloud-resume.sh", root / "cloud-resume-failed.sh",
+                             resume_timeout_s=60)
+        _add_cloud_nodes(cluster)
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)  # kept when stop() itself failed, for its logs
+
+
+def test_a_spot_job_launches_a_cloud_node_that_is_released_when_idle(cloud_cluster: SlurmCluster) -> None:
+    cluster = cloud_cluster
     root = cluster.root
-    inventory = _inventory(root)
     audit, hook_log = root / "cloud-audit.jsonl", root / "log" / "greengpu-cloud.log"
-    _write_wrappers(root, inventory, audit, hook_log)
-    cluster.nodes = ["node1"]
-    cluster.write_config(root / "cloud-suspend.sh", root / "cloud-resume.sh", root / "cloud-resume-failed.sh",
-                         resume_timeout_s=60)
-    _add_cloud_nodes(cluster)
-    cluster.start()
     assert {"CLOUD", "POWERED_DOWN"} <= cluster.states()["spot1"]
     assert _node_field(cluster, "spot1", "AvailableFeatures") == "spot"
 
@@ -161,3 +179,55 @@ def test_a_spot_job_launches_a_cloud_node_that_is_released_when_idle(slurm_clust
     assert not (root / "instances" / ran_on).exists()  # the fake instance (its slurmd) is gone
     releases = [r for r in AuditLog(audit).records() if r.get("kind") == "cloud_release" and r["node"] == ran_on]
     assert [(r["outcome"], r["rule"]) for r in releases] == [("done", "Slurm SuspendProgram")]
+
+
+def _job_field(cluster: SlurmCluster, job: str, field: str) -> str:
+    out = cluster.run("scontrol", "-o", "show", "job", job).stdout
+    return next((part.split("=", 1)[1] for part in out.split() if part.startswith(f"{field}=")), "")
+
+
+def _waiting_for_resources(cluster: SlurmCluster, job: str) -> bool:
+    return cluster.job_state(job) == "PENDING" and _job_field(cluster, job, "Reason") in ("Resources", "Priority")
+
+
+def test_spot_steer_gives_waiting_jobs_the_capacity_the_decision_chooses(cloud_cluster: SlurmCluster) -> None:
+    cluster = cloud_cluster
+    root = cluster.root
+    inventory = root / "cluster.yaml"
+    # The on-premises node is full: what is submitted to its partition waits for resources.
+    blocker = cluster.run("sbatch", "--parsable", "-p", "gpu", "--gres=gpu:4", "--wrap", "sleep 300").stdout.strip()
+    cluster.wait(lambda: cluster.job_state(blocker) == "RUNNING", 30, "the blocker to run on node1")
+    train = cluster.run("sbatch", "--parsable", "-p", "gpu", "--gres=gpu:4", "--time=30", "--comment",
+                        "greengpu.class=training greengpu.interruptible=true greengpu.checkpoint-interval=10m",
+                        "--wrap", "echo trained").stdout.strip()
+    shell = cluster.run("sbatch", "--parsable", "-p", "gpu", "--gres=gpu:1", "--time=30", "--comment",
+                        "greengpu.class=interactive", "--wrap", "echo shell").stdout.strip()
+    cluster.wait(lambda: _waiting_for_resources(cluster, train) and _waiting_for_resources(cluster, shell), 30,
+                 "both jobs to wait for resources")
+    assert _job_field(cluster, train, "Features") == "(null)"
+
+    steer_log = root / "log" / "greengpu-steer.log"
+    steered = greengpu("spot", "steer", "--cluster", str(inventory), "--policy", "default", "--cloud-partition",
+                       "cloud", "--log", str(steer_log), env=cluster.env)
+    assert steered.returncode == 0, steered.stderr + steer_log.read_text()
+    log_text = steer_log.read_text()
+    assert f"job {train}: steered to spot (class training, interruptible true, 4 GPUs" in log_text
+    assert f"job {shell}: steered to on-demand (class interactive, interruptible false, 1 GPUs" in log_text
+    assert _job_field(cluster, shell, "Features") == "on-demand"
+    assert _job_field(cluster, shell, "Partition") == "gpu,cloud"
+    cluster.run("scancel", shell)  # od1 has no capacity in this module (see the test above)
+
+    # Slurm launches a spot node through greengpu's ResumeProgram and the steered job runs there.
+    cluster.wait(lambda: cluster.job_state(train) == "COMPLETED", 60, f"steered job {train} to complete")
+    assert _job_field(cluster, train, "NodeList") in ("spot1", "spot2")
+    assert _job_field(cluster, train, "Features") == "spot"
+    assert _job_field(cluster, train, "AdminComment") == "greengpu.steered=spot"  # greengpu's to decide again
+    launched = [r for r in AuditLog(root / "cloud-audit.jsonl").records()
+                if r.get("kind") == "cloud_launch" and r.get("job") == train]
+    assert [(r["outcome"], r["capacity"]) for r in launched] == [("done", "spot")]
+
+    # A second pass finds nothing to steer: the blocker runs, nothing else waits.
+    again = greengpu("spot", "steer", "--cluster", str(inventory), "--policy", "default", "--cloud-partition",
+                     "cloud", "--log", str(steer_log), env=cluster.env)
+    assert again.returncode == 0 and steer_log.read_text() == log_text
+    cluster.run("scancel", blocker)

@@ -14,6 +14,7 @@ from greengpu.spot.decide import (
     capacity_for,
     cloud_capacity_for,
     expected_spot_run_s,
+    leaves_spot,
     prefer_waking,
     spot_cost,
 )
@@ -111,3 +112,12 @@ def test_deadline_job_without_slack_for_one_more_interruption_moves_to_on_demand
     assert cloud_capacity_for(tight, SPOT, ON_DEMAND, POLICY) == "on-demand"
     passed = facts(deadline_remaining_s=-1.0)
     assert cloud_capacity_for(passed, SPOT, ON_DEMAND, POLICY) == "on-demand"
+
+
+def test_a_running_deadline_job_leaves_spot_at_a_checkpoint_only_when_rule_4_would_not_place_it_there() -> None:
+    ahead = facts(remaining_s=2 * 3600.0, deadline_remaining_s=8 * 3600.0, work_s=4 * 3600.0, deadline_s=12 * 3600.0)
+    behind = facts(remaining_s=3 * 3600.0, deadline_remaining_s=6 * 3600.0, work_s=4 * 3600.0, deadline_s=12 * 3600.0)
+    tight = facts(remaining_s=2 * 3600.0, deadline_remaining_s=2 * 3600.0 + 500.0)
+    assert not leaves_spot(ahead, SPOT, POLICY)
+    assert leaves_spot(behind, SPOT, POLICY) and leaves_spot(tight, SPOT, POLICY)
+    assert not leaves_spot(facts(deadline_remaining_s=None), SPOT, POLICY)  # no deadline: never moved early

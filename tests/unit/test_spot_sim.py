@@ -117,6 +117,38 @@ def test_deadline_job_behind_schedule_moves_to_on_demand_and_meets_its_deadline(
     assert finish > due_s, finish
 
 
+def test_deadline_job_falling_behind_on_spot_moves_at_a_checkpoint_before_an_interruption_and_meets_it() -> None:
+    """The proactive move: under two interruptions per node-hour the job loses time at each one; at a periodic
+    checkpoint, once rule 4 no longer keeps it on spot, it leaves with that checkpoint's work saved, instead of
+    staying until the next interruption. Spot alone would have missed the deadline."""
+    due_s = 4 * HOUR + 1500.0
+    job = Job("due", "t", 8, 4 * HOUR, submit_time_s=10.0, checkpoint_interval_s=1800.0, deadline_s=due_s)
+    sim = Simulation(cluster(spot_rate=2.0), spot_policy(), [BLOCKER, job], seed=6, until_s=100 * HOUR)
+    result = sim.run().to_json()
+    assert sim.cloud is not None
+    assert [job_id for job_id, _ in sim.cloud.moves] == ["due"]
+    moved_s = sim.cloud.moves[0][1]
+    assert moved_s < 10.0 + due_s
+    assert result["interruptions"] >= 2  # it fell behind by being interrupted on spot first
+    assert pool_jobs(result, "od") == {"training": 1}  # the move, and nothing after it, went to on-demand
+    assert result["lost_gpu_hours"] == 0.0  # it moved at a checkpoint; the interruptions' notices saved the rest
+    assert result["deadline_misses"] == 0 and result["jobs_completed"] == 1
+    assert result["makespan_s"] <= 10.0 + due_s
+    spot_alone = run([replace(job, deadline_s=None)], spot_policy(), cluster(spot_rate=2.0, on_demand=False), seed=6)
+    assert spot_alone["makespan_s"] > 10.0 + due_s
+
+
+def test_deadline_job_with_slack_stays_on_spot_at_its_checkpoints() -> None:
+    """Ahead of the uniform rate with slack to spare, a deadline job on spot is checked at each checkpoint and
+    stays: no move, no on-demand placement."""
+    job = Job("roomy", "t", 8, 2 * HOUR, submit_time_s=10.0, checkpoint_interval_s=900.0, deadline_s=10 * HOUR)
+    sim = Simulation(cluster(spot_rate=0.0), spot_policy(), [BLOCKER, job], seed=0, until_s=100 * HOUR)
+    result = sim.run().to_json()
+    assert sim.cloud is not None and sim.cloud.moves == []
+    assert pool_jobs(result, "sp") == {"training": 1} and pool_jobs(result, "od") == {}
+    assert result["deadline_misses"] == 0 and result["preemptions"] == 0
+
+
 def test_same_seed_same_result_different_seed_different_interruptions() -> None:
     jobs = [Job(f"j{k}", "t", 8, 3 * HOUR, submit_time_s=10.0 + 600 * k, checkpoint_interval_s=900.0)
             for k in range(6)]
