@@ -6,6 +6,7 @@ path: `$GREENGPU_SLURM_BIN` if set, else the usual install locations.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -52,6 +53,26 @@ def run(name: str, *args: str, timeout_s: float = 20.0) -> str:
         lines = (result.stderr or result.stdout).strip().splitlines()
         raise SlurmError(f"{name} {' '.join(args)}: {lines[-1] if lines else f'exit {result.returncode}'}")
     return result.stdout
+
+
+def json_reply(text: str, what: str) -> dict[str, object]:
+    """The document a `--json` command printed. SlurmError when it is not Slurm's JSON or carries errors:
+    `squeue --json` and `sinfo --json` exit 0 with an `errors` list and no jobs or nodes when slurmctld
+    cannot be reached, which must not read as an empty cluster."""
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise SlurmError(f"{what}: not Slurm's JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise SlurmError(f"{what}: not Slurm's JSON: a {type(document).__name__}, not an object")
+    errors = document.get("errors")
+    if errors:
+        first = errors[0] if isinstance(errors, list) and errors else errors
+        if isinstance(first, dict):
+            said = first.get("description") or first.get("error") or first
+            raise SlurmError(f"{what}: {said} ({first.get('source', 'slurmctld')})")
+        raise SlurmError(f"{what}: {first}")
+    return document
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ nodes for the jobs it schedules, through greengpu's ResumeProgram. Capping stays
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -75,7 +74,10 @@ def parse_jobs(text: str, known: set[str]) -> tuple[list[RunningJob], list[Pendi
     """
     running: list[RunningJob] = []
     pending: list[PendingJob] = []
-    for record in json.loads(text).get("jobs", []):
+    jobs = slurm.json_reply(text, "squeue --json").get("jobs") or []
+    if not isinstance(jobs, list):
+        raise slurm.SlurmError("squeue --json: no list of jobs")
+    for record in jobs:
         state = str(record.get("job_state", ""))
         if state == "RUNNING":
             nodes = hostlist.expand_hostlist(record.get("nodes") or "")
@@ -129,7 +131,10 @@ class SlurmBody:
         running, pending = parse_jobs(self._run("squeue", "--json"), known)
         states: dict[str, NodeState] = {}
         busy: set[str] = set()
-        for record in json.loads(self._run("sinfo", "--json")).get("nodes", []):
+        nodes = slurm.json_reply(self._run("sinfo", "--json"), "sinfo --json").get("nodes") or []
+        if not isinstance(nodes, list):
+            raise slurm.SlurmError("sinfo --json: no list of nodes")
+        for record in nodes:
             name = str(record.get("name"))
             if name not in known:
                 continue

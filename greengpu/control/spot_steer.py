@@ -26,7 +26,6 @@ A job that is waiting for other reasons (dependencies, limits, holds) is not tou
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -99,16 +98,7 @@ class SpotSteering:
 
     def steer_once(self) -> list[SteerOutcome]:
         """Read the queue, steer what should be steered. slurm.SlurmError when the queue cannot be read."""
-        text = self._run("squeue", "--json")
-        try:
-            document = json.loads(text)
-            records, errors = document.get("jobs", []), document.get("errors") or []
-        except (ValueError, AttributeError) as error:
-            raise slurm.SlurmError(f"squeue --json: not Slurm's JSON: {error}") from None
-        if errors:  # squeue --json exits 0 with an empty list when slurmctld cannot be reached
-            first = errors[0] if isinstance(errors[0], dict) else {}
-            raise slurm.SlurmError(f"squeue --json: {first.get('description') or first.get('error') or errors[0]}"
-                                   f" ({first.get('source', 'slurmctld')})")
+        records = slurm.json_reply(self._run("squeue", "--json"), "squeue --json").get("jobs", [])
         if not isinstance(records, list):
             raise slurm.SlurmError("squeue --json: no list of jobs")
         now_s = self._clock()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from inventories import a100_type, write_inventory
+from test_slurm_cli import dead_slurm  # noqa: F401 - a slurm.conf whose slurmctld does not listen
 
 from greengpu.backends.slurm import SlurmError
 from greengpu.config.inventory import load_cluster
@@ -74,3 +75,27 @@ def test_the_observation_and_the_actions(tmp_path: Path) -> None:
     ok = body(tmp_path, {"squeue": SQUEUE, "sinfo": SINFO, "scontrol": ""}, calls)
     assert ok.act(WakeNode("node2", "needed by 2"), 1000.0) == "node2: power up asked of Slurm"
     assert calls[-1] == ("scontrol", "update", "nodename=node2", "state=POWER_UP")
+
+
+UNREACHABLE = ('{"meta": {}, "errors": [{"description": "Unable to contact slurm controller (connect failure)", '
+               '"source": "slurm_load_jobs", "error": "Unable to contact slurm controller", "error_number": 1007}], '
+               '"jobs": [], "nodes": []}')
+
+
+@pytest.mark.parametrize("failing", ["squeue", "sinfo"])
+def test_a_reply_with_errors_is_not_an_empty_cluster(tmp_path: Path, failing: str) -> None:
+    # `squeue --json` and `sinfo --json` exit 0 with an errors list and nothing else when slurmctld is
+    # unreachable; read as an empty queue, idle nodes would look sleepable. The daemon fails safe on it.
+    answers = {"squeue": SQUEUE, "sinfo": SINFO, failing: UNREACHABLE}
+    with pytest.raises(SlurmError, match=f"{failing} --json: Unable to contact slurm controller"):
+        body(tmp_path, answers, []).observe(1000.0, 0, 0)
+    with pytest.raises(SlurmError, match="squeue --json: not Slurm's JSON"):
+        body(tmp_path, {"squeue": "<html>", "sinfo": SINFO}, []).observe(1000.0, 0, 0)
+
+
+def test_the_real_squeue_of_an_unreachable_controller_fails_the_observation(tmp_path: Path,
+                                                                             dead_slurm: Path) -> None:  # noqa: F811
+    cluster = load_cluster(write_inventory(tmp_path / "c.yaml", {"g": a100_type(gpus=4)},
+                                           ['{name: "node[1-2]", type: g}']))
+    with pytest.raises(SlurmError, match="squeue"):
+        SlurmBody(cluster).observe(1000.0, 0, 0)
