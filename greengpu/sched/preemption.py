@@ -314,6 +314,66 @@ class VictimFinder:
             self._promised_now[key] = self._promised_now.get(key, 0) + job.units
         return VictimChoice(chosen, freed_nodes | target_nodes, sum(lost_gpu_s(v, self.now_s) for v in chosen))
 
+    def outranks_own(self, job: Job) -> bool:
+        """Whether some running job of the job's own tenant may yield to it by priority (cheap: per tenant)."""
+        if not self.policy.priority_preemption:
+            return False
+        by_tenant = self._running_by_tenant()
+        if job.tenant not in by_tenant:
+            return False
+        return bool(self._yielding(job.tenant, by_tenant)) and job.priority > self._lowest_priority[job.tenant]
+
+    def find_for_quota(self, pending: PendingJob, excluded: Collection[int]) -> VictimChoice | None:
+        """The cheapest set of the job's own tenant's lower-priority jobs whose stop lets it start when
+        its tenant's quota blocks it, or None.
+
+        A tenant's higher-priority job preempts its lower-priority jobs when they are in its way, and
+        they are in its way just as much when what they hold is the tenant's quota as when it is the
+        GPUs (an interactive notebook waiting behind its own group's checkpointing training jobs). The
+        victims are taken by rank until the job passes its quota and fits, then pruned."""
+        job = pending.job
+        if not self.outranks_own(job) or not allowed_models(self.state, job):
+            return None
+        by_tenant = self._running_by_tenant()
+        banned = {r.by_job_id for r in pending.preemptions}
+        candidates = sorted((r for r in self._yielding(job.tenant, by_tenant)
+                             if r.job.priority < job.priority and r.job.job_id not in self.stopping
+                             and r.job.job_id not in banned),
+                            key=lambda r: victim_rank(r, self.now_s, self.policy.victim_order))
+        chosen: list[RunningJob] = []
+        for victim in candidates:
+            chosen.append(victim)
+            if self._starts_without(job, chosen, excluded) is not None:
+                break
+        else:
+            return None
+        for victim in list(reversed(chosen)):
+            trial = [v for v in chosen if v is not victim]
+            if trial and self._starts_without(job, trial, excluded) is not None:
+                chosen = trial
+        nodes = self._starts_without(job, chosen, excluded) or frozenset()
+        return VictimChoice(tuple(chosen), nodes, sum(lost_gpu_s(v, self.now_s) for v in chosen))
+
+    def _starts_without(self, job: Job, victims: Sequence[RunningJob],
+                        excluded: Collection[int]) -> frozenset[int] | None:
+        """The nodes the job would start on once `victims` are gone (their GPUs and their quota given
+        back), or None when it still could not: tried in the real index and ledger, then restored."""
+        for victim in victims:
+            self.state.release(victim.slots)
+            self.ledger.charge(victim, -1)
+        try:
+            slots = place(self.state, job, excluded=excluded)
+            if slots is None:
+                return None
+            model = self.state.model[self.state.index[slots[0].node]]
+            if self.ledger.admission_problem(job, model, job.units) is not None:
+                return None
+            return frozenset(self.state.index[s.node] for s in slots)
+        finally:
+            for victim in victims:
+                self.ledger.charge(victim, 1)
+                self.state.allocate(victim.slots)
+
     def _eligible_victims(self, pending: PendingJob, tenants: list[str], by_tenant: dict[str, list[RunningJob]],
                           reclaiming: bool) -> list[RunningJob]:
         """The victims that may yield to `pending` (rules in the module docstring), checks hoisted per tenant."""

@@ -7,6 +7,8 @@ search during a grace takes the same surplus again: that was the preemption chur
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from schedkit import job, make_cluster, node_type
 
 from greengpu.model import ClusterSnapshot, GpuSlot, KillJob, PendingJob, PreemptJob, RunningJob, Tenant
@@ -87,3 +89,32 @@ def test_a_claimant_counts_the_victims_already_stopping_for_its_jobs() -> None:
     # The job it stopped for has left the queue (the preemption is withdrawn): a may reclaim again.
     gone = ClusterSnapshot(time_s=NOW_S, cluster=CLAIM, running=snap.running, pending=waiting("a2", "a3"))
     assert [b for _, b in stopped(gone)] == ["a2"]
+
+
+# One 4-GPU node: lab (quota 2, may not borrow for jobs that cannot be preempted) runs two one-GPU
+# training jobs of priority 0; other (no quota) runs two more. An interactive notebook of lab, priority
+# 1 and not interruptible, would take lab past its quota: its own group's training is in its way.
+QUOTA = make_cluster([(1, node_type(4), "r")], [Tenant("lab", quota_gpus=2), Tenant("other")])
+TRAINING = (one_gpu("t-old", "lab", 0), RunningJob(job("t-new", tenant="lab"), (GpuSlot("n0000", 1),), 5_000.0,
+                                                   100_000.0))
+OTHERS = (one_gpu("o0", "other", 2), one_gpu("o1", "other", 3))
+NOTEBOOK = PendingJob(job("notebook", tenant="lab", priority=1, interruptible=False, job_class="interactive"))
+
+
+def test_a_job_its_tenants_quota_blocks_preempts_its_tenants_lower_priority_work() -> None:
+    snap = ClusterSnapshot(time_s=NOW_S, cluster=QUOTA, running=TRAINING + OTHERS, pending=(NOTEBOOK,))
+    # One victim is enough (the least work lost: the newer job); other's jobs do not count against lab's quota.
+    assert stopped(snap) == [("t-new", "notebook")]
+    # While that victim checkpoints, the notebook waits for it and stops nobody else.
+    leaving = RunningJob(TRAINING[1].job, TRAINING[1].slots, 5_000.0, 100_000.0,
+                         preempt_signalled_s=NOW_S, preempted_for="notebook")
+    during = ClusterSnapshot(time_s=NOW_S + 60.0, cluster=QUOTA, running=(TRAINING[0], leaving) + OTHERS,
+                             pending=(NOTEBOOK,))
+    assert stopped(during) == []
+    # Equal priority: nobody yields, the job waits for its quota as before.
+    peer = replace(NOTEBOOK, job=replace(NOTEBOOK.job, priority=0))
+    assert stopped(replace(snap, pending=(peer,))) == []
+    # Without priority preemption in the policy, nobody yields either.
+    no_priority = SchedulerPolicy(preemption=PreemptionPolicy(min_runtime_s=0.0, grace_s=120.0,
+                                                              priority_preemption=False))
+    assert not [a for a in schedule(snap, no_priority) if isinstance(a, PreemptJob | KillJob)]
