@@ -88,7 +88,10 @@ def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_hea
     already arrived) wakes nodes before a daily ramp.
     """
     headroom = forecast_headroom_gpus if policy.use_forecast else 0
-    return max(policy.warm_reserve_gpus, math.ceil(policy.warm_reserve_busy_fraction * busy_gpus - 1e-9), headroom)
+    # The share of use rounds down: a reserve is what use justifies, in whole GPUs. Rounded up, a third
+    # of a GPU in use kept a whole GPU (on a small cluster, a whole server) awake; a site that wants a
+    # minimum whatever the use says sets the fixed floor.
+    return max(policy.warm_reserve_gpus, math.floor(policy.warm_reserve_busy_fraction * busy_gpus + 1e-9), headroom)
 
 
 def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, *, blocked_pending: bool,

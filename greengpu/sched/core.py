@@ -40,6 +40,7 @@ from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.order import queue_order
 from greengpu.sched.placement import chunks_for, place, warning_gpus_by_node
+from greengpu.sched.preemption import VictimChoice
 from greengpu.sched.waits import (
     WAIT_CAPACITY,
     WAIT_NO_MODEL,
@@ -182,8 +183,9 @@ class _Cycle(CycleState):
         # A victim killed this cycle has already given its slots back.
         return not any(isinstance(a, KillJob) and a.job_id == victim.job.job_id for a in self.actions)
 
-    def try_preempt(self, pending: PendingJob, excluded: set[int]) -> bool:
-        choice = self.finder.find(pending, excluded)
+    def try_preempt(self, pending: PendingJob, excluded: set[int],
+                    find: Callable[[PendingJob, set[int]], VictimChoice | None] | None = None) -> bool:
+        choice = (find or self.finder.find)(pending, excluded)
         if choice is None:
             return False
         job = pending.job
@@ -227,6 +229,14 @@ class _Cycle(CycleState):
         job = item.job
         blocked = self.quota_blocked(job, models)
         if blocked is not None:
+            # Its own tenant's lower-priority jobs in the way of its quota yield as they would for GPUs.
+            if job.job_id in self.stopping_for:
+                self._set_wait(job, WaitReason.PREEMPTING)
+                return
+            if self.attempts_left > 0 and self.finder.outranks_own(job):
+                self.attempts_left -= 1
+                if self.try_preempt(item, self._excluded_for(job.job_id), self.finder.find_for_quota):
+                    return
             self.waits[job.job_id] = blocked
             return
         excluded = self._excluded_for(job.job_id)

@@ -57,7 +57,8 @@ class CycleState:
         self.held_for: dict[str, set[int]] = {}
         self.holder_of: dict[int, str] = {}
         self.stopping_for: dict[str, list[RunningJob]] = {}
-        self.finder = VictimFinder(self.state, self.ledger, policy.preemption, self.now_s, snapshot.running)
+        self.finder = VictimFinder(self.state, self.ledger, policy.preemption, self.now_s, snapshot.running,
+                                   snapshot.pending)
         self._shares: dict[str, float] = {}
         self._excluded_shared: set[int] | None = None
         self._latest_reserved_start_s = -1.0

@@ -7,6 +7,15 @@ A running job may be a victim of pending job J only if all of these hold:
 - either it belongs to J's tenant and has lower priority, or its tenant is above its nominal
   quota (borrowing) and J has higher priority or J's tenant is reclaiming its own nominal quota.
 
+Quotas are counted net of preemptions already under way (a victim keeps its GPUs, and its job's
+tenant keeps them on the books, until its checkpoint grace runs out): a lender is never pushed
+below its nominal quota by all the evictions in flight together, and a tenant reclaims only while
+its running jobs, plus the jobs that already have victims stopping for them, plus J fit inside its
+nominal quota. Without this, every search during a grace saw the same surplus: two reclaims each
+took a lender's last borrowed GPUs (leaving it under its quota, so it reclaimed from a third
+tenant in turn), and a tenant with a few GPUs of quota left stopped a victim for each of dozens of
+waiting one-GPU jobs, ending far above its quota and the first to be reclaimed from in turn.
+
 Victims are ranked by priority, then by the work they would lose (GPU-seconds since their last
 checkpoint) or, for comparison, newest first. Gangs are evicted whole: a victim frees every slot
 it holds. The chosen set is pruned until removing any victim would stop J from fitting.
@@ -21,7 +30,7 @@ from dataclasses import dataclass
 from greengpu.model import GPU_UNITS, Job, PendingJob, RunningJob
 from greengpu.policy import PreemptionPolicy
 from greengpu.sched.placement import allowed_models, chunks_for, place
-from greengpu.sched.quota import QuotaLedger
+from greengpu.sched.quota import ANY_MODEL, QuotaLedger
 from greengpu.sched.state import PlacementState
 
 HOUR_S = 3600.0
@@ -80,14 +89,19 @@ class VictimFinder:
     """Finds minimal victim sets within one scheduling cycle."""
 
     def __init__(self, state: PlacementState, ledger: QuotaLedger, policy: PreemptionPolicy, now_s: float,
-                 running: Sequence[RunningJob]) -> None:
+                 running: Sequence[RunningJob], pending: Sequence[PendingJob] = ()) -> None:
         self.state = state
         self.ledger = ledger
         self.policy = policy
         self.now_s = now_s
         self.running = running
+        self.pending = pending
+        """The cycle's waiting jobs: whose tenant each earlier preemption still under way serves."""
         self.stopping: set[str] = set()
         """Jobs already asked to stop (earlier cycles or this one)."""
+        self._in_flight: tuple[int, dict[tuple[str, str], int], dict[tuple[str, str], int]] | None = None
+        self._promised_now: dict[tuple[str, str], int] = {}
+        """Per (tenant, quota key), milli-GPUs promised by this cycle's preemptions to their beneficiaries."""
         self._by_tenant: dict[str, list[RunningJob]] | None = None
         self._over: set[str] = set()
         self._over_version = -1
@@ -98,6 +112,64 @@ class VictimFinder:
     def _model_of(self, victim: RunningJob) -> str:
         node = self.state.index.get(victim.slots[0].node) if victim.slots else None
         return self.state.model[node] if node is not None else ""
+
+    def _quota_key(self, tenant: str, model: str) -> tuple[str, str]:
+        return (tenant, self.ledger.key(self.ledger.tenant(tenant), model))
+
+    def _still_charged(self, victim: RunningJob) -> bool:
+        """Whether a job asked to stop still counts against its tenant's quota in this cycle's ledger:
+        the core kills (and uncharges) a victim at the start of the cycle in which its grace runs out,
+        or at once when there is no grace; until then it runs and holds its GPUs."""
+        grace_s = self.policy.grace_s
+        if grace_s <= 0:
+            return False
+        signalled_s = victim.preempt_signalled_s
+        return signalled_s is None or self.now_s < signalled_s + grace_s
+
+    def _preemptions_in_flight(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+        """Per (tenant, quota key): the milli-GPUs of its jobs asked to stop that still count against it
+        (leaving), and those promised to its waiting jobs by the preemptions still under way (coming).
+        Recomputed only when another job has been asked to stop (the set only grows within a cycle)."""
+        if self._in_flight is not None and self._in_flight[0] == len(self.stopping):
+            leaving, coming = self._in_flight[1], self._in_flight[2]
+        else:
+            leaving, coming = {}, {}
+            beneficiaries: dict[str, str] = {}
+            if self.stopping:
+                for victim in self.running:
+                    if victim.job.job_id not in self.stopping or not self._still_charged(victim):
+                        continue
+                    vjob = victim.job
+                    if self.ledger.tenant(vjob.tenant).quota_gpus_by_model:
+                        for node, units in victim.units_by_node.items():
+                            key = (vjob.tenant, self.ledger.model_of_node.get(node, ""))
+                            leaving[key] = leaving.get(key, 0) + units
+                    else:
+                        key = (vjob.tenant, ANY_MODEL)
+                        leaving[key] = leaving.get(key, 0) + vjob.units
+                    if victim.preempted_for is not None:  # signalled in an earlier cycle
+                        beneficiaries.setdefault(victim.preempted_for, self._model_of(victim))
+            if beneficiaries:
+                for waiting in self.pending:
+                    model = beneficiaries.get(waiting.job.job_id)
+                    if model is not None:
+                        key = self._quota_key(waiting.job.tenant, model)
+                        coming[key] = coming.get(key, 0) + waiting.job.units
+            self._in_flight = (len(self.stopping), leaving, coming)
+        return leaving, coming
+
+    def over_nominal_units(self, tenant: str, model: str) -> int:
+        """How far the tenant stays above its nominal quota once its jobs already asked to stop are gone."""
+        leaving, _ = self._preemptions_in_flight()
+        return max(0, self.ledger.over_nominal_units(tenant, model) - leaving.get(self._quota_key(tenant, model), 0))
+
+    def reclaims_within_nominal(self, job: Job, model: str) -> bool:
+        """Whether the job, with its tenant's running jobs and the jobs that already have victims
+        stopping for them, fits inside the tenant's nominal quota: only then may it reclaim lent GPUs."""
+        _, coming = self._preemptions_in_flight()
+        key = self._quota_key(job.tenant, model)
+        promised = coming.get(key, 0) + self._promised_now.get(key, 0)
+        return self.ledger.within_nominal_after(job, model, job.units + promised)
 
     def _may_ever_yield(self, victim: RunningJob) -> bool:
         """The checks that do not depend on the pending job (cached per tenant for the cycle)."""
@@ -144,7 +216,7 @@ class VictimFinder:
                 if tenant not in over:
                     key = (tenant, self._model_of(victim))
                     if key not in over_nominal:  # the ledger does not change during one search
-                        over_nominal[key] = self.ledger.over_nominal_units(*key)
+                        over_nominal[key] = self.over_nominal_units(*key)
                     over[tenant] = over_nominal[key]
                 if over[tenant] <= 0:
                     continue
@@ -176,7 +248,7 @@ class VictimFinder:
         models = allowed_models(state, job)
         if not models:
             return None
-        reclaiming = any(self.ledger.within_nominal_after(job, m, job.units) for m in models)
+        reclaiming = any(self.reclaims_within_nominal(job, m) for m in models)
         # Only the job's own tenant and tenants above their nominal quota can lose jobs: look there.
         by_tenant = self._running_by_tenant()
         if self._over_version != self.ledger.version:
@@ -237,7 +309,70 @@ class VictimFinder:
         target_nodes = frozenset(node for _, node, _ in picked)
         if not self._fits_after(job, chosen, excluded, target_nodes):
             return None
+        if chosen:  # the caller stops these victims for `job`: its tenant has these GPUs coming
+            key = self._quota_key(job.tenant, self._model_of(chosen[0]))
+            self._promised_now[key] = self._promised_now.get(key, 0) + job.units
         return VictimChoice(chosen, freed_nodes | target_nodes, sum(lost_gpu_s(v, self.now_s) for v in chosen))
+
+    def outranks_own(self, job: Job) -> bool:
+        """Whether some running job of the job's own tenant may yield to it by priority (cheap: per tenant)."""
+        if not self.policy.priority_preemption:
+            return False
+        by_tenant = self._running_by_tenant()
+        if job.tenant not in by_tenant:
+            return False
+        return bool(self._yielding(job.tenant, by_tenant)) and job.priority > self._lowest_priority[job.tenant]
+
+    def find_for_quota(self, pending: PendingJob, excluded: Collection[int]) -> VictimChoice | None:
+        """The cheapest set of the job's own tenant's lower-priority jobs whose stop lets it start when
+        its tenant's quota blocks it, or None.
+
+        A tenant's higher-priority job preempts its lower-priority jobs when they are in its way, and
+        they are in its way just as much when what they hold is the tenant's quota as when it is the
+        GPUs (an interactive notebook waiting behind its own group's checkpointing training jobs). The
+        victims are taken by rank until the job passes its quota and fits, then pruned."""
+        job = pending.job
+        if not self.outranks_own(job) or not allowed_models(self.state, job):
+            return None
+        by_tenant = self._running_by_tenant()
+        banned = {r.by_job_id for r in pending.preemptions}
+        candidates = sorted((r for r in self._yielding(job.tenant, by_tenant)
+                             if r.job.priority < job.priority and r.job.job_id not in self.stopping
+                             and r.job.job_id not in banned),
+                            key=lambda r: victim_rank(r, self.now_s, self.policy.victim_order))
+        chosen: list[RunningJob] = []
+        for victim in candidates:
+            chosen.append(victim)
+            if self._starts_without(job, chosen, excluded) is not None:
+                break
+        else:
+            return None
+        for victim in list(reversed(chosen)):
+            trial = [v for v in chosen if v is not victim]
+            if trial and self._starts_without(job, trial, excluded) is not None:
+                chosen = trial
+        nodes = self._starts_without(job, chosen, excluded) or frozenset()
+        return VictimChoice(tuple(chosen), nodes, sum(lost_gpu_s(v, self.now_s) for v in chosen))
+
+    def _starts_without(self, job: Job, victims: Sequence[RunningJob],
+                        excluded: Collection[int]) -> frozenset[int] | None:
+        """The nodes the job would start on once `victims` are gone (their GPUs and their quota given
+        back), or None when it still could not: tried in the real index and ledger, then restored."""
+        for victim in victims:
+            self.state.release(victim.slots)
+            self.ledger.charge(victim, -1)
+        try:
+            slots = place(self.state, job, excluded=excluded)
+            if slots is None:
+                return None
+            model = self.state.model[self.state.index[slots[0].node]]
+            if self.ledger.admission_problem(job, model, job.units) is not None:
+                return None
+            return frozenset(self.state.index[s.node] for s in slots)
+        finally:
+            for victim in victims:
+                self.ledger.charge(victim, 1)
+                self.state.allocate(victim.slots)
 
     def _eligible_victims(self, pending: PendingJob, tenants: list[str], by_tenant: dict[str, list[RunningJob]],
                           reclaiming: bool) -> list[RunningJob]:
@@ -256,14 +391,14 @@ class VictimFinder:
                              and r.job.job_id not in stopping and r.job.job_id not in banned)
                 continue
             per_model = bool(self.ledger.tenant(tenant).quota_gpus_by_model)
-            if not per_model and self.ledger.over_nominal_units(tenant, "") <= 0:
+            if not per_model and self.over_nominal_units(tenant, "") <= 0:
                 continue
             take_any = policy.reclaim and reclaiming
             for victim in candidates:
                 vjob = victim.job
                 if vjob.job_id in stopping or vjob.job_id in banned:
                     continue
-                if per_model and self.ledger.over_nominal_units(tenant, self._model_of(victim)) <= 0:
+                if per_model and self.over_nominal_units(tenant, self._model_of(victim)) <= 0:
                     continue
                 if take_any or (policy.priority_preemption and vjob.priority < job.priority):
                     found.append(victim)
@@ -287,7 +422,10 @@ class VictimFinder:
         top_priority = max(v.job.priority for v in victims)
         if self.policy.victim_order == "newest-first":
             return (top_priority, len(victims), -min(v.start_time_s for v in victims))
-        return (top_priority, len(victims), sum(lost_gpu_s(v, self.now_s) for v in victims))
+        # Least lost work means least lost work: one long job that never checkpointed can cost more
+        # than several young ones. (Fewest victims first stopped 8-GPU jobs 50-85 hours old on the
+        # stress scenarios: a handful of them were most of every policy's lost GPU-hours.)
+        return (top_priority, sum(lost_gpu_s(v, self.now_s) for v in victims), len(victims))
 
     def _fits_after(self, job: Job, victims: tuple[RunningJob, ...], excluded: Collection[int],
                     nodes: frozenset[int]) -> bool:

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from greengpu.cli import main
+from greengpu.config.inventory import load_cluster
+from greengpu.config.policy import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
 CONTRACT_KEYS = {
@@ -86,4 +88,9 @@ def test_readme_example_week_of_the_lab(capsys: pytest.CaptureFixture[str]) -> N
     assert lab["invariant_violations"] == 0 and always_on["invariant_violations"] == 0
     assert lab["jobs_completed"] == always_on["jobs_completed"] == always_on["jobs"]
     assert lab["energy_kwh"] < 0.8 * always_on["energy_kwh"]  # nights and the weekend asleep
-    assert lab["wait_s"]["p95"] <= always_on["wait_s"]["p95"] + 300  # at most one boot more
+    # At most one boot more, plus the longer checkpoint grace the lab gives a victim (its jobs preempt
+    # their own group's lower-priority work to start, and wait for it to checkpoint).
+    boot_s = max(t.boot_s for t in load_cluster(REPO / "examples" / "lab-a100.cluster.yaml").node_types.values())
+    extra_grace_s = (load_policy(str(REPO / "policies" / "lab-a100.yaml")).scheduler.preemption.grace_s
+                     - load_policy("always-on").scheduler.preemption.grace_s)
+    assert lab["wait_s"]["p95"] <= always_on["wait_s"]["p95"] + boot_s + extra_grace_s

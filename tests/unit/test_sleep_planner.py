@@ -150,8 +150,17 @@ def test_warm_reserve_follows_use_with_a_floor() -> None:
     policy = SleepPolicy(enabled=True, warm_reserve_gpus=8, warm_reserve_busy_fraction=0.25)
     assert warm_reserve_target_gpus(policy, 0) == 8
     assert warm_reserve_target_gpus(policy, 100) == 25
-    assert warm_reserve_target_gpus(policy, 101) == 26  # rounded up: never less than the share
+    # Rounded down: the reserve is what use justifies in whole GPUs, never a GPU bought for a fraction.
+    assert warm_reserve_target_gpus(policy, 103) == 25
+    assert warm_reserve_target_gpus(policy, 104) == 26
     assert warm_reserve_target_gpus(SleepPolicy(), 500) == 0
+    # A lab with two GPUs in use and a 35% share keeps no idle node awake for 0.7 GPU of reserve
+    # (rounded up, it kept a whole 4-GPU server awake); its fixed floor, when set, still holds.
+    lab = SleepPolicy(enabled=True, warm_reserve_gpus=0, warm_reserve_busy_fraction=0.35)
+    assert warm_reserve_target_gpus(lab, 2) == 0
+    assert warm_reserve_target_gpus(lab, 6) == 2
+    assert warm_reserve_target_gpus(SleepPolicy(enabled=True, warm_reserve_gpus=1, warm_reserve_busy_fraction=0.35),
+                                    2) == 1
 
 
 def test_reserve_shortfall_counts_free_awake_and_waking_nodes() -> None:
