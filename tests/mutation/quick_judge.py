@@ -60,27 +60,40 @@ def main() -> int:
         sys.exit("run `tests/mutation/run.sh` once first: the mutated copy is not in ./mutants")
     tests = [str(ROOT / t) if t.endswith(".py") or "::" in t else t for t in [*args.tests, *pytest_options]]
     signal.signal(signal.SIGALRM, _on_alarm)
+    # Stopped by hand (SIGTERM or Ctrl-C: pytest ends its session), it still records what it judged so far.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     verdicts: dict[str, int] = {}
-    for name in todo:
-        os.environ["MUTANT_UNDER_TEST"] = name
-        signal.alarm(args.timeout_s)
-        try:
-            rc = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *tests]))
-            verdicts[name] = 1 if rc == 1 else 0 if rc == 0 else sys.exit(f"pytest exit {rc} for {name}")
-        except _Hang:
-            verdicts[name] = 24  # mutmut's code for a timeout
-        finally:
-            signal.alarm(0)
-    for meta in metas:
-        data = json.loads(meta.read_text())
-        found = {n: c for n, c in verdicts.items() if n in data["exit_code_by_key"]}
-        if found:
-            data["exit_code_by_key"].update(found)
-            meta.write_text(json.dumps(data, indent=4))
+    try:
+        for number, name in enumerate(todo, 1):
+            os.environ["MUTANT_UNDER_TEST"] = name
+            signal.alarm(args.timeout_s)
+            try:
+                rc = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *tests]))
+                verdicts[name] = 1 if rc == 1 else 0 if rc == 0 else sys.exit(f"pytest exit {rc} for {name}")
+            except _Hang:
+                verdicts[name] = 24  # mutmut's code for a timeout
+            finally:
+                signal.alarm(0)
+            print(f"quick_judge {number}/{len(todo)} {name}: {'killed' if verdicts[name] else 'SURVIVED'}",
+                  file=sys.stderr, flush=True)
+            if number % 50 == 0:
+                _record(metas, verdicts)
+    finally:
+        _record(metas, verdicts)
     killed = sum(1 for c in verdicts.values() if c)
     print(f"{len(verdicts)} mutants judged with {len(args.tests)} test arguments: {killed} killed, "
           f"{len(verdicts) - killed} survived them")
     return 0
+
+
+def _record(metas: list[Path], verdicts: dict[str, int]) -> None:
+    """Write the verdicts into mutmut's cache (the .meta file of each mutated module)."""
+    for meta in metas:
+        data = json.loads(meta.read_text())
+        found = {n: c for n, c in verdicts.items() if n in data["exit_code_by_key"]}
+        if found and any(data["exit_code_by_key"].get(n) != c for n, c in found.items()):
+            data["exit_code_by_key"].update(found)
+            meta.write_text(json.dumps(data, indent=4))
 
 
 if __name__ == "__main__":
