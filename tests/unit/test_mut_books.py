@@ -123,6 +123,7 @@ def test_remembered_books_equal_fresh_ones_through_ends_drains_sleep_wake_and_sh
 
     # A job ends; a fraction joins f1 on its GPU (the shared index moves the GPU, not adds one).
     version = books.version
+    assert version == 0
     del cycles.running["j1"]
     cycles.running["f3"] = running("f3", [("n0000", 2, 300)], tenant="b")
     books, _ = cycles.step()
@@ -139,8 +140,13 @@ def test_remembered_books_equal_fresh_ones_through_ends_drains_sleep_wake_and_sh
     assert state.shared["A100"] == [(200, 0, 2)] and not state.whole_by_domain["A100"].get("r2")
     assert state.total_free_units() == state.free_units_total
 
-    # The drained node's gang ends while it is drained; then n0002 wakes and n0001 is undrained.
+    # The drained node's gang ends while it is drained, with f3; then n0002 wakes and n0001 is undrained.
+    version = books.version
     del cycles.running["g1"]
+    f3 = cycles.running.pop("f3")
+    books, _ = cycles.step()
+    assert books.version == version + 2
+    cycles.running["f3"] = f3
     books, _ = cycles.step()
     assert state.free_whole[1] == 3 and state.free_units_total == 12_000 - 4_050 - (4_000 - 2_250) - 2_000 + 1_000
     cycles.states = {}
@@ -164,10 +170,11 @@ def test_a_changed_expected_end_or_a_new_object_for_the_same_allocation_moves_on
     assert [e[0] for e in books.ends.by_node[0]] == [1200.0, 3000.0]
     assert set(books.ends.memo) == {1, 3}
     # A preemption signal makes a new object with the same allocation and end: nothing else changes.
+    books.ends.memo = {0: {}, 1: {}}
     signalled = replace(later, preempt_signalled_s=100.0, preempted_for="p")
     cycles.running["j1"] = signalled
     books, _ = cycles.step()
-    assert books.running["j1"] is signalled and books.version == version
+    assert books.running["j1"] is signalled and books.version == version and set(books.ends.memo) == {0, 1}
     # The same job id on other GPUs (moved): released where it was, allocated where it is.
     cycles.running["j1"] = whole("j1", "n0001", [0, 1], end_s=3000.0)
     books, _ = cycles.step()
@@ -205,6 +212,12 @@ def test_commit_records_started_and_stopped_jobs_and_their_ends() -> None:
     books.last_running = snapshot.running
     books.commit([], [])
     assert books.version == 1 and books.last_running is snapshot.running
+    # Only started, then only stopped: each is a change.
+    books.commit([whole("more", "n0001", [2])], [])
+    assert books.version == 2 and books.last_running is None and set(books.running) == {"new", "more"}
+    books.last_running = snapshot.running
+    books.commit([], ["more"])
+    assert books.version == 3 and books.last_running is None and books.by_id == {id(new): new}
 
 
 def test_books_are_kept_per_cluster_purpose_and_borrowing_rule_and_the_memo_stays_small() -> None:
@@ -214,8 +227,10 @@ def test_books_are_kept_per_cluster_purpose_and_borrowing_rule_and_the_memo_stay
     assert books_for(snapshot, False, purpose="q") is not first
     borrowing = books_for(snapshot, True, purpose="p")
     assert borrowing is not first and borrowing.borrow_non_interruptible is True
-    unremembered = books_for(snapshot, False, incremental=False, purpose="p")
+    unremembered = books_for(snapshot, True, incremental=False, purpose="p")
     assert unremembered is not borrowing and books_for(snapshot, True, purpose="p") is borrowing
+    assert unremembered.borrow_non_interruptible is True and unremembered.ledger.borrow_non_interruptible is True
+    assert books_for(snapshot, False) is books_for(snapshot, False, purpose="main")  # the core's own books
     forget_books(snapshot.cluster)
     books_module._BOOKS.clear()
     snapshots = [ClusterSnapshot(0.0, cluster()) for _ in range(18)]
@@ -272,3 +287,49 @@ def test_fractions_sharing_one_gpu_leave_the_shared_index_as_the_fresh_build_has
         books, _ = cycles.step()
     assert books.state.shared["H100"] == [] and books.state.free_whole[3] == 2
     assert books.ledger.used_units.get(("b", "*"), 0) == 0
+
+
+def test_many_jobs_renewed_and_ended_in_one_cycle_are_all_accounted() -> None:
+    cycles = Cycles("renewed-and-ended")
+    for i in range(10):
+        cycles.running[f"j{i}"] = whole(f"j{i}", f"n000{i // 4}", [i % 4], end_s=1000.0 + i)
+    books, _ = cycles.step()
+    version = books.version
+    for i in range(10):
+        if i % 2:
+            del cycles.running[f"j{i}"]  # ended
+        else:
+            cycles.running[f"j{i}"] = replace(cycles.running[f"j{i}"], expected_end_s=2000.0 + i)  # renewed
+    books, _ = cycles.step()  # the ends are not built: a changed end alone touches nothing
+    assert books.version == version + 5 and books.state.free_units_total == 12_000 - 5_000
+
+
+def test_a_gpu_with_one_milli_gpu_left_is_indexed_as_shared_and_moved_when_it_changes() -> None:
+    cycles = Cycles("one-milli")
+    cycles.running["big"] = running("big", [("n0003", 1, 999)], tenant="b")
+    books, _ = cycles.step()
+    assert books.state.shared["H100"] == [(1, 3, 1)]
+    del cycles.running["big"]
+    cycles.running["less"] = running("less", [("n0003", 1, 998)], tenant="b")
+    books, _ = cycles.step()
+    assert books.state.shared["H100"] == [(2, 3, 1)]
+
+
+def test_slots_just_past_a_nodes_last_gpu_are_ignored_and_do_not_stop_the_rest() -> None:
+    state = PlacementState(ClusterSnapshot(0.0, cluster()))
+    state.allocate((GpuSlot("n0003", 2), GpuSlot("n0003", 0)))
+    assert state.gpu_free[3] == [0, 1000]
+    state.release((GpuSlot("n0003", 2), GpuSlot("nowhere", 0), GpuSlot("n0003", 0)))
+    assert state.gpu_free[3] == [1000, 1000] and state.free_units_total == 12_000
+
+
+def test_the_layout_memo_is_cleared_once_it_holds_more_than_64_clusters() -> None:
+    from greengpu.sched import state as state_module
+
+    state_module._LAYOUTS.clear()
+    clusters = [cluster() for _ in range(66)]
+    layouts = [cluster_layout(c) for c in clusters[:65]]
+    assert cluster_layout(clusters[0]) is layouts[0]  # 65 remembered
+    cluster_layout(clusters[65])
+    assert len(state_module._LAYOUTS) == 1 and cluster_layout(clusters[0]) is not layouts[0]
+    state_module._LAYOUTS.clear()
