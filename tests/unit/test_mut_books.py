@@ -57,7 +57,8 @@ def state_fields(state: PlacementState) -> dict[str, object]:
         "free_units_total": state.free_units_total,
         "buckets": {m: [sorted(b) for b in buckets] for m, buckets in state.buckets.items()},
         "shared": state.shared,
-        "whole_by_domain": {m: nonempty({d: sorted(s) for d, s in by.items()}) for m, by in state.whole_by_domain.items()},
+        "whole_by_domain": {m: nonempty({d: sorted(s) for d, s in by.items()})
+                            for m, by in state.whole_by_domain.items()},
     }
 
 

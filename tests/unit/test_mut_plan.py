@@ -77,7 +77,8 @@ def test_peak_upper_offset_is_the_conformal_rise_over_the_previous_weeks_median(
 
 def test_efficiency_gains_and_projects_apply_from_their_start_and_until_their_end() -> None:
     day = pd.Timestamp("2026-03-10")
-    gains = (EfficiencyGain("q", -0.2, pd.Timestamp("2026-03-10")), EfficiencyGain("r", 0.5, pd.Timestamp("2026-03-01")),
+    gains = (EfficiencyGain("q", -0.2, pd.Timestamp("2026-03-10")),
+             EfficiencyGain("r", 0.5, pd.Timestamp("2026-03-01")),
              EfficiencyGain("later", -0.9, pd.Timestamp("2026-03-11")))
     assert efficiency_factor(day, gains) == pytest.approx(0.8 * 1.5)
     assert efficiency_factor(day, ()) == 1.0
