@@ -184,3 +184,26 @@ def test_month_totals_per_calendar_month_priced_like_the_bill() -> None:
 @pytest.mark.parametrize(("pue", "factor"), [(None, 1.0), (1.5, 1.0), (3.0, 2.0)])
 def test_the_reports_pue_scales_the_ledgers_facility_energy(pue: float | None, factor: float) -> None:
     assert Pricing(run_pue=1.5, pue=pue).pue_factor == factor
+
+
+def test_the_ledgers_own_rate_of_an_hour_adds_every_site_row_and_skips_hours_without_energy() -> None:
+    # Hour 0 has two site rows (10 kWh at 2, 30 kWh at 10): 0.3 per kWh, 275 g/kWh. Hour 1 has 0.5 kWh at 0.5;
+    # hour 2 none at all: a job there keeps its own cost.
+    site = [hour(0.0, "", 1.0, 1.0, 10.0, 2.0, 1.0), hour(0.0, "", 1.0, 1.0, 30.0, 10.0, 10.0),
+            hour(3600.0, "", 1.0, 1.0, 0.5, 0.5, 0.05), hour(7200.0, "", 0.0, 0.0, 0.0, 0.0, 0.0)]
+    segment = JobSegment("j", "a", "train", 0.0, 3 * 3600.0, 1.0, ("n1",), 3.0, 3.0, 0.9, 0.6)
+    bill = make_bill(MonthInput(0.0, DAY_S, site, [], [], [segment]), Pricing(run_pue=1.0), "job", "none")
+    # 1 kWh an hour: 0.3 + 1.0 + 0.3 (own: 0.9 / 3); CO2 0.275 + 0.1 + 0.2.
+    assert bill.rows[0].figures["cost"] == 1.6 and bill.rows[0].figures["co2_kg"] == 0.575
+
+
+def test_job_states_count_every_job_that_ended_or_was_preempted_even_given_out_of_order() -> None:
+    def seg(job_id: str, start_s: float, end_s: float) -> JobSegment:
+        return JobSegment(job_id, "a", "train", start_s, end_s, 1.0, ("n1",), 0.0, 0.0, 0.0, 0.0)
+
+    segments = [seg("late", 2000.0, 2500.0), seg("late", 100.0, 200.0), seg("done", 0.0, 100.0),
+                seg("also", 300.0, 400.0), seg("p2", 0.0, 50.0), seg("p2", 60.0, 4000.0)]
+    data = MonthInput(0.0, 3600.0, [hour(0.0, "", 1.0, 1.0, 1.0, 1.0, 1.0)], [], [], segments)
+    jobs = make_bill(data, Pricing(run_pue=1.0), "class", "none").rows[0].jobs
+    # late: stopped at 200, ended at 2500 (its last end, though listed first); p2 stopped at 50, runs on.
+    assert jobs == {"ran": 4, "ended": 3, "preempted": 2, "running": 1}
