@@ -263,3 +263,42 @@ def test_falling_peaks_are_planned_flat_and_flagged_unless_decline_is_allowed() 
     allowed = make_plan(falling, 100, PlanSettings(**{**FAST.__dict__, "allow_decline": True}))
     assert allowed.growth["peak_growth_gpus_per_day"] == -0.25
     assert not any("planned flat" in f for f in allowed.flags)
+
+
+def test_with_forty_days_of_rises_the_95th_percentile_is_below_the_largest() -> None:
+    # Every fourth day rises 1, 2 ... 10 above a flat 10 (a week never holds more than two rises, so its
+    # median stays 10): 40 errors, 30 of them 0; rank ceil(41 x 0.95) = 39: the second largest, 9.
+    peaks = np.full(47, 10.0)
+    peaks[8::4] += np.arange(1.0, 11.0)
+    assert peak_upper_offset(peaks) == 9.0
+
+
+def test_peaks_below_one_gpu_still_give_a_mean_ratio() -> None:
+    assert peak_history(climbing(days=10, slope=0.0) * 0.05, FAST).mean_ratio == pytest.approx(25 / 48)
+
+
+def test_a_history_ending_at_midnight_plans_from_the_next_day() -> None:
+    series = climbing(days=2)
+    ending_at_midnight = pd.concat([series, pd.Series([1.0], index=[series.index[-1] + pd.Timedelta(hours=1)])])
+    assert horizon_days(ending_at_midnight, PlanSettings(horizon_days=1))[0] == pd.Timestamp("2026-01-04", tz="UTC")
+
+
+def test_the_wait_rule_takes_efficiency_gains_into_the_mean() -> None:
+    settings = PlanSettings(redundancy_gpus=0, max_wait_probability=1.0)
+    inputs = PlanInputs(efficiency=(EfficiencyGain("e", -0.5, pd.Timestamp("2026-03-01")),))
+    (day,) = plan_days(days3()[:1], PeakModel(4.0, 0.0, 2.0), 0.0, 1.0, settings, inputs)
+    assert day.required == 5  # the mean 4 x 2 x 0.5 = 4 -> 5; the rule: 2
+
+
+def test_make_plan_flags_demand_at_the_installed_ceiling_and_gaps_and_times_its_backtest() -> None:
+    series = climbing()
+    gappy = series.drop(series.index[100:103])
+    result = make_plan(gappy, 12, FAST)  # at 12 or more: the noons from day 4 and the last two days, 10%
+    assert "3 missing hours filled by interpolation" in result.flags
+    assert any(f.startswith("demand sits at its ceiling (12) ") for f in result.flags)
+    assert not any("ceiling" in f for f in make_plan(series, 100, FAST).flags)
+    assert not any("ceiling" in f for f in make_plan(series, None, FAST).flags)  # the series' own peak: 1 hour
+    assert 0.0 <= result.forecast["backtest_s"] < 60.0
+    # Origins a day apart from two weeks in to the last full day, three of them evenly: the first and last kept.
+    times = result.forecast["per_origin"]["times"]
+    assert times[0] == "2026-01-15T00:00:00+00:00" and times[-1] == "2026-01-30T00:00:00+00:00"
