@@ -116,6 +116,7 @@ def test_a_winner_on_too_few_origins_does_not_ship(monkeypatch: pytest.MonkeyPat
     result = forecast_daily_peaks(peaks(48), 5, None)  # 7 origins: the gate passes, 10 are needed
     assert result.choice is not None and not result.choice.shipped_candidate and result.path is None
     assert result.choice.model == result.choice.baseline and result.choice.mase == result.choice.baseline_mase
+    assert result.choice.shipped_candidate is False
     assert result.note.startswith("daily peaks: perfect passed the gate on only 7 origins (a daily model needs 10, "
                                   "so 51 days of history); the plan keeps its trend rule (peak_trend, MASE ")
     assert result.note.endswith(f"{result.mase['peak_trend']:.3f})")
@@ -149,6 +150,41 @@ def test_a_winner_whose_final_fit_fails_or_goes_negative(monkeypatch: pytest.Mon
     assert result.choice is not None and result.choice.shipped_candidate and result.path is None
     assert result.note.endswith("; its fit on the whole history failed (fragile failed: no convergence), so the "
                                 "plan's trend rule stands")
+    assert set(result.mase) == {"naive", "weekly_naive", "peak_trend", "fragile"}
     with_candidates(monkeypatch, ModelSpec("dipping", "candidate", negative_at_the_end))
     dipping = forecast_daily_peaks(peaks(60), 4, 5)
     assert list(dipping.path) == [0.0] * 4  # type: ignore[arg-type]
+
+
+def test_growth_counts_only_the_last_28_days() -> None:
+    # A climb over days 0..27, then 12 flat days: the last 28 days still hold the end of the climb.
+    history = pd.Series(np.concatenate([np.arange(28.0), np.full(12, 27.0)]))
+    assert peak_trend(history, 1)[0] > 27.0
+
+
+def test_a_loser_on_few_origins_is_judged_as_a_loser(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_candidates(monkeypatch, ModelSpec("useless", "candidate", useless))
+    result = forecast_daily_peaks(peaks(48), 5, None)
+    assert result.note.startswith("daily peaks (7 origins, 14-day horizon): ")
+
+
+def test_origins_are_every_day_and_the_fallback_is_last_weeks_peaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(history: pd.Series, horizon: int) -> np.ndarray:
+        raise ValueError("no fit")
+
+    with_candidates(monkeypatch, ModelSpec("broken", "candidate", broken))
+    result = forecast_daily_peaks(peaks(60), 5, None)
+    assert result.choice is not None and result.choice.origins == 19  # days 28 .. 46, one a day
+    assert result.mase["broken"] == result.mase["weekly_naive"]  # a failed fit counts as the weekly naive
+
+
+def test_daily_candidates_fit_on_the_whole_history_however_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+
+    def recording(history: pd.Series, horizon: int) -> np.ndarray:
+        seen.append(len(history))
+        return perfect(history, horizon)
+
+    with_candidates(monkeypatch, ModelSpec("recording", "candidate", recording))
+    forecast_daily_peaks(peaks(530), 5, 2)
+    assert seen[:2] == [28, 516]  # no window: three weeks of hours would be 504 days here
