@@ -302,3 +302,28 @@ def test_make_plan_flags_demand_at_the_installed_ceiling_and_gaps_and_times_its_
     # Origins a day apart from two weeks in to the last full day, three of them evenly: the first and last kept.
     times = result.forecast["per_origin"]["times"]
     assert times[0] == "2026-01-15T00:00:00+00:00" and times[-1] == "2026-01-30T00:00:00+00:00"
+
+
+def test_a_shipped_daily_model_sets_the_plans_peaks_unless_growth_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from greengpu.forecast import daily
+    from greengpu.forecast.models import ModelSpec
+
+    start = pd.Timestamp("2026-01-01", tz="UTC")
+
+    def perfect_peaks(history: pd.Series, horizon: int) -> np.ndarray:  # climbing(): day d peaks at 10 + d / 2
+        first = (history.index[-1] - start).days + 1
+        return 10.0 + 0.5 * np.arange(first, first + horizon)
+
+    monkeypatch.setattr(daily, "DAILY_CANDIDATES", (ModelSpec("perfect", "candidate", perfect_peaks),))
+    settings = PlanSettings(horizon_days=5, lead_time_days=10, target_utilisation=0.5, redundancy_gpus=1,
+                            max_wait_probability=1.0, origins=5, models=BASELINES, daily_candidates=True)
+    result = make_plan(climbing(days=60), None, settings)
+    summary = result.forecast["daily"]
+    assert summary["model"] == "perfect" and summary["shipped_candidate"] is True and summary["origins"] == 5
+    # Day 60 peaks at 40 by the model; the trend rule would say 38.5 (the median of days 53..59 plus 0.5).
+    assert [d["peak_gpus"] for d in result.days] == [40.0, 40.5, 41.0, 41.5, 42.0]
+    growth = make_plan(climbing(days=60), None, settings, PlanInputs(growth_gpus_per_month=0.5 * DAYS_PER_MONTH))
+    assert growth.forecast["daily"]["shipped_candidate"] is False
+    assert [d["peak_gpus"] for d in growth.days][:2] == [38.5, 39.0]
+    without = make_plan(climbing(days=60), None, PlanSettings(**{**settings.__dict__, "daily_candidates": False}))
+    assert without.forecast["daily"]["note"].startswith("daily peaks: candidates not run; ")
