@@ -35,7 +35,8 @@ def test_intervals_give_each_hour_the_mean_gpus_held_in_it() -> None:
     series = demand_from_intervals(np.array([0.0, 1800.0, 4500.0]), np.array([1800.0, 9000.0, 5400.0]),
                                    np.array([2.0, 1.0, 4.0]))
     pd.testing.assert_series_equal(series, hourly([1.0 + 0.5, 1.0 + 1.0, 0.5, 0.0]))  # and the hour after the last end
-    assert demand_from_intervals(np.array([]), np.array([]), np.array([])).empty
+    empty = demand_from_intervals(np.array([]), np.array([]), np.array([]))
+    assert empty.empty and empty.dtype == float
 
 
 def test_the_first_hour_is_the_hour_of_the_first_start() -> None:
