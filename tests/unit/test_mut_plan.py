@@ -327,3 +327,44 @@ def test_a_shipped_daily_model_sets_the_plans_peaks_unless_growth_is_given(monke
     assert [d["peak_gpus"] for d in growth.days][:2] == [38.5, 39.0]
     without = make_plan(climbing(days=60), None, PlanSettings(**{**settings.__dict__, "daily_candidates": False}))
     assert without.forecast["daily"]["note"].startswith("daily peaks: candidates not run; ")
+
+
+def test_flat_peaks_are_not_flagged_as_falling() -> None:
+    result = make_plan(climbing(slope=0.0), 100, FAST)
+    assert result.growth["measured_growth_gpus_per_day"] == 0.0 and not any("fell" in f for f in result.flags)
+
+
+def test_the_order_by_date_is_flagged_only_once_it_is_the_first_planned_day_or_earlier() -> None:
+    # Required on day k: ceil((25 + k / 2) / 0.5) + 1 = 51 + k: above 70 from day 20, 2026-02-19.
+    def flags(lead_time_days: int) -> list[str]:
+        result = make_plan(climbing(), 70, PlanSettings(**{**FAST.__dict__, "lead_time_days": lead_time_days}))
+        assert result.capacity["run_out_date"] == "2026-02-19"
+        return [f for f in result.flags if f.startswith("order-by")]
+
+    assert flags(18) == []  # order by 2026-02-01, the second planned day
+    assert flags(19) == ["order-by date 2026-01-31 has passed: with a 19-day lead time the GPUs needed from "
+                         "2026-02-19 cannot arrive in time"]
+
+
+def test_a_plan_of_no_days_needs_no_gpus() -> None:
+    result = make_plan(climbing(), 10, PlanSettings(**{**FAST.__dict__, "horizon_days": 0}))
+    assert result.capacity["required_gpus"] == 0 and result.days == [] and result.months == []
+    assert {row["required_gpus"] for row in result.scenarios} == {0}
+
+
+def test_the_forecast_summary_reports_the_chosen_models_scores() -> None:
+    forecast = make_plan(climbing(), 40, FAST).forecast
+    assert forecast["mase"] == forecast["models"][forecast["model"]] is not None
+    assert forecast["baseline_mase"] == forecast["models"][forecast["baseline"]] is not None
+    assert 0.0 <= forecast["coverage_80"] <= forecast["coverage_95"] <= 1.0
+
+
+def test_scenarios_use_each_quantiles_own_rise() -> None:
+    # Rises above the last week's median vary from day to day: the median rise is below the 95% one.
+    index = pd.date_range("2026-01-01", periods=30 * 24, freq="h", tz="UTC")
+    day = np.arange(len(index)) // 24
+    peak = 20.0 + (day * 7) % 5  # 20, 22, 24, 21, 23, ... in a five-day cycle
+    series = pd.Series(np.where(np.arange(len(index)) % 24 == 12, peak, 10.0), index=index)
+    rows = make_plan(series, 100, FAST).scenarios
+    need = {(r["quantile"], r["target_utilisation"]): r["required_gpus"] for r in rows}
+    assert need[(0.5, 0.5)] < need[(0.95, 0.5)]
