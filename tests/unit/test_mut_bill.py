@@ -207,3 +207,11 @@ def test_job_states_count_every_job_that_ended_or_was_preempted_even_given_out_o
     jobs = make_bill(data, Pricing(run_pue=1.0), "class", "none").rows[0].jobs
     # late: stopped at 200, ended at 2500 (its last end, though listed first); p2 stopped at 50, runs on.
     assert jobs == {"ran": 4, "ended": 3, "preempted": 2, "running": 1}
+
+
+def test_idle_is_shared_by_gpu_hours_even_when_they_add_up_to_less_than_one() -> None:
+    data = month()
+    data.tenant_hours = [hour(0.0, "a", 0.5, 0.0, 1.0, 0.1, 0.1), hour(0.0, "b", 0.25, 0.0, 1.0, 0.1, 0.1)]
+    bill = make_bill(data, Pricing(run_pue=1.0), "tenant", "proportional")
+    # 35 kWh, 2 charged: 33 idle by 0.5 : 0.25.
+    assert figures(bill.rows, "energy_kwh") == {"a": 23.0, "b": 12.0}

@@ -90,3 +90,11 @@ def test_history_by_model_names_blank_models_any_model() -> None:
     assert list(by_model) == [ANY_MODEL, "A100"]
     assert list(by_model["A100"].to_numpy()) == [4.0, 0.0] and list(by_model[ANY_MODEL].to_numpy()) == [2.0, 3.0]
     assert demand_by_model_from_history(frame.drop(columns="gpu_model")) == {}
+
+
+def test_history_times_without_an_offset_are_utc_and_model_rows_add_up() -> None:
+    frame = pd.DataFrame({"time": ["1970-01-01 00:00", "1970-01-01 00:00", "1970-01-01 01:00"],
+                          "gpus_busy": [4, 2, 3], "gpu_model": ["A100", "H100", "A100"]})
+    series = demand_from_history(frame)
+    assert str(series.index.tz) == "UTC" and series.index[0] == T0
+    assert list(series.to_numpy()) == [6.0, 3.0]  # the two models' rows of 00:00 add up
