@@ -357,6 +357,10 @@ def test_the_forecast_summary_reports_the_chosen_models_scores() -> None:
     assert forecast["mase"] == forecast["models"][forecast["model"]] is not None
     assert forecast["baseline_mase"] == forecast["models"][forecast["baseline"]] is not None
     assert 0.0 <= forecast["coverage_80"] <= forecast["coverage_95"] <= 1.0
+    assert all(isinstance(v, float) and v >= 0.0 for v in forecast["fit_s"].values())
+    assert all(isinstance(v, float) for values in forecast["per_origin"]["mase"].values() for v in values)
+    assert isinstance(forecast["backtest_s"], float) and forecast["backtest_s"] == round(forecast["backtest_s"], 2)
+    assert forecast["gate"] is not None and forecast["gate"]["shipped_candidate"] is False
 
 
 def test_scenarios_use_each_quantiles_own_rise() -> None:
