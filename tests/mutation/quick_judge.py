@@ -59,7 +59,11 @@ def main() -> int:
     import greengpu
     if not greengpu.__file__ or not greengpu.__file__.startswith(str(MUTANTS)):
         sys.exit("run `tests/mutation/run.sh` once first: the mutated copy is not in ./mutants")
-    tests = [str(ROOT / t) if t.endswith(".py") or "::" in t else t for t in [*args.tests, *pytest_options]]
+    given = [*args.tests, *pytest_options]
+    # Test files are the repository's (not the copies in ./mutants); a --deselect node id stays relative to
+    # the repository, as pytest names its tests.
+    tests = [str(ROOT / t) if (t.endswith(".py") or "::" in t) and given[i - 1] != "--deselect" else t
+             for i, t in enumerate(given)]
     signal.signal(signal.SIGALRM, _on_alarm)
     # Stopped by hand (SIGTERM or Ctrl-C), it still records what it judged so far.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
