@@ -372,3 +372,12 @@ def test_scenarios_use_each_quantiles_own_rise() -> None:
     rows = make_plan(series, 100, FAST).scenarios
     need = {(r["quantile"], r["target_utilisation"]): r["required_gpus"] for r in rows}
     assert need[(0.5, 0.5)] < need[(0.95, 0.5)]
+
+
+def test_reported_figures_are_rounded_to_their_stated_decimals() -> None:
+    # Peaks grow a third of a GPU a day: level 10 + 26 / 3, the rise over last week's median 4 / 3.
+    result = make_plan(climbing(slope=1 / 3), 20, FAST)
+    assert result.growth == {"peak_level_gpus": 18.7, "peak_growth_gpus_per_day": 0.333,
+                             "measured_growth_gpus_per_day": 0.333, "upper_offset_gpus": 1.3, "window_days": 28.0}
+    assert (result.days[1]["peak_gpus"], result.days[1]["upper_peak_gpus"]) == (19.3, 20.7)
+    assert result.scenarios[0]["run_out_date"] == "2026-01-31"
