@@ -69,7 +69,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     judge = _Judge(todo, args.timeout_s, metas)
     try:
-        rc = int(pytest.main(["-q", "-p", "no:cacheprovider", *tests], plugins=[judge]))
+        # --tb=no: a verdict needs no traceback, and formatting one means parsing the whole mutated module
+        # (thousands of mutants) for every frame in it, which took seconds per killed mutant.
+        rc = int(pytest.main(["-q", "--tb=no", "-p", "no:cacheprovider", *tests], plugins=[judge]))
     finally:
         _record(metas, judge.verdicts)
     if judge.problem:
