@@ -215,3 +215,36 @@ def test_idle_is_shared_by_gpu_hours_even_when_they_add_up_to_less_than_one() ->
     bill = make_bill(data, Pricing(run_pue=1.0), "tenant", "proportional")
     # 35 kWh, 2 charged: 33 idle by 0.5 : 0.25.
     assert figures(bill.rows, "energy_kwh") == {"a": 23.0, "b": 12.0}
+
+
+def test_days_month_totals_and_the_market_factor_are_rounded_to_their_units() -> None:
+    # One hour of 1.234567 kWh costing 0.123456 and emitting 0.1234567 kg; a job charged a third of it.
+    site = [hour(0.0, "", 1.234567, 0.0, 1.234567, 0.123456, 0.1234567)]
+    segment = JobSegment("j", "a", "train", 0.0, 1200.0, 1.0, ("n1",), 0.0, 1.234567 / 3, 0.0, 0.0)
+    market = MarketInstruments(500.0, "residual", contracts=(Contract("ppa", 0.0, kwh_per_month=0.5),))
+    bill = make_bill(MonthInput(0.0, DAY_S, site, [], [], [segment]), Pricing(run_pue=1.0, market=market), "job",
+                     "none")
+    assert bill.days == [{"day_start_s": 0.0, "energy_kwh": 1.235, "cost": 0.12, "co2_kg": 0.123,
+                          "idle_share": 0.6667}]
+    # 0.734567 of 1.234567 kWh at 500 g: 297.5 g/kWh to three decimals.
+    assert bill.market_factor_g_per_kwh == round(0.734567 * 500 / 1.234567, 3) == 297.5
+    months = month_site_totals(site, Pricing(run_pue=1.0, market=market), [("before", -DAY_S, 0.0),
+                                                                           ("m", 0.0, DAY_S)])
+    assert months == [{"period": "m", "gpu_hours": 1.235, "energy_kwh": 1.235, "cost": 0.12, "co2_kg": 0.123,
+                       "co2_market_kg": 0.367}]
+
+
+def test_a_day_without_charged_energy_or_without_energy() -> None:
+    site = [hour(0.0, "", 1.0, 0.0, 0.5, 0.1, 0.1), hour(DAY_S, "", 1.0, 0.0, 2.0, 0.1, 0.1),
+            hour(2 * DAY_S, "", 0.0, 0.0, 0.0, 0.0, 0.0)]
+    segment = JobSegment("j", "a", "train", 0.0, 3600.0, 1.0, ("n1",), 0.0, 0.25, 0.0, 0.0)
+    market = MarketInstruments(500.0, "residual", contracts=(Contract("ppa", 0.0, kwh_per_month=2.0),))
+    bill = make_bill(MonthInput(0.0, 3 * DAY_S, site, [], [], [segment]), Pricing(run_pue=1.0, market=market),
+                     "job", "none")
+    assert [d["idle_share"] for d in bill.days] == [0.5, 1.0, 0.0]
+    assert bill.market_factor_g_per_kwh == 100.0  # 2.5 kWh, 2 of them under contract: 0.5 x 500 / 2.5
+    small = make_bill(MonthInput(0.0, DAY_S, site[:1], [], [], []), Pricing(run_pue=1.0, market=market), "job",
+                      "none")
+    assert small.market_factor_g_per_kwh == 0.0  # 0.5 kWh, all under contract
+    empty = make_bill(MonthInput(0.0, DAY_S, [], [], [], []), Pricing(run_pue=1.0, market=market), "job", "none")
+    assert empty.totals["co2_market_kg"] == 0.0
