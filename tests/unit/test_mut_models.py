@@ -70,6 +70,7 @@ def test_baselines_by_hand() -> None:
     assert list(seasonal_naive(day, 2)) == [6.0, 7.0]  # a day by default: 24 hours back
     assert list(drift(history, 2)) == [9.0, 11.0]  # (7 - 1) / 3 per step
     assert list(drift(hourly([5.0]), 2)) == [5.0, 5.0]
+    assert list(drift(hourly([1.0, 3.0]), 2)) == [5.0, 7.0]  # one step of 2
     assert list(repeat_last_cycle(np.array([1.0, 2.0, 3.0, 4.0]), 3, 4)) == [2.0, 3.0, 4.0, 2.0]
     assert list(median_of([np.array([1.0, 5.0]), np.array([3.0, 2.0]), np.array([2.0, 9.0])])) == [2.0, 5.0]
 
@@ -188,6 +189,9 @@ def test_the_ensemble_takes_the_median_of_guarded_members() -> None:
     assert list(spec.forecast(history, 3)) == [5.0, 5.0, 5.0]
     low = ensemble("low", [constant(1.0), ModelSpec("broken", "candidate", broken), constant(-2.0)], season=2)
     assert list(low.forecast(history, 3)) == [1.0, 1.0, 1.0]
+    # Between the other two, the broken member's fallback is the median: its season is the ensemble's.
+    middle = ensemble("middle", [constant(0.0), ModelSpec("broken", "candidate", broken), constant(100.0)], season=2)
+    assert list(middle.forecast(history, 3)) == [20.0, 30.0, 20.0]
 
 
 def test_the_guard_falls_back_to_the_seasonal_naive_on_failure_non_finite_or_absurd_forecasts() -> None:
@@ -211,7 +215,8 @@ def test_the_guard_falls_back_to_the_seasonal_naive_on_failure_non_finite_or_abs
 
     failed = guarded(constant(0.0), history, 3, season=2, produce=raises)
     assert list(failed.values) == fallback and failed.fell_back and failed.reason == "c0 failed: LU decomposition error"
-    # Without `produce`, the model's own forecast; a flat history still allows a span of one.
+    # Without `produce`, the model's own forecast from the history; a flat history still allows a span of one.
+    assert list(guarded(BASELINES[0], history, 2).values) == [40.0, 40.0]
     flat = hourly([5.0, 5.0, 5.0])
     assert guarded(constant(8.0), flat, 2).fell_back is False
     assert guarded(constant(8.5), flat, 2).reason == "c8.5: forecast outside [2, 8]"

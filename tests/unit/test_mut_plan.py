@@ -141,12 +141,13 @@ def test_horizon_starts_the_day_after_the_history() -> None:
 
 
 def test_months_take_each_months_highest_figures() -> None:
-    planned = [PlannedDay(pd.Timestamp("2026-01-30", tz="UTC"), 5.04, 7.06, 9),
+    planned = [PlannedDay(pd.Timestamp("2026-01-30", tz="UTC"), 5.46, 7.06, 9),
                PlannedDay(pd.Timestamp("2026-01-31", tz="UTC"), 4.0, 8.0, 8),
                PlannedDay(pd.Timestamp("2026-02-01", tz="UTC"), 3.0, 4.0, 5)]
     assert _months(planned) == [
-        {"month": "2026-01", "peak_gpus": 5.0, "upper_peak_gpus": 8.0, "required_gpus": 9},
+        {"month": "2026-01", "peak_gpus": 5.5, "upper_peak_gpus": 8.0, "required_gpus": 9},
         {"month": "2026-02", "peak_gpus": 3.0, "upper_peak_gpus": 4.0, "required_gpus": 5}]
+    assert _months([PlannedDay(pd.Timestamp("2026-03-01", tz="UTC"), 1.0, 7.46, 3)])[0]["upper_peak_gpus"] == 7.5
     assert _months([]) == []
     naive_days = [PlannedDay(pd.Timestamp("2026-03-31"), 1.0, 2.0, 3)]
     assert _months(naive_days)[0]["month"] == "2026-03"
@@ -165,11 +166,13 @@ def test_scenarios_cross_every_quantile_with_every_utilisation_target() -> None:
 
 
 def test_inputs_summary_reports_what_was_used() -> None:
-    inputs = PlanInputs(projects=(Project("p", 4.0, pd.Timestamp("2026-03-02")),),
+    inputs = PlanInputs(projects=(Project("p", 4.0, pd.Timestamp("2026-03-02")),
+                                  Project("q", 1.0, pd.Timestamp("2026-03-03"), pd.Timestamp("2026-04-01"))),
                         efficiency=(EfficiencyGain("e", -0.5, pd.Timestamp("2026-03-05")),), buffer_factor=1.5,
                         growth_gpus_per_month=3.14159)
     assert _inputs_summary(inputs, 0.1, 0.2) == {
-        "projects": [{"name": "p", "gpus": 4.0, "start": "2026-03-02", "end": None}],
+        "projects": [{"name": "p", "gpus": 4.0, "start": "2026-03-02", "end": None},
+                     {"name": "q", "gpus": 1.0, "start": "2026-03-03", "end": "2026-04-01"}],
         "efficiency": [{"name": "e", "change": -0.5, "start": "2026-03-05"}], "buffer_factor": 1.5,
         "growth_gpus_per_month": 3.14, "measured_growth_gpus_per_month": round(0.1 * 365.25 / 12, 2),
         "used_growth_gpus_per_month": round(0.2 * 365.25 / 12, 2)}
@@ -320,6 +323,10 @@ def test_a_shipped_daily_model_sets_the_plans_peaks_unless_growth_is_given(monke
     result = make_plan(climbing(days=60), None, settings)
     summary = result.forecast["daily"]
     assert summary["model"] == "perfect" and summary["shipped_candidate"] is True and summary["origins"] == 5
+    assert summary["mase"] == summary["models"]["perfect"] == 0.0
+    assert summary["baseline"] in ("naive", "weekly_naive", "peak_trend")
+    assert summary["baseline_mase"] == summary["models"][summary["baseline"]] > 0.0
+    assert summary["gate"] is not None and summary["gate"]["shipped_candidate"] is True
     # Day 60 peaks at 40 by the model; the trend rule would say 38.5 (the median of days 53..59 plus 0.5).
     assert [d["peak_gpus"] for d in result.days] == [40.0, 40.5, 41.0, 41.5, 42.0]
     growth = make_plan(climbing(days=60), None, settings, PlanInputs(growth_gpus_per_month=0.5 * DAYS_PER_MONTH))
@@ -381,3 +388,60 @@ def test_reported_figures_are_rounded_to_their_stated_decimals() -> None:
                              "measured_growth_gpus_per_day": 0.333, "upper_offset_gpus": 1.3, "window_days": 28.0}
     assert (result.days[1]["peak_gpus"], result.days[1]["upper_peak_gpus"]) == (19.3, 20.7)
     assert result.scenarios[0]["run_out_date"] == "2026-01-31"
+
+
+def test_size_by_model_rounds_its_figures_and_plans_no_days_as_no_gpus() -> None:
+    settings = PlanSettings(horizon_days=0, target_utilisation=1.0, max_wait_probability=1.0)
+    (row,) = size_by_model({"A100": climbing(slope=1 / 3)}, {"A100": 9}, settings)
+    assert (row["peak_gpus"], row["growth_gpus_per_day"], row["upper_offset_gpus"]) == (18.7, 0.333, 1.3)
+    assert row["required_gpus"] == 0 and row["run_out_date"] is None
+
+
+def test_the_day_ahead_is_the_shipped_models_forecast_with_its_calibrated_bands() -> None:
+    from greengpu.forecast.backtest import calibrate, prepare, run_backtest
+    from greengpu.forecast.models import guarded
+
+    series = climbing(slope=1 / 3) * 0.06  # small values: some bands reach below zero
+    result = make_plan(series, None, FAST)
+    model = result.forecast["model"]
+    hourly = prepare(series).series
+    backtest = run_backtest(hourly, horizon_h=24, origins=3, min_train_h=14 * 24, models=BASELINES)
+    calibration = calibrate(backtest, model)
+    point = guarded(next(m for m in BASELINES if m.name == model), hourly, 24).values
+    expected = []
+    for step, when in enumerate(pd.date_range("2026-01-31", periods=24, freq="h", tz="UTC")):
+        row = {"time": when.isoformat(), "gpus": round(max(0.0, float(point[step])), 1)}
+        for level, tag in ((0.8, 80), (0.95, 95)):
+            row[f"lower_{tag}"] = round(max(0.0, float(point[step] + calibration.lower[level][step])), 1)
+            row[f"upper_{tag}"] = round(max(0.0, float(point[step] + calibration.upper[level][step])), 1)
+        expected.append(row)
+    assert result.day_ahead == expected
+
+
+def test_a_shipped_candidates_day_ahead_is_fitted_on_the_last_three_weeks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from greengpu.forecast.models import ModelSpec
+
+    seen: list[int] = []
+    series = climbing(days=30)
+
+    def perfect_hourly(history: pd.Series, horizon: int) -> np.ndarray:
+        seen.append(len(history))
+        start = history.index[-1] + pd.Timedelta(hours=1)
+        return series.reindex(pd.date_range(start, periods=horizon, freq="h")).fillna(
+            series.iloc[-1]).to_numpy(dtype=float)
+
+    candidates = BASELINES + (ModelSpec("perfect", "candidate", perfect_hourly),)
+    settings = PlanSettings(**{**FAST.__dict__, "origins": 5, "models": candidates})  # 5 wins pass the sign test
+    result = make_plan(series, None, settings)
+    assert result.forecast["model"] == "perfect" and result.forecast["shipped_candidate"] is True
+    assert seen[-1] == 21 * 24  # the day ahead: the candidate's window of the 720 hours
+    baseline_only = make_plan(series, None, FAST)
+    assert baseline_only.day_ahead[0]["gpus"] == round(float(guarded_naive(series, baseline_only)), 1)
+
+
+def guarded_naive(series: pd.Series, result: object) -> float:
+    """The first hour of the shipped baseline's forecast from the whole history."""
+    from greengpu.forecast.models import guarded
+
+    model = result.forecast["model"]  # type: ignore[attr-defined]
+    return float(guarded(next(m for m in BASELINES if m.name == model), series, 24).values[0])
