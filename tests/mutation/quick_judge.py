@@ -33,8 +33,8 @@ MUTANTS = ROOT / "mutants"
 UNJUDGED_OR_SURVIVED = {None, 0, 5}
 
 
-class _Hang(Exception):
-    pass
+class _Hang(BaseException):
+    """Raised by the alarm: a BaseException, so that code under test catching Exception cannot swallow it."""
 
 
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
