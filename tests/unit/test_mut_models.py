@@ -216,7 +216,7 @@ def test_the_guard_falls_back_to_the_seasonal_naive_on_failure_non_finite_or_abs
     failed = guarded(constant(0.0), history, 3, season=2, produce=raises)
     assert list(failed.values) == fallback and failed.fell_back and failed.reason == "c0 failed: LU decomposition error"
     # Without `produce`, the model's own forecast from the history; a flat history still allows a span of one.
-    assert list(guarded(BASELINES[0], history, 2).values) == [40.0, 40.0]
+    assert list(guarded(BASELINES[2], history, 2).values) == [50.0, 60.0]  # drift, not the naive fallback
     flat = hourly([5.0, 5.0, 5.0])
     assert guarded(constant(8.0), flat, 2).fell_back is False
     assert guarded(constant(8.5), flat, 2).reason == "c8.5: forecast outside [2, 8]"
