@@ -40,6 +40,7 @@ from greengpu.forecast.models import (
     theta,
     theta_forecast,
     uc_fit,
+    uc_forecast,
     unobserved_components,
     unobserved_components_fit,
 )
@@ -113,6 +114,7 @@ def test_unobserved_components_with_fourier_seasons_and_kept_parameters() -> Non
         extended = results.apply(later)
     fitted = uc_fit(history, "local linear trend", seasons)
     np.testing.assert_allclose(fitted.forecast(4), quiet_forecast(results, 4))
+    np.testing.assert_allclose(uc_forecast(history, 4, "local linear trend", seasons), quiet_forecast(results, 4))
     np.testing.assert_allclose(fitted.extend(later).forecast(4), quiet_forecast(extended, 4))
     assert isinstance(fitted.extend(later), StateSpaceFit)
 

@@ -397,11 +397,12 @@ def test_size_by_model_rounds_its_figures_and_plans_no_days_as_no_gpus() -> None
     assert row["required_gpus"] == 0 and row["run_out_date"] is None
 
 
-def test_the_day_ahead_is_the_shipped_models_forecast_with_its_calibrated_bands() -> None:
+@pytest.mark.parametrize("scale", [0.06, 1.0])  # small values: some bands reach below zero
+def test_the_day_ahead_is_the_shipped_models_forecast_with_its_calibrated_bands(scale: float) -> None:
     from greengpu.forecast.backtest import calibrate, prepare, run_backtest
     from greengpu.forecast.models import guarded
 
-    series = climbing(slope=1 / 3) * 0.06  # small values: some bands reach below zero
+    series = climbing(slope=1 / 3) * scale
     result = make_plan(series, None, FAST)
     model = result.forecast["model"]
     hourly = prepare(series).series
