@@ -108,10 +108,8 @@ def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int
     models = DAILY_BASELINES + (DAILY_CANDIDATES if with_candidates else ())
     backtest = run_backtest(daily_peaks, horizon_h=HORIZON_D, origins=origins, min_train_h=MIN_TRAIN_D,
                             models=models, season=WEEK_D, candidate_window=None, spacing=1)
-    choice = choose(backtest) if backtest.origins else None
+    choice = choose(backtest)  # 42 days or more always leave at least one origin
     mase = {m.name: m.mase for m in backtest.models.values()}
-    if choice is None:
-        return DailyForecast(None, mase, None, "daily peaks: no origin to backtest")
     note = f"daily peaks ({len(backtest.origins)} origins, {HORIZON_D}-day horizon): {choice.reason}"
     needed = MIN_SHIP_ORIGINS if origins is None else min(MIN_SHIP_ORIGINS, origins)
     if choice.shipped_candidate and len(backtest.origins) < needed:
