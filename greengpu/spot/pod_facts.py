@@ -98,7 +98,8 @@ def parse_duration_s(key: str, text: str) -> float:
     return value
 
 
-def _boolean(key: str, text: str) -> bool:
+def parse_boolean(key: str, text: str) -> bool:
+    """`true`/`yes`/`1` or `false`/`no`/`0` (any case); BadAnnotation naming `key` otherwise."""
     lowered = text.strip().lower()
     if lowered in ("true", "yes", "1"):
         return True
@@ -134,7 +135,7 @@ def pod_facts(pod: Mapping[str, Any], now_s: float) -> SpotJobFacts:
     interval_s = parse_duration_s(CHECKPOINT_INTERVAL_KEY, interval) if interval is not None else None
     return SpotJobFacts(
         job_class=(_metadata_value(pod, CLASS_KEY) or DEFAULT_CLASS).strip() or DEFAULT_CLASS,
-        interruptible=_boolean(INTERRUPTIBLE_KEY, interruptible) if interruptible is not None else False,
+        interruptible=parse_boolean(INTERRUPTIBLE_KEY, interruptible) if interruptible is not None else False,
         checkpoint_interval_s=interval_s if interval_s else None,
         checkpoint_cost_s=parse_duration_s(CHECKPOINT_COST_KEY, cost) if cost is not None else 0.0,
         remaining_s=remaining_s,

@@ -27,7 +27,13 @@ from typing import Any
 
 from greengpu.model import JOB_CLASSES
 from greengpu.spot.decide import CapacityKind, SpotJobFacts
-from greengpu.spot.pod_facts import DEFAULT_RUNTIME_S, MAX_DURATION_S, BadAnnotation, parse_duration_s
+from greengpu.spot.pod_facts import (
+    DEFAULT_RUNTIME_S,
+    MAX_DURATION_S,
+    BadAnnotation,
+    parse_boolean,
+    parse_duration_s,
+)
 
 CAPACITY_FEATURES = frozenset({"spot", "on-demand"})
 """The node features of cloud nodes (deploy/slurm/slurm.conf.greengpu-cloud): a job naming one has chosen."""
@@ -116,15 +122,6 @@ def comment_keys(comment: str) -> dict[str, str]:
     return found
 
 
-def _boolean(key: str, text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "yes", "1"):
-        return True
-    if lowered in ("false", "no", "0"):
-        return False
-    raise BadAnnotation(f"comment key greengpu.{key}: expected true or false, got {text[:40]!r}")
-
-
 def job_facts(record: Mapping[str, Any], job: PendingSlurmJob, now_s: float,
               default_checkpoint_cost_s: float) -> SpotJobFacts:
     """The spot decision's facts for a pending job (docstring of this module: where each comes from);
@@ -133,7 +130,8 @@ def job_facts(record: Mapping[str, Any], job: PendingSlurmJob, now_s: float,
     job_class = keys.get("class", DEFAULT_CLASS)
     if job_class not in JOB_CLASSES:
         raise BadAnnotation(f"comment key greengpu.class: {job_class[:40]!r} is not one of {', '.join(JOB_CLASSES)}")
-    interruptible = _boolean("interruptible", keys["interruptible"]) if "interruptible" in keys else False
+    said = keys.get("interruptible")
+    interruptible = parse_boolean("comment key greengpu.interruptible", said) if said is not None else False
     if record.get("requeue") is False:
         interruptible = False  # Slurm would not bring it back after its node is taken
     interval = keys.get("checkpoint-interval")
