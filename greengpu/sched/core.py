@@ -127,14 +127,14 @@ class _Cycle(CycleState):
         return True
 
     def quota_blocked(self, job: Job, models: tuple[str, ...]) -> Wait | None:
+        if not self.shortcuts:
+            return self._quota_blocked(job, models)
         ledger_version = self.ledger.version
         if ledger_version != self._quota_memo_version:
             self._quota_memo.clear()
             self._quota_memo_version = ledger_version
         key = (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible)
         memo = self._quota_memo
-        if not self.shortcuts:
-            return self._quota_blocked(job, models)
         if key in memo:
             return memo[key]
         blocked = memo[key] = self._quota_blocked(job, models)
@@ -394,7 +394,7 @@ class _Cycle(CycleState):
         decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
         latest_s, now_s = self._latest_reserved_start_s, self.now_s
         held_for = self.held_for
-        wait_of = self._capacity_wait_of
+        wait = self.wait  # remembered per kind of job, so thousands of skipped jobs share a few waits
         rest: list[PendingJob] = []
         special: list[PendingJob] = []
         waits: dict[str, Wait] = {}
@@ -406,11 +406,7 @@ class _Cycle(CycleState):
             rest.append(item)
             if now_s + job.duration_s <= latest_s or job_id in held_for:
                 special.append(item)
-            key = (job.tenant, job.gpu_types, job.units, job.gpus_per_node)
-            wait = wait_of.get(key)
-            if wait is None:
-                wait = wait_of[key] = self.wait(job, WaitReason.CAPACITY)
-            waits[job_id] = wait
+            waits[job_id] = wait(job, WaitReason.CAPACITY)
         return rest, special, waits
 
     def _waits_if_none_can_act(self, jobs: list[PendingJob]) -> dict[str, Wait] | None:

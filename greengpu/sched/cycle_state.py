@@ -79,7 +79,6 @@ class CycleState:
         # The waits of jobs decided once nothing but placement is left (see _Cycle.consider_alike).
         self._alike_waits: dict[tuple[object, ...], Wait] = {}
         self._alike_token: tuple[int, int, int] = (-1, -1, -1)
-        self._capacity_wait_of: dict[tuple[object, ...], Wait] = {}
         self.attempts_left = 0
         self.reservations_left = 0
         self._wakeable: dict[str, list[int]] | None = None
