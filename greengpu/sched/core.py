@@ -57,6 +57,12 @@ __all__ = ["WAIT_CAPACITY", "WAIT_NO_MODEL", "WAIT_PREEMPTING", "WAIT_QUOTA", "W
 WAKEABLE = (PowerState.ASLEEP, PowerState.WAKING, PowerState.SUSPENDING)
 
 
+def alike_key(job: Job) -> tuple[object, ...]:
+    """Everything a waiting job's quota verdict and wait depend on but its duration: jobs with the same key
+    are decided alike (the duration only decides whether they may backfill)."""
+    return (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible)
+
+
 @dataclass(frozen=True)
 class CycleResult:
     """What one cycle decided, and why the rest waits (typed: greengpu.sched.waits)."""
@@ -133,7 +139,7 @@ class _Cycle(CycleState):
         if ledger_version != self._quota_memo_version:
             self._quota_memo.clear()
             self._quota_memo_version = ledger_version
-        key = (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible)
+        key = alike_key(job)
         memo = self._quota_memo
         if key in memo:
             return memo[key]
@@ -285,7 +291,7 @@ class _Cycle(CycleState):
         if token != self._alike_token:
             self._alike_waits.clear()
             self._alike_token = token
-        key = (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible)
+        key = alike_key(job)
         wait = self._alike_waits.get(key)
         if wait is not None and wait.reason is WaitReason.QUOTA:
             return wait
@@ -421,7 +427,7 @@ class _Cycle(CycleState):
             job = item.job
             if job.job_id in held_for or job.job_id in stopping_for:
                 return None
-            key: tuple[object, ...] = (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible)
+            key = alike_key(job)
             keys.append(key)
             first = shortest.get(key)
             if first is None or job.duration_s < first.job.duration_s:
