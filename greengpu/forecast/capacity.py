@@ -9,9 +9,21 @@ from __future__ import annotations
 
 import math
 
+RECURSION_MAX_SERVERS = 1_000
+"""Up to this many GPUs Erlang B comes from its recursion (O(servers)); above, from the Poisson form."""
+
 
 def erlang_b(servers: int, offered_load: float) -> float:
-    """Blocking probability, by the numerically stable recursion B(k) = A B(k-1) / (k + A B(k-1))."""
+    """Blocking probability, by the numerically stable recursion B(k) = A B(k-1) / (k + A B(k-1)).
+
+    Above `RECURSION_MAX_SERVERS` it is the same quantity in closed form, P(N = c) / P(N <= c) for a
+    Poisson N of mean A: a plan for a million GPUs would otherwise walk a million steps per guess."""
+    if servers > RECURSION_MAX_SERVERS and offered_load > 0:
+        from scipy.special import gammaincc  # the planning extra's (statsmodels needs it too)
+
+        log_pmf = -offered_load + servers * math.log(offered_load) - math.lgamma(servers + 1)
+        cdf = float(gammaincc(servers + 1, offered_load))
+        return min(1.0, math.exp(log_pmf) / cdf) if cdf > 0 else 1.0
     blocking = 1.0
     for k in range(1, servers + 1):
         blocking = offered_load * blocking / (k + offered_load * blocking)
@@ -29,11 +41,26 @@ def erlang_c(servers: int, offered_load: float) -> float:
 
 
 def servers_for_wait(offered_load: float, max_wait_probability: float) -> int:
-    """The fewest GPUs for which P(wait) is at most `max_wait_probability`."""
-    servers = max(1, math.floor(offered_load) + 1)
-    while erlang_c(servers, offered_load) > max_wait_probability:
-        servers += 1
-    return servers
+    """The fewest GPUs for which P(wait) is at most `max_wait_probability`.
+
+    P(wait) falls as GPUs are added, so the answer is found by doubling the step until the bound holds,
+    then halving the interval: a few dozen Erlang C values, not one per GPU between the load and the
+    answer (for a million Erlangs that was thousands of O(servers) recursions, minutes per plan day)."""
+    low = max(1, math.floor(offered_load) + 1)
+    if erlang_c(low, offered_load) <= max_wait_probability:
+        return low
+    step = 1
+    while erlang_c(low + step, offered_load) > max_wait_probability:
+        low += step  # P(wait) at `low` is still above the bound
+        step *= 2
+    high = low + step  # the bound holds here
+    while high - low > 1:
+        middle = (low + high) // 2
+        if erlang_c(middle, offered_load) <= max_wait_probability:
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 def gpus_needed(peak_demand_gpus: float, target_utilisation: float, redundancy_gpus: int = 0) -> int:

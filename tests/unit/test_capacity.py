@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import time
+
 import pytest
 
 from greengpu.forecast.capacity import erlang_b, erlang_c, gpus_needed, servers_for_wait
@@ -45,3 +48,34 @@ def test_the_wait_bound_is_inclusive_and_a_bound_of_one_needs_only_more_gpus_tha
     assert servers_for_wait(0.5, 0.5) == 1  # M/M/1 at 0.5: P(wait) = 0.5 meets a bound of 0.5
     assert servers_for_wait(5.0, 1.0) == 6  # any stable queue: one GPU more than the load
     assert servers_for_wait(5.5, 1.0) == 6
+
+
+def _linear_servers_for_wait(offered_load: float, max_wait_probability: float) -> int:
+    servers = max(1, math.floor(offered_load) + 1)
+    while erlang_c(servers, offered_load) > max_wait_probability:
+        servers += 1
+    return servers
+
+
+@pytest.mark.parametrize("load", [0.0, 0.4, 3.0, 8.0, 99.5, 999.0, 1000.5, 1800.0])
+@pytest.mark.parametrize("bound", [0.001, 0.1, 0.5, 0.999])
+def test_the_search_finds_what_adding_one_gpu_at_a_time_finds(load: float, bound: float) -> None:
+    assert servers_for_wait(load, bound) == _linear_servers_for_wait(load, bound)
+
+
+@pytest.mark.parametrize(("servers", "load"), [(1001, 950.0), (1500, 1400.0), (4000, 3990.0), (2000, 100.0)])
+def test_erlang_b_closed_form_above_the_recursion_agrees_with_it(servers: int, load: float) -> None:
+    recursion = 1.0
+    for k in range(1, servers + 1):
+        recursion = load * recursion / (k + load * recursion)
+    assert erlang_b(servers, load) == pytest.approx(recursion, rel=1e-9, abs=1e-300)
+
+
+def test_a_million_erlangs_are_sized_at_once() -> None:
+    """A plan with a million-GPU project walked one O(servers) recursion per GPU added: minutes per day."""
+    load = 999_999.5
+    started = time.perf_counter()
+    servers = servers_for_wait(load, 0.10)
+    assert time.perf_counter() - started < 1.0
+    assert erlang_c(servers, load) <= 0.10 < erlang_c(servers - 1, load)
+    assert 1_000_000 < servers < 1_010_000  # the pooling economy: about 99.9% utilisation
