@@ -98,8 +98,9 @@ class Agent:
 
     @property
     def relaxed_for_queue(self) -> bool:
-        """Whether the last tick lifted caps because GPU work waited for capacity (`relax_when_queued`)."""
-        return self.policy.relaxes_when_queued and self.waiting.waiting
+        """Whether the last tick lifted caps because GPU work waited for capacity or the cluster had no slack
+        (`relax_when_queued`)."""
+        return self.policy.relaxes_when_queued and self.waiting.lifts_every_cap
 
     # --- life cycle ------------------------------------------------------------------------
 

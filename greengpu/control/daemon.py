@@ -31,6 +31,7 @@ from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ActionFailed, ClusterBody, Observation
 from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_store import DaemonStore
+from greengpu.energy.arrivals import RecentArrivals
 from greengpu.errors import BadInput
 from greengpu.forecast.reserve import DemandRiseForecaster
 from greengpu.model import (
@@ -128,6 +129,8 @@ class Daemon:
         self.last_observation: Observation | None = None
         self._energy_then: dict[str, float] = {}
         self.rise_forecast = (DemandRiseForecaster() if policy.sleep.enabled and policy.sleep.use_forecast else None)
+        self.arrivals = RecentArrivals()
+        """The jobs seen arriving over the last day (greengpu.energy.arrivals: the warm reserve follows them)."""
         """With `sleep.use_forecast`: the hourly rise of demand, learnt from what the daemon observes."""
         self._woken: dict[str, float] = {}
         self._refused_until: dict[tuple[str, str, int | None], float] = {}
@@ -232,12 +235,17 @@ class Daemon:
         self._ledger(metered, now_s)
 
     def _with_forecast(self, seen: Observation, now_s: float) -> SleepObservation:
-        """The sleep observation with the demand forecast's headroom (the warm reserve before a daily ramp)."""
+        """The sleep observation with the last day's arrivals (how much of its share of use the warm reserve
+        keeps) and the demand forecast's headroom (the warm reserve before a daily ramp)."""
+        snapshot = seen.snapshot
+        self.arrivals.note_seen(now_s, [r.job for r in snapshot.running])
+        self.arrivals.note_seen(now_s, [p.job for p in snapshot.pending])
+        sleep = replace(seen.sleep, arrived_gpus=self.arrivals.gpus(now_s))
         if self.rise_forecast is None:
-            return seen.sleep
-        offered = sum(r.job.gpus for r in seen.snapshot.running) + sum(p.job.gpus for p in seen.snapshot.pending)
+            return sleep
+        offered = sum(r.job.gpus for r in snapshot.running) + sum(p.job.gpus for p in snapshot.pending)
         self.rise_forecast.observe(now_s, offered)
-        return replace(seen.sleep, forecast_headroom_gpus=self.rise_forecast.headroom_gpus(now_s, offered))
+        return replace(sleep, forecast_headroom_gpus=self.rise_forecast.headroom_gpus(now_s, offered))
 
     def _ledger(self, seen: Observation, now_s: float) -> None:
         if self.meter is None:
@@ -374,9 +382,11 @@ class Daemon:
         self.metrics.jobs.labels("pending").set(len(seen.snapshot.pending))
 
     def waiting_signal(self) -> dict[str, Any]:
-        """What `GET /v1/waiting` answers: the work waiting at the last good tick (the agents lift caps for it)."""
-        waiting = self.last_result.scheduled.waiting.job_ids if self.last_result is not None else ()
-        return {"job_ids": list(waiting), "tick_s": self.last_good_tick_s, "leading": self.leading}
+        """What `GET /v1/waiting` answers: the work waiting at the last good tick, and whether the cluster had
+        no slack left (the agents lift caps for either)."""
+        last = self.last_result.scheduled.waiting if self.last_result is not None else None
+        return {"job_ids": list(last.job_ids) if last is not None else [], "no_slack": bool(last and last.no_slack),
+                "tick_s": self.last_good_tick_s, "leading": self.leading}
 
     def status(self) -> dict[str, Any]:
         """What /v1/status answers."""

@@ -302,7 +302,7 @@ class DaemonWaiting:
             self.problem = f"the daemon's last good tick is too old ({tick_s})"
             return UNKNOWN_WAITING
         self.problem = None
-        return WorkWaiting(tuple(str(j) for j in signal.get("job_ids", [])))
+        return WorkWaiting(tuple(str(j) for j in signal.get("job_ids", [])), no_slack=signal.get("no_slack") is True)
 
     def work_waiting(self) -> WorkWaiting:
         return self._waiting

@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 
 from greengpu.backends.nvml import GpuReading
 from greengpu.control.jobclass import GpuJob
+from greengpu.energy.arrivals import RecentArrivals
 from greengpu.model import ClusterSnapshot
 from greengpu.policy import Policy
 from greengpu.tick.tick import schedule
-from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
+from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting, with_slack_verdict
 
 
 class TickSource:
@@ -27,10 +28,15 @@ class TickSource:
         self._observe = observe
         self.policy = policy
         self._waiting = NOTHING_WAITS
+        self.arrivals = RecentArrivals()
 
     def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
         snapshot = self._observe()
-        self._waiting = schedule(snapshot, self.policy).waiting
+        busy_gpus = sum(running.job.gpus for running in snapshot.running)
+        self.arrivals.note_seen(snapshot.time_s, [r.job for r in snapshot.running])
+        self.arrivals.note_seen(snapshot.time_s, [p.job for p in snapshot.pending])
+        self._waiting = with_slack_verdict(schedule(snapshot, self.policy).waiting, snapshot.cluster.total_gpus,
+                                           busy_gpus, self.policy.sleep, self.arrivals.gpus(snapshot.time_s))
         return {slot.gpu_index: GpuJob(running.job.job_id, running.job.job_class, running.job.tenant)
                 for running in snapshot.running for slot in running.slots if slot.node == self.node}
 

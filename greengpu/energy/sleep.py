@@ -77,9 +77,12 @@ def idle_draw_w(node_type: NodeType) -> float:
     return node_type.host_idle_w + node_type.gpus * node_type.gpu_idle_w
 
 
-def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_headroom_gpus: int = 0) -> int:
+def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_headroom_gpus: int = 0,
+                             arrived_gpus: float | None = None) -> int:
     """Free GPUs to keep awake: the fixed floor, a share of the GPUs in use, and (with `use_forecast`)
-    the forecast's headroom, whichever is most.
+    the forecast's headroom, whichever is most. With `arrived_gpus` (GPUs asked by the jobs that arrived
+    over the last day, greengpu.energy.arrivals), the share counts no more GPUs than arrived: a reserve
+    is for work that arrives, and a cluster that only drains what it holds needs none.
 
     Demand arrives in bursts (a sweep of hundreds of one-GPU jobs), and bursts come when the
     cluster is busy: a reserve that follows use keeps them from waiting a boot at busy times and
@@ -91,7 +94,9 @@ def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_hea
     # The share of use rounds down: a reserve is what use justifies, in whole GPUs. Rounded up, a third
     # of a GPU in use kept a whole GPU (on a small cluster, a whole server) awake; a site that wants a
     # minimum whatever the use says sets the fixed floor.
-    return max(policy.warm_reserve_gpus, math.floor(policy.warm_reserve_busy_fraction * busy_gpus + 1e-9), headroom)
+    followed_gpus = busy_gpus if arrived_gpus is None else min(busy_gpus, arrived_gpus)
+    return max(policy.warm_reserve_gpus, math.floor(policy.warm_reserve_busy_fraction * followed_gpus + 1e-9),
+               headroom)
 
 
 def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, *, blocked_pending: bool,

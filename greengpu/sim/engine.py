@@ -21,6 +21,8 @@ from typing import Any
 
 from greengpu.accounting.attribution import Attribution
 from greengpu.accounting.meter import EnergyMeter
+from greengpu.energy.arrivals import RecentArrivals
+from greengpu.energy.headroom import levers_have_slack
 from greengpu.errors import BadInput
 from greengpu.model import (
     Cluster,
@@ -36,7 +38,7 @@ from greengpu.model import (
 )
 from greengpu.policy import Policy
 from greengpu.sched.invariants import check_invariants
-from greengpu.sched.slack import model_of_nodes
+from greengpu.sched.slack import QueueGuard, model_of_nodes
 from greengpu.sim.checks import PlacementChecks
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.cloud import CloudPools
@@ -77,8 +79,11 @@ class Simulation:
         """Per hour, tenant, node and job usage, for --ledger (None: not asked for, costs nothing)."""
         self.fleet = NodeFleet(cluster, self.attribution)
         self.pacer = Pacer(cluster, policy.capping)
+        self.arrivals = RecentArrivals()
+        """The last day's arrivals: how much of its share of use the warm reserve keeps (energy/arrivals.py)."""
         self.sleep = SleepBody(policy, self.fleet, self.clock, never_wake,
-                               lambda: (self.work.allocated_gpus, self.offered_gpus))
+                               lambda: (self.work.allocated_gpus, self.offered_gpus),
+                               lambda: self.arrivals.gpus(self.clock.now_s))
         self.checks = PlacementChecks(cluster)
         self.usage = TenantUsage(policy.scheduler.fair_share)
         self.work = JobRunner(self.clock, self.fleet, self.pacer, self.sleep, self.checks, self.usage,
@@ -183,8 +188,8 @@ class Simulation:
                 self._check_all()
         was = self.waiting.guard
         self.waiting = scheduled.waiting
-        if self._lifts_caps and self.waiting.guard != was:
-            self.work.set_lifted(self.waiting.guard, self._model_of)
+        if self._lifts_caps:
+            self._follow_slack(was)
         if self.policy.sleep.enabled:
             self.sleep.apply_wakes([a for a in actions if isinstance(a, WakeNode)])
             if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
@@ -194,6 +199,15 @@ class Simulation:
             self.stalled = True  # every later cycle would be this one: the pending jobs never start
         elif self.pending:
             self._ensure_tick()  # retry: age boost, grace expiry, backfill windows
+
+    def _follow_slack(self, guard_was: QueueGuard) -> None:
+        """Lift or restore caps when the waiting jobs' guard changed or the cluster's slack came or went
+        (greengpu.energy.headroom: with no GPUs to spare beyond the warm reserve, every cap lifts)."""
+        no_slack = not levers_have_slack(self.cluster.total_gpus, self.work.allocated_gpus, self.policy.sleep,
+                                         self.arrivals.gpus(self.clock.now_s))
+        if self.waiting.guard != guard_was or no_slack != self.work.no_slack:
+            self.work.no_slack = no_slack
+            self.work.set_lifted(self.waiting.guard, self._model_of)
 
     def _check_all(self) -> None:
         self.checks.record(check_invariants(ClusterSnapshot(
@@ -251,6 +265,8 @@ class Simulation:
                 self._cycle()
             elif self._dirty:
                 self._dirty = False  # nothing waits: a cycle could not place anything
+                if self._lifts_caps and self.work.no_slack:
+                    self._follow_slack(self.waiting.guard)  # a finish may have given the slack back
             elif self._sleep_check:
                 self._sleep_check = False
                 self.sleep.suspend_idle(self.waiting)
@@ -273,6 +289,7 @@ class Simulation:
         if kind is EventKind.ARRIVE:
             job = self.jobs[data]
             self.work.arrive(PendingJob(job))
+            self.arrivals.add(job, self.clock.now_s)
             self.arrivals_left -= 1
             self._dirty = True
             self._demand_changed(job.gpus)

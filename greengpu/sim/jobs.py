@@ -50,6 +50,8 @@ class JobRunner:
         self.allocated_gpus = 0.0
         self.preemptions = 0
         self.lost_gpu_s = 0.0
+        self.no_slack = False
+        """The cluster has no GPUs to spare beyond the warm reserve: every cap lifts (greengpu.energy.headroom)."""
         self._version = 0
         self._cache: tuple[int, tuple[RunningJob, ...]] | None = None
 
@@ -87,7 +89,8 @@ class JobRunner:
         self.clock.push(at_s, EventKind.FINISH, (job_id, token))
 
     def set_lifted(self, guard: QueueGuard, model_of: Mapping[str, str]) -> None:
-        """Lift the caps of exactly the running jobs in a waiting job's way; cap the rest again.
+        """Lift the caps of exactly the running jobs in a waiting job's way (of every job while the
+        cluster has no slack); cap the rest again.
 
         This is the capping lever's answer to the slack rule (greengpu.sched.slack): a slower job in a
         waiting job's way lengthens the queue; a job in nobody's way saves energy at no queue time.
@@ -95,7 +98,7 @@ class JobRunner:
         lifted = self.pacer.lifted
         for running in list(self.running.values()):
             job_id = running.job.job_id
-            lift = guard.lifts(running.job.tenant, running.nodes, model_of)
+            lift = self.no_slack or guard.lifts(running.job.tenant, running.nodes, model_of)
             if lift == (job_id in lifted):
                 continue
             watts_then = self.pacer.busy_w(running, self.fleet.nodes)
@@ -152,7 +155,7 @@ class JobRunner:
         waiting = self.pending.pop(action.job_id)
         job = waiting.job
         now_s = self.clock.now_s
-        if lifted:
+        if lifted or self.no_slack:
             self.pacer.lifted.add(job.job_id)  # in a waiting job's way at the last cycle
         else:
             self.pacer.lifted.discard(job.job_id)

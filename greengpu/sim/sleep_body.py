@@ -32,7 +32,7 @@ class SleepBody:
     """Suspends, wakes and wake verification of one replay."""
 
     def __init__(self, policy: Policy, fleet: NodeFleet, clock: EventClock, never_wake: Collection[str],
-                 demand: Callable[[], tuple[float, float]]) -> None:
+                 demand: Callable[[], tuple[float, float]], arrived: Callable[[], float] | None = None) -> None:
         self.policy = policy
         self.sleep = policy.sleep
         self.fleet = fleet
@@ -41,6 +41,8 @@ class SleepBody:
         """Nodes whose wake-ups are lost (a dead NIC or BMC): verification retries, then marks them failed."""
         self.demand = demand
         """(GPUs allocated, GPUs offered: running + pending) now."""
+        self.arrived = arrived
+        """GPUs asked by the last day's arrivals (greengpu.energy.arrivals); None: the reserve follows use alone."""
         self.rise_forecast = (DemandRiseForecaster() if self.sleep.enabled and self.sleep.use_forecast else None)
         self.wake_tracks: dict[str, WakeTrack] = {}
         self.failed_nodes: list[str] = []
@@ -57,22 +59,26 @@ class SleepBody:
             times.popleft()
         return len(times)
 
-    def _headroom_gpus(self) -> int:
+    def forecast_headroom_gpus(self) -> int:
+        """The demand forecast's reserve now (0 without `use_forecast`)."""
         if self.rise_forecast is None:
             return 0
         return self.rise_forecast.headroom_gpus(self.clock.now_s, self.demand()[1])
 
+    def arrived_gpus(self) -> float | None:
+        return self.arrived() if self.arrived is not None else None
+
     def observe_for_sleep(self) -> SleepObservation:
         """What `plan_sleep` needs: the idle awake nodes, use, forecast and the suspend rate."""
         return SleepObservation(now_s=self.clock.now_s, idle_awake=self.fleet.idle_awake_views(),
-                                busy_gpus=self.demand()[0], forecast_headroom_gpus=self._headroom_gpus(),
-                                suspends_last_minute=self._recent(self.suspend_times))
+                                busy_gpus=self.demand()[0], forecast_headroom_gpus=self.forecast_headroom_gpus(),
+                                arrived_gpus=self.arrived_gpus(), suspends_last_minute=self._recent(self.suspend_times))
 
     def observe_for_wakes(self) -> SleepObservation:
         """What `plan_wakes` needs: the asleep nodes, the ready free GPUs, use, forecast and the wake rate."""
         return SleepObservation(now_s=self.clock.now_s, asleep=self.fleet.asleep_views(),
                                 ready_idle_gpus=self.fleet.ready_idle_gpus(), busy_gpus=self.demand()[0],
-                                forecast_headroom_gpus=self._headroom_gpus(),
+                                forecast_headroom_gpus=self.forecast_headroom_gpus(), arrived_gpus=self.arrived_gpus(),
                                 wakes_last_minute=self._recent(self.wake_times))
 
     # ------------------------------------------------------------------ suspends
@@ -136,7 +142,8 @@ class SleepBody:
         if not asked:
             # Only the warm reserve could wake a node: when it is not short, the lever would choose none
             # (this runs every cycle; building the observation each time cost 15% of a replay).
-            reserve = warm_reserve_target_gpus(self.sleep, self.demand()[0], self._headroom_gpus())
+            reserve = warm_reserve_target_gpus(self.sleep, self.demand()[0], self.forecast_headroom_gpus(),
+                                               self.arrived_gpus())
             if reserve <= 0 or self.fleet.ready_idle_gpus() >= reserve:
                 return
         for action in plan_wakes(self.observe_for_wakes(), self.sleep, asked):

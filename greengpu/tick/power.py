@@ -92,8 +92,9 @@ def after_placements(gpus: Sequence[GpuObservation], placed: Sequence[PlaceJob],
 
 
 def gpu_setting(gpu: GpuObservation, policy: CappingPolicy, waiting: WorkWaiting | bool) -> CapDecision:
-    """The limit and clocks `gpu` should run at now; `waiting`: work waits for capacity (lifts caps)."""
-    short = waiting.waiting if isinstance(waiting, WorkWaiting) else waiting
+    """The limit and clocks `gpu` should run at now; `waiting`: work waits for capacity or the cluster has
+    no slack (either lifts caps)."""
+    short = waiting.lifts_every_cap if isinstance(waiting, WorkWaiting) else waiting
     return decide(gpu.job_class, policy, gpu.constraints, gpu.max_clock_mhz, profile=gpu.profile,
                   cap_not_binding=gpu.cap_not_binding, host_share_w=gpu.host_share_w,
                   capacity_short=short)

@@ -33,6 +33,9 @@ class SleepObservation:
     busy_gpus: float = 0.0
     forecast_headroom_gpus: int = 0
     """The demand forecast's calibrated rise at this hour (greengpu.forecast.reserve); 0 without one."""
+    arrived_gpus: float | None = None
+    """GPUs asked by the jobs that arrived over the last day (greengpu.energy.arrivals); None: not known,
+    the warm reserve follows use alone."""
     suspends_last_minute: int = 0
     wakes_last_minute: int = 0
     utc_offset_s: float = 0.0
@@ -56,7 +59,7 @@ def after_placements(seen: SleepObservation, placements: Sequence[PlaceJob]) -> 
 
 def reserve_target_gpus(seen: SleepObservation, policy: SleepPolicy) -> int:
     """Free GPUs to keep awake now (`warm_reserve_target_gpus` of the observation)."""
-    return warm_reserve_target_gpus(policy, seen.busy_gpus, seen.forecast_headroom_gpus)
+    return warm_reserve_target_gpus(policy, seen.busy_gpus, seen.forecast_headroom_gpus, seen.arrived_gpus)
 
 
 def plan_sleep(seen: SleepObservation, policy: SleepPolicy, waiting: WorkWaiting) -> tuple[SleepNode, ...]:

@@ -13,7 +13,7 @@ their inputs, which gives the same decisions without asking every lever at every
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from greengpu.model import Action, ClusterSnapshot, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import Policy
@@ -21,7 +21,7 @@ from greengpu.sched.core import CycleResult, schedule_cycle
 from greengpu.tick.power import GpuObservation, GpuSettings, PowerAction, plan_power
 from greengpu.tick.power import after_placements as gpus_after_placements
 from greengpu.tick.sleep import SleepObservation, after_placements, plan_sleep, plan_wakes
-from greengpu.tick.waiting import WorkWaiting, work_waiting
+from greengpu.tick.waiting import WorkWaiting, with_slack_verdict, work_waiting
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,8 @@ def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuOb
     # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
     placed = [a for a in scheduled.cycle.actions if isinstance(a, PlaceJob)]
     sleep = after_placements(sleep, placed)
+    scheduled = replace(scheduled, waiting=with_slack_verdict(scheduled.waiting, snapshot.cluster.total_gpus,
+                                                              sleep.busy_gpus, policy.sleep, sleep.arrived_gpus))
     sleeps = plan_sleep(sleep, policy.sleep, scheduled.waiting) if policy.sleep.enabled else ()
     wakes = plan_wakes(sleep, policy.sleep, asked) if policy.sleep.enabled else ()
     if placed:

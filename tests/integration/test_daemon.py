@@ -339,6 +339,64 @@ def test_agents_take_work_waiting_from_the_daemon_and_lift_caps_when_it_is_gone(
     agent.stop()
 
 
+def test_agents_lift_caps_when_the_daemon_sees_no_slack_left_before_anything_waits(tmp_path: Path) -> None:
+    """Twelve GPUs, the default's warm reserve a third of those in use (rounded down): with 8 in use 4 are
+    free and 2 are asked, so caps stay; with 11 in use 1 is free and 3 are asked: no slack, caps lift on
+    every node although no job waits (greengpu.energy.headroom)."""
+    from greengpu.backends.fake_nvml import FakeNvml, make_gpus
+    from greengpu.backends.nvml import NvmlBackend
+    from greengpu.control.agent import Agent
+    from greengpu.control.daemon_http import DaemonServer
+    from greengpu.control.jobclass import DaemonWaiting, LocalMap
+    from greengpu.control.journal import Journal
+
+    clock = ManualClock(T0)
+    daemon, body, _ = make(tmp_path, clock, jobs=[
+        Job(job_id="big", tenant="a", gpus=8, duration_s=7200, submit_time_s=T0 + 10, gpus_per_node=4),
+        Job(job_id="more", tenant="b", gpus=3, duration_s=7200, submit_time_s=T0 + 70)])
+    server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None).start()
+    url = "http://{}:{}".format(*server.address)
+    fake = FakeNvml(make_gpus("1xA100"), clock=clock)
+    agent = Agent(NvmlBackend(lib=fake, clock=clock), load_policy("default").capping,
+                  DaemonWaiting(LocalMap({0: "training"}), url, clock=clock), Journal(tmp_path / "journal.jsonl"),
+                  clock=clock)
+    agent.start()
+    fake.set_load(0, 0.9, [100])
+    try:
+        clock.now_s += 60
+        assert daemon.tick().ok and set(body.running) == {"big"}
+        assert daemon.waiting_signal()["no_slack"] is False
+        agent.tick()
+        assert not agent.relaxed_for_queue and fake.gpus[0].limit_w < 400.0  # slack: capped for efficiency
+        clock.now_s += 60
+        assert daemon.tick().ok and set(body.running) == {"big", "more"}
+        signal = daemon.waiting_signal()
+        assert signal["no_slack"] is True and signal["job_ids"] == []  # nothing waits, yet no slack is left
+        agent.tick()
+        assert agent.relaxed_for_queue and agent.waiting.job_ids == () and fake.gpus[0].limit_w == 400.0
+        # The daemon's own GPUs follow the same verdict: every busy GPU at its default limit (the idle one
+        # stays at its minimum).
+        busy = {(slot.node, slot.gpu_index) for running in body.running.values() for slot in running.slots}
+        assert len(busy) == 11 and {body.gpu_limit_w(node, index) for node, index in busy} == {400.0}
+    finally:
+        server.stop()
+    agent.stop()
+
+
+def test_a_cluster_that_only_drains_old_work_keeps_no_reserve_and_its_caps(tmp_path: Path) -> None:
+    """The same 11 of 12 GPUs in use, but by a job submitted two days ago and nothing since: no GPU arrived
+    over the last day, so the reserve's share of use is 0 (greengpu.energy.arrivals) and the caps stay."""
+    clock = ManualClock(T0)
+    daemon, body, _ = make(tmp_path, clock, jobs=[
+        Job(job_id="old", tenant="a", gpus=11, duration_s=7200, submit_time_s=T0 - 2 * 86_400)])
+    clock.now_s += 60
+    assert daemon.tick().ok and set(body.running) == {"old"}
+    assert daemon.arrivals.gpus(clock.now_s) == 0
+    assert daemon.waiting_signal()["no_slack"] is False
+    busy = [(slot.node, slot.gpu_index) for slot in body.running["old"].slots]
+    assert all(100.0 < body.gpu_limit_w(node, index) < 400.0 for node, index in busy)  # capped
+
+
 def test_the_fake_clusters_cached_gpu_view_is_what_nvml_reads(tmp_path: Path) -> None:
     """The fake cluster reads a node's GPUs again only when something changed them; after every tick of a
     busy hour (placements, ends, caps, sleeps, wakes, preemptions) its view equals a fresh NVML reading."""

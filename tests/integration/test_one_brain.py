@@ -50,6 +50,7 @@ from greengpu.sim.sleep_body import SleepBody
 from greengpu.tick.power import host_share_w, plan_power
 from greengpu.tick.sleep import plan_sleep, plan_wakes
 from greengpu.tick.tick import schedule
+from greengpu.tick.waiting import with_slack_verdict
 
 # The fake NVML's A100 preset: limits 100-400 W, default 400 W, SM clock up to 1410 MHz.
 A100X4 = ("{gpus: 4, gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300, "
@@ -70,10 +71,11 @@ def test_the_agent_and_the_simulator_cap_the_same_snapshots_alike(tmp_path: Path
     cluster = load_cluster(inventory)
     policy = load_policy("default")
     assert policy.capping.relax_when_queued and policy.capping.idle_to_min_limit
-    on_n2 = running("full", "training", "n2", [0, 1, 2, 3])
+    on_n2 = running("half", "training", "n2", [0, 1])
     big_wait = PendingJob(Job(job_id="wide", tenant="t", gpus=8, duration_s=600, submit_time_s=T0 + 60))
     snapshots = [
-        # training and inference on n1, one GPU idle; nothing waits: caps and locked clocks
+        # training and inference on n1, one GPU idle; nothing waits and 3 of 8 GPUs are free, more than the
+        # warm reserve of a third of the 5 in use: caps and locked clocks
         ClusterSnapshot(T0, cluster, (running("train", "training", "n1", [0, 1]),
                                       running("serve", "inference", "n1", [2]), on_n2)),
         # an 8-GPU job waits for capacity: every cap lifts (relax_when_queued), the idle GPU stays at its minimum
@@ -82,6 +84,10 @@ def test_the_agent_and_the_simulator_cap_the_same_snapshots_alike(tmp_path: Path
         # the wait is over, a batch job took the idle GPU, the inference job left
         ClusterSnapshot(T0 + 120, cluster, (running("train", "training", "n1", [0, 1]),
                                             running("etl", "batch", "n1", [3]), on_n2)),
+        # nothing waits, but 7 of 8 GPUs are in use: 1 free, 2 asked by the reserve: no slack, caps lift
+        ClusterSnapshot(T0 + 180, cluster, (running("train", "training", "n1", [0, 1]),
+                                            running("etl", "batch", "n1", [3]),
+                                            running("full", "training", "n2", [0, 1, 2, 3]))),
     ]
     current = {"snapshot": snapshots[0]}
     clock = ManualClock(T0)
@@ -101,7 +107,8 @@ def test_the_agent_and_the_simulator_cap_the_same_snapshots_alike(tmp_path: Path
             fake.set_load(index, 0.95 if index in classes else 0.0, [4000 + index] if index in classes else [])
 
         live = agent.tick().actions
-        waiting = schedule(snapshot, policy).waiting
+        busy = sum(r.job.gpus for r in snapshot.running)  # what the replay counts as allocated
+        waiting = with_slack_verdict(schedule(snapshot, policy).waiting, cluster.total_gpus, busy, policy.sleep)
         replayed = plan_power([pacer.observation(fleet.nodes["n1"], i, classes.get(i)) for i in range(4)],
                               policy.capping, waiting)
 
@@ -114,6 +121,8 @@ def test_the_agent_and_the_simulator_cap_the_same_snapshots_alike(tmp_path: Path
         seen_limits.update(limits.values())
         if waiting.waiting:
             assert limits[0] == 400.0 and clocks[2] is None  # lifted while the 8-GPU job waits
+        if snapshot.time_s == T0 + 180:
+            assert waiting.no_slack and not waiting.waiting and limits[0] == 400.0  # lifted: no slack left
     # Not a vacuous agreement: the sequence exercised a cap, the default limit and the idle minimum.
     assert {100.0, 400.0} <= seen_limits and any(100.0 < w < 400.0 for w in seen_limits)
     agent.stop()

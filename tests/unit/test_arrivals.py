@@ -1,0 +1,65 @@
+"""The last day's arrivals, which the warm reserve's share of use follows (greengpu.energy.arrivals)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from greengpu.energy.arrivals import ARRIVAL_WINDOW_S, RecentArrivals
+from greengpu.energy.sleep import warm_reserve_target_gpus
+from greengpu.model import Job
+from greengpu.policy import SleepPolicy
+
+T0 = 1_700_000_000.0
+DAY = ARRIVAL_WINDOW_S
+
+
+def job(job_id: str, gpus: int, submit_s: float) -> Job:
+    return Job(job_id=job_id, tenant="t", gpus=gpus, duration_s=3600, submit_time_s=submit_s)
+
+
+def test_arrivals_count_for_a_day_once_each() -> None:
+    arrivals = RecentArrivals()
+    arrivals.add(job("a", 8, T0))
+    arrivals.add(job("b", 2, T0 + 3600))
+    arrivals.add(job("a", 8, T0))  # the same job noted again (a requeue, a second snapshot): counted once
+    assert arrivals.gpus(T0 + 3600) == 10
+    assert arrivals.gpus(T0 + DAY - 1) == 10
+    assert arrivals.gpus(T0 + DAY) == 2  # a's day is over
+    assert arrivals.gpus(T0 + 3600 + DAY) == 0
+
+
+def test_a_daemon_notes_the_jobs_of_its_snapshots_that_arrived_within_the_day() -> None:
+    arrivals = RecentArrivals()
+    old = job("old", 64, T0 - DAY - 10)  # running since before the window: no arrival of today
+    fresh = job("fresh", 4, T0 - 600)
+    arrivals.note_seen(T0, [old, fresh])
+    arrivals.note_seen(T0 + 60, [old, fresh, job("next", 1, T0 + 30)])  # seen again: once
+    assert arrivals.gpus(T0 + 60) == 5
+    assert arrivals.gpus(T0 + DAY - 600) == 1
+
+
+def test_the_reserve_follows_use_only_as_far_as_work_arrives() -> None:
+    policy = SleepPolicy(enabled=True, warm_reserve_gpus=2, warm_reserve_busy_fraction=0.5)
+    assert warm_reserve_target_gpus(policy, 100) == 50  # not known: use alone, as before
+    assert warm_reserve_target_gpus(policy, 100, arrived_gpus=300) == 50
+    assert warm_reserve_target_gpus(policy, 100, arrived_gpus=21) == 10  # floor(0.5 x 21)
+    assert warm_reserve_target_gpus(policy, 100, arrived_gpus=0) == 2  # draining: the fixed floor stays
+    forecasting = SleepPolicy(enabled=True, warm_reserve_busy_fraction=0.5, use_forecast=True)
+    assert warm_reserve_target_gpus(forecasting, 100, forecast_headroom_gpus=7, arrived_gpus=0) == 7
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3 * int(DAY)), st.integers(1, 64), st.integers(0, 30)), max_size=60),
+       st.integers(0, 4 * int(DAY)))
+def test_in_order_arrivals_sum_what_a_fresh_count_gives(events: list[tuple[int, int, int]], probe_s: int) -> None:
+    arrivals = RecentArrivals()
+    first: dict[str, tuple[float, int]] = {}
+    for time_s, gpus, ident in sorted(events):
+        name = f"j{ident}"
+        arrivals.add(job(name, gpus, T0 + time_s))
+        first.setdefault(name, (T0 + time_s, gpus))
+    last_s = max((t for t, _, _ in events), default=0)
+    now_s = T0 + max(probe_s, last_s)
+    expected = sum(g for t, g in first.values() if t > now_s - DAY)
+    assert arrivals.gpus(now_s) == expected
