@@ -162,11 +162,12 @@ def repeat_last_cycle(values: np.ndarray, period: int, horizon: int) -> np.ndarr
 
 
 def mstl_forecast(history: pd.Series, horizon: int, periods: Sequence[int]) -> np.ndarray:
-    """MSTL's seasons (only those with two full cycles in `history`) repeated from their last cycle, plus
-    a damped-trend ETS forecast of what is left."""
+    """MSTL's seasons (only those with more than two full cycles in `history`) repeated from their last
+    cycle, plus a damped-trend ETS forecast of what is left."""
     from statsmodels.tsa.seasonal import MSTL
 
-    usable = tuple(p for p in periods if len(history) >= 2 * p)
+    # Strictly more than two cycles: at exactly two, statsmodels' MSTL fails inside its own fit.
+    usable = tuple(p for p in periods if len(history) > 2 * p)
     if not usable:
         return ets_forecast(history, horizon, None)
     values = history.astype(float)
