@@ -210,9 +210,9 @@ def _job_states(segments: Sequence[JobSegment], month: MonthInput, key: str) -> 
             for name, row in states.items()}
 
 
-def _add(target: dict[str, float], figures: dict[str, float], weight: float = 1.0) -> None:
+def _add(target: dict[str, float], figures: dict[str, float]) -> None:
     for key, value in figures.items():
-        target[key] = target.get(key, 0.0) + value * weight
+        target[key] = target.get(key, 0.0) + value
 
 
 def _own_rows(month: MonthInput, pricing: Pricing, aggregate: str,
@@ -276,9 +276,8 @@ def make_bill(month: MonthInput, pricing: Pricing, aggregate: str, share_idle: s
     totals: dict[str, float] = {}
     days: dict[float, dict[str, float]] = {}
     for hour in month.site_hours:
+        # The site's own hours carry no allocation or idle figures: the totals' are the rows' (set below).
         priced = _priced(hour, pricing)
-        priced["idle_energy_kwh"] = 0.0
-        priced["gpu_hours_allocated"] = 0.0
         _add(totals, priced)
         _add(days.setdefault(math.floor(hour.hour_start_s / DAY_S) * DAY_S, {}), priced)
     rows, charged_by_day = _own_rows(month, pricing, aggregate, effective)
@@ -297,12 +296,10 @@ def make_bill(month: MonthInput, pricing: Pricing, aggregate: str, share_idle: s
         for key in keys:
             figures.setdefault(key, 0.0)
     totals["gpu_hours_allocated"] = math.fsum(r["gpu_hours_allocated"] for r in rows.values())
-    if aggregate == "node":
+    if aggregate == "node":  # each node's row carries its own idle energy
         totals["idle_energy_kwh"] = math.fsum(r["idle_energy_kwh"] for r in rows.values())
-    else:
-        totals["idle_energy_kwh"] = totals["energy_kwh"] - math.fsum(r["energy_kwh"] for r in rows.values())
     idle = {key: totals[key] - math.fsum(r[key] for r in rows.values()) for key in keys}
-    if aggregate != "node":
+    if aggregate != "node":  # the energy no row was charged is the idle energy, shared by the rule
         idle["idle_energy_kwh"] = idle["energy_kwh"]
         _share(rows, idle, share_idle)
     names = sorted(rows)

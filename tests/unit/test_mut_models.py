@@ -158,6 +158,20 @@ def test_mstl_removes_the_seasons_with_two_cycles_and_adds_them_back_repeated() 
     np.testing.assert_allclose(mstl_forecast(two, 3, (DAY_H,)), ets_forecast(two, 3, None))
 
 
+def test_mstl_takes_both_seasons_from_more_than_two_weeks() -> None:
+    t = np.arange(2 * WEEK_H + 5)
+    history = hourly(shaped(len(t)).to_numpy() + 3 * np.sin(2 * np.pi * t / WEEK_H))  # a weekly season too
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        seasonal = np.asarray(MSTL(history, periods=(DAY_H, WEEK_H)).fit().seasonal, dtype=float)
+    assert seasonal.shape == (len(t), 2)
+    adjusted = pd.Series(history.to_numpy() - seasonal.sum(axis=1), index=history.index)
+    n = len(t)
+    expected = (ets_forecast(adjusted, 30, None) + np.array([seasonal[n - DAY_H + i % DAY_H, 0] for i in range(30)])
+                + np.array([seasonal[n - WEEK_H + i % WEEK_H, 1] for i in range(30)]))
+    np.testing.assert_allclose(mstl_forecast(history, 30, (DAY_H, WEEK_H)), expected)
+
+
 @pytest.mark.parametrize("hours", [72, 47])  # statsmodels' own seasonality test rejects from three days here
 def test_theta_deseasonalises_additively_from_two_cycles(hours: int) -> None:
     history = shaped(hours)
