@@ -34,11 +34,11 @@ from greengpu.model import (
     WakeNode,
 )
 from greengpu.sim.trace_formats import QOS_PRIORITY
+from greengpu.slurm_json import gpus_asked, job_states, json_number
 from greengpu.tick.sleep import SleepObservation
 
 CLASS_COMMENT = re.compile(r"greengpu\.class=(\w+)")
 GPU_IDX = re.compile(r"^gpu(?::[^:(]+)?:(\d+)\(IDX:([^)]*)\)")
-GPU_PER_NODE = re.compile(r"gres:gpu(?::[^:,]+)?:(\d+)")
 DEFAULT_DURATION_S = 3600.0
 """A pending job's run time when it has no time limit (what the core's backfill and wake plans assume)."""
 
@@ -58,10 +58,10 @@ def _class(record: dict[str, Any]) -> str:
 
 
 def _job(record: dict[str, Any], gpus: float, per_node: int | None) -> Job:
-    limit_min = record.get("time_limit")
-    duration_s = float(limit_min) * 60.0 if isinstance(limit_min, int | float) and limit_min > 0 else DEFAULT_DURATION_S
+    limit_min = json_number(record.get("time_limit"))
+    duration_s = limit_min * 60.0 if limit_min is not None and limit_min > 0 else DEFAULT_DURATION_S
     return Job(job_id=str(record["job_id"]), tenant=str(record.get("account") or "default"), gpus=gpus,
-               duration_s=duration_s, submit_time_s=float(record.get("submit_time") or 0.0),
+               duration_s=duration_s, submit_time_s=json_number(record.get("submit_time")) or 0.0,
                priority=QOS_PRIORITY.get(str(record.get("qos") or "").lower(), 0), job_class=_class(record),
                gpus_per_node=per_node)
 
@@ -78,8 +78,8 @@ def parse_jobs(text: str, known: set[str]) -> tuple[list[RunningJob], list[Pendi
     if not isinstance(jobs, list):
         raise slurm.SlurmError("squeue --json: no list of jobs")
     for record in jobs:
-        state = str(record.get("job_state", ""))
-        if state == "RUNNING":
+        states = job_states(record)
+        if "RUNNING" in states:
             nodes = hostlist.expand_hostlist(record.get("nodes") or "")
             slots: list[GpuSlot] = []
             for node, detail in zip(nodes, record.get("gres_detail") or [], strict=False):
@@ -88,15 +88,13 @@ def parse_jobs(text: str, known: set[str]) -> tuple[list[RunningJob], list[Pendi
                     slots.extend(GpuSlot(node, index) for index in _indices(found.group(2)))
             if slots:
                 job = _job(record, len(slots), None)
-                start_s = float(record.get("start_time") or 0.0)
+                start_s = json_number(record.get("start_time")) or 0.0
                 running.append(RunningJob(job=job, slots=tuple(slots), start_time_s=start_s,
                                           expected_end_s=start_s + job.duration_s))
-        elif state == "PENDING":
-            found = GPU_PER_NODE.search(str(record.get("tres_per_node") or ""))
-            if found:
-                per_node = int(found.group(1))
-                count = int(record.get("node_count") or 1)
-                pending.append(PendingJob(_job(record, per_node * count, per_node)))
+        elif "PENDING" in states:
+            asked = gpus_asked(record)  # per node times the node count, or per job (Slurm 23: gres/gpu=N)
+            if asked is not None:
+                pending.append(PendingJob(_job(record, asked[0], asked[1])))
     return running, pending
 
 

@@ -19,13 +19,14 @@ Several keys share one comment, separated by spaces or commas
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from greengpu import slurm_json
 from greengpu.model import JOB_CLASSES
+from greengpu.slurm_json import json_number as number
 from greengpu.spot.decide import CapacityKind, SpotJobFacts
 from greengpu.spot.pod_facts import (
     DEFAULT_RUNTIME_S,
@@ -42,7 +43,6 @@ WAITING_REASONS = frozenset({"Resources", "Priority"})
 that waits for resources). Other reasons (dependencies, limits, holds, a begin time) are not a shortage."""
 DEFAULT_CLASS = "training"
 _KEY = re.compile(r"(?:^|[\s,;])greengpu\.([a-z][a-z-]*)=([^\s,;]*)")
-_GPUS = re.compile(r"gres[:/]gpu(?::[^:,=]+)?[:=](\d+)")
 _PLAIN_FEATURES = re.compile(r"^[A-Za-z0-9_.\-]+(&[A-Za-z0-9_.\-]+)*$")
 _KNOWN_KEYS = frozenset({"class", "interruptible", "checkpoint-interval", "checkpoint-cost"})
 
@@ -77,39 +77,21 @@ class PendingSlurmJob:
         return f"{rest} greengpu.steered={capacity}".strip()
 
 
-def _number(value: Any) -> float | None:
-    """A number of `squeue --json` (a plain number, or Slurm 23's `{"set": true, "number": N}`); None when unset."""
-    if isinstance(value, Mapping):
-        if not value.get("set", True) or value.get("infinite"):
-            return None
-        value = value.get("number")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def pending_job(record: Mapping[str, Any]) -> PendingSlurmJob | None:
     """The pending GPU job in one `squeue --json` record; None for any other job."""
-    state = record.get("job_state")
-    if not (state == "PENDING" or (isinstance(state, list) and "PENDING" in state)):  # Slurm 23: a list
+    if "PENDING" not in slurm_json.job_states(record):
         return None
-    nodes = int(_number(record.get("node_count")) or 1)
-    per_node = _GPUS.search(str(record.get("tres_per_node") or ""))
-    per_job = _GPUS.search(str(record.get("tres_per_job") or ""))
-    if per_node:
-        gpus = float(per_node.group(1)) * nodes
-    elif per_job:
-        gpus = float(per_job.group(1))
-    else:
+    nodes = int(number(record.get("node_count")) or 1)
+    asked = slurm_json.gpus_asked(record)
+    if asked is None:
         return None
-    if gpus <= 0:
-        return None
+    gpus = asked[0]
     partitions = tuple(p for p in str(record.get("partition") or "").split(",") if p)
     return PendingSlurmJob(job_id=str(record.get("job_id")), partitions=partitions,
                            features=str(record.get("features") or "").strip(),
                            reason=str(record.get("state_reason") or ""), gpus=gpus, node_count=max(1, nodes),
-                           eligible_s=_number(record.get("eligible_time")) or _number(record.get("submit_time"))
-                           or 0.0, admin_comment=str(record.get("admin_comment") or "").strip())
+                           eligible_s=number(record.get("eligible_time")) or number(record.get("submit_time")) or 0.0,
+                           admin_comment=str(record.get("admin_comment") or "").strip())
 
 
 def comment_keys(comment: str) -> dict[str, str]:
@@ -138,10 +120,10 @@ def job_facts(record: Mapping[str, Any], job: PendingSlurmJob, now_s: float,
     interval_s = parse_duration_s("comment key greengpu.checkpoint-interval", interval) if interval else None
     cost = keys.get("checkpoint-cost")
     cost_s = parse_duration_s("comment key greengpu.checkpoint-cost", cost) if cost else default_checkpoint_cost_s
-    limit_min = _number(record.get("time_limit"))
+    limit_min = number(record.get("time_limit"))
     work_s = limit_min * 60.0 if limit_min and 0 < limit_min * 60.0 <= MAX_DURATION_S else DEFAULT_RUNTIME_S
-    deadline_at = _number(record.get("deadline"))
-    submit_s = _number(record.get("submit_time")) or job.eligible_s
+    deadline_at = number(record.get("deadline"))
+    submit_s = number(record.get("submit_time")) or job.eligible_s
     left_s = deadline_s = None
     if deadline_at and deadline_at > 0:
         left_s = deadline_at - now_s

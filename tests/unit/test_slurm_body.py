@@ -31,6 +31,43 @@ def test_running_jobs_hold_the_gpus_gres_detail_names_and_pending_ones_ask_per_n
     assert parse_jobs(SQUEUE, {"node2"})[0] == []  # GPUs on nodes greengpu does not manage are not its business
 
 
+def _as_slurm_23(text: str) -> str:
+    """The captured 22.05 reply as Slurm 23.02 and later print it: states as lists, numbers as
+    `{"set", "infinite", "number"}` objects, GPU requests as `gres/gpu:N`."""
+    import json
+
+    document = json.loads(text)
+    for record in document["jobs"]:
+        record["job_state"] = [record["job_state"]]
+        for key in ("node_count", "time_limit", "submit_time", "start_time"):
+            value = record.get(key)
+            record[key] = {"set": value is not None, "infinite": False, "number": value or 0}
+        record["tres_per_node"] = str(record["tres_per_node"]).replace("gres:gpu", "gres/gpu")
+    return json.dumps(document)
+
+
+def test_slurm_23_records_read_as_the_same_jobs() -> None:
+    """The body and spot steering share one reader of job records (greengpu.slurm_json): on 23.02 the 22.05
+    body saw no job at all (a state list is not the string "RUNNING") or failed on a number object."""
+    def seen(text: str) -> list[tuple[object, ...]]:
+        running, pending = parse_jobs(text, {"node1", "node2"})
+        return ([(r.job.job_id, r.job.gpus, r.job.duration_s, r.start_time_s, r.slots) for r in running]
+                + [(p.job.job_id, p.job.gpus, p.job.gpus_per_node, p.job.duration_s, p.job.submit_time_s)
+                   for p in pending])
+
+    assert seen(_as_slurm_23(SQUEUE)) == seen(SQUEUE) != []
+
+
+def test_a_pending_job_that_asks_gpus_per_job_is_seen() -> None:
+    import json
+
+    document = json.loads(SQUEUE)
+    record = next(r for r in document["jobs"] if r["job_id"] == 2)
+    record.update(tres_per_node="", tres_per_job="gres/gpu=6")
+    _, pending = parse_jobs(json.dumps(document), {"node1", "node2"})
+    assert [(p.job.job_id, p.job.gpus, p.job.gpus_per_node) for p in pending] == [("2", 6, None)]
+
+
 @pytest.mark.parametrize("state, flags, power, drained", [
     ("idle", set(), None, None),
     ("idle", {"POWERED_DOWN"}, PowerState.ASLEEP, False),
