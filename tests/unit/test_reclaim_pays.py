@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from schedkit import job, make_cluster, node_type
+from schedkit import Driver, job, make_cluster, node_type
 
 from greengpu.model import GPU_UNITS, ClusterSnapshot, GpuSlot, PendingJob, PreemptJob, RunningJob, Tenant
 from greengpu.policy import PreemptionPolicy, SchedulerPolicy
@@ -130,3 +130,18 @@ def test_free_after_s_counts_whole_gpus_fractional_shares_and_skipped_jobs() -> 
     assert free_after_s([0, 0], 2, False, ends, skip={"a"}) is None
     assert free_after_s([0, half], half, True, ends) == -math.inf
     assert free_after_s([0, 0], half, True, ends, skip={"a"}) == 200.0
+
+
+def test_over_cycles_the_claimant_starts_on_the_gpu_that_freed_and_the_gang_runs_on() -> None:
+    # The first scenario, cycle by cycle with the remembered books cross-checked against fresh ones: the
+    # claimant waits 20 minutes, then starts on the keeper's GPU; nobody is ever preempted.
+    driver = Driver(CLUSTER, POLICY)
+    driver.snapshot = replace(driver.snapshot, time_s=NOW_S)
+    for run in (gang_on_two_nodes(3 * HOUR_S), *keeper_on_n0002(1200.0)):
+        driver.start_running(run)
+    driver.submit(job("mine", gpus=1, tenant="owner", submit_time_s=NOW_S))
+    for _ in range(25):
+        result = driver.tick()
+        assert not any(isinstance(a, PreemptJob) for a in result.actions)
+    assert driver.started_at["mine"] == NOW_S + 1200.0
+    assert "gang" in driver.running()
