@@ -32,7 +32,8 @@ before J (older jobs go first: the age boost), whichever is later. So a one-GPU 
 within the grace; under sustained overload, where the queue ahead takes every GPU that frees up, J
 still reclaims. The quota guarantee keeps a bound: J reclaims whatever it costs once its GPUs, waiting
 since its submission, have missed as much GPU-time as its victims had unsaved when it was submitted
-(at once for victims that started after it came: they took GPUs its quota guaranteed).
+(at once for victims that started after it came: they took GPUs its quota guaranteed). Inference and
+interactive jobs, and jobs with a deadline, are not weighed: their wait is what they are judged by.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ from greengpu.sched.quota import ANY_MODEL, QuotaLedger
 from greengpu.sched.state import PlacementState
 
 HOUR_S = 3600.0
+WAIT_SENSITIVE_CLASSES = frozenset({"inference", "interactive"})
+"""Job classes whose wait is what they are judged by (a person or a service waits): they reclaim without
+weighing, as does a job with a deadline."""
 
 
 def last_checkpoint_s(victim: RunningJob, now_s: float) -> float:
@@ -377,6 +381,8 @@ class VictimFinder:
         job = pending.job
         if all(self._outranks(job, v) for v in victims):
             return True
+        if job.job_class in WAIT_SENSITIVE_CLASSES or job.deadline_s is not None:
+            return True  # its queue time is not ours to spend
         lost_s = sum(lost_gpu_s(v, self.now_s) for v in victims)
         if lost_s <= 0.0:
             return True

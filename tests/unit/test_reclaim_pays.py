@@ -44,8 +44,10 @@ def keeper_on_n0002(left_s: float) -> RunningJob:
 
 
 def cycle(runs: tuple[RunningJob, ...], claimant_gpus: int = 1, waited_s: float = 0.0,
-          priority: int = 0, policy: SchedulerPolicy = POLICY, ahead: tuple[PendingJob, ...] = ()) -> CycleResult:
-    claimant = job("mine", gpus=claimant_gpus, tenant="owner", submit_time_s=NOW_S - waited_s, priority=priority)
+          priority: int = 0, policy: SchedulerPolicy = POLICY, ahead: tuple[PendingJob, ...] = (),
+          **claimant_fields: object) -> CycleResult:
+    claimant = job("mine", gpus=claimant_gpus, tenant="owner", submit_time_s=NOW_S - waited_s, priority=priority,
+                   **claimant_fields)
     snap = ClusterSnapshot(time_s=NOW_S, cluster=CLUSTER, running=runs, pending=(*ahead, PendingJob(claimant)))
     return schedule_cycle(snap, policy)
 
@@ -114,6 +116,15 @@ def test_priority_preemption_is_not_weighed() -> None:
     # A higher-priority job takes the borrower's work whatever it costs: the site said whose work matters more.
     runs = (gang_on_two_nodes(3 * HOUR_S), *keeper_on_n0002(1200.0))
     assert stopped(cycle(runs, priority=5)) == ["gang"]
+
+
+def test_interactive_inference_and_deadline_claimants_are_not_weighed() -> None:
+    # Their wait is what they are judged by: they reclaim at once, as before.
+    runs = (gang_on_two_nodes(3 * HOUR_S), *keeper_on_n0002(1200.0))
+    assert stopped(cycle(runs, job_class="interactive")) == ["gang"]
+    assert stopped(cycle(runs, job_class="inference")) == ["gang"]
+    assert stopped(cycle(runs, deadline_s=NOW_S + 10 * HOUR_S)) == ["gang"]
+    assert stopped(cycle(runs, job_class="batch")) == []
 
 
 def test_a_victim_that_checkpointed_just_now_costs_nothing() -> None:
