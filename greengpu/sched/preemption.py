@@ -18,11 +18,27 @@ waiting one-GPU jobs, ending far above its quota and the first to be reclaimed f
 
 Victims are ranked by priority, then by the work they would lose (GPU-seconds since their last
 checkpoint) or, for comparison, newest first. Gangs are evicted whole: a victim frees every slot
-it holds. The chosen set is pruned until removing any victim would stop J from fitting.
+it holds, and the work it would lose is counted on all of its GPUs. The chosen set is pruned until
+removing any victim would stop J from fitting.
+
+A reclaim must be worth its cost (`reclaim_pays`). When J takes a set as quota (it does not outrank
+every victim by priority), the set is stopped only if the work it destroys, the victims' GPU-seconds
+since their last checkpoints (a gang's on all its GPUs), is less than what J gains: its GPUs times how
+much sooner it starts than if it waited for the GPUs that free up on their own, less the checkpoint
+grace it waits either way. Without preemption J would start once (a) the running jobs' expected ends
+free GPUs in the shape it needs, and (b) the GPUs freed in all have served the jobs waiting since
+before J (older jobs go first: the age boost), whichever is later. So a one-GPU job does not stop a
+32-GPU gang hours old when a GPU frees up within the hour, and nobody is stopped for GPUs that free up
+within the grace; under sustained overload, where the queue ahead takes every GPU that frees up, J
+still reclaims. The quota guarantee keeps a bound: J reclaims whatever it costs once its GPUs, waiting
+since its submission, have missed as much GPU-time as its victims had unsaved when it was submitted
+(at once for victims that started after it came: they took GPUs its quota guaranteed). Inference and
+interactive jobs, and jobs with a deadline, are not weighed: their wait is what they are judged by.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +50,9 @@ from greengpu.sched.quota import ANY_MODEL, QuotaLedger
 from greengpu.sched.state import PlacementState
 
 HOUR_S = 3600.0
+WAIT_SENSITIVE_CLASSES = frozenset({"inference", "interactive"})
+"""Job classes whose wait is what they are judged by (a person or a service waits): they reclaim without
+weighing, as does a job with a deadline."""
 
 
 def last_checkpoint_s(victim: RunningJob, now_s: float) -> float:
@@ -57,6 +76,32 @@ def victim_rank(victim: RunningJob, now_s: float, order: str) -> tuple[float, fl
     if order == "newest-first":
         return (victim.job.priority, -victim.start_time_s, victim.job.job_id)
     return (victim.job.priority, lost_gpu_s(victim, now_s), victim.job.job_id)
+
+
+_NodeEnd = tuple[float, str, tuple[tuple[int, int], ...]]
+"""A running job's expected end on one node: (end, job id, ((GPU index, units), ...))."""
+
+
+def free_after_s(free_units: Sequence[int], need: int, fractional: bool, ends: Sequence[_NodeEnd],
+                 skip: Collection[str] = ()) -> float | None:
+    """When a node's GPUs fit a request on their own: `need` whole free GPUs (or, fractional, one GPU with
+    `need` free units), as its running jobs end in `ends` (earliest first; jobs in `skip` free nothing);
+    -inf when they fit now, None when not even after they all end."""
+    free = list(free_units)
+
+    def fits() -> bool:
+        return any(f >= need for f in free) if fractional else free.count(GPU_UNITS) >= need
+
+    if fits():
+        return -math.inf
+    for end_s, job_id, held in ends:
+        if job_id in skip:
+            continue
+        for index, units in held:
+            free[index] += units
+        if fits():
+            return end_s
+    return None
 
 
 @dataclass(frozen=True)
@@ -108,6 +153,10 @@ class VictimFinder:
         self._yielding_cache: dict[str, list[RunningJob]] = {}
         self._lowest_priority: dict[str, int] = {}
         """Per tenant, the lowest priority among its jobs that may yield (filled with _yielding_cache)."""
+        self._ends: dict[int, list[_NodeEnd]] | None = None
+        """Per node, the running jobs' expected ends still to come (built on the first reclaim weighed)."""
+        self._queue: tuple[list[float], list[int], list[tuple[float, int]], int] | None = None
+        """The waiting jobs' submit times and cumulative GPUs, the running jobs' ends and GPUs, the free GPUs."""
 
     def _model_of(self, victim: RunningJob) -> str:
         node = self.state.index.get(victim.slots[0].node) if victim.slots else None
@@ -309,10 +358,117 @@ class VictimFinder:
         target_nodes = frozenset(node for _, node, _ in picked)
         if not self._fits_after(job, chosen, excluded, target_nodes):
             return None
+        if chosen and not self.reclaim_pays(pending, chosen, excluded, models):
+            return None  # it waits for GPUs that free up soon enough on their own
         if chosen:  # the caller stops these victims for `job`: its tenant has these GPUs coming
             key = self._quota_key(job.tenant, self._model_of(chosen[0]))
             self._promised_now[key] = self._promised_now.get(key, 0) + job.units
         return VictimChoice(chosen, freed_nodes | target_nodes, sum(lost_gpu_s(v, self.now_s) for v in chosen))
+
+    def _outranks(self, job: Job, victim: RunningJob) -> bool:
+        """Whether `job` may take `victim` by priority (not only as quota)."""
+        return self.policy.priority_preemption and victim.job.priority < job.priority
+
+    def reclaim_pays(self, pending: PendingJob, victims: Sequence[RunningJob], excluded: Collection[int],
+                     models: Sequence[str]) -> bool:
+        """Whether stopping `victims` for `pending` is worth the work it destroys (module docstring).
+
+        A set the job takes by priority alone is always worth it (priority is the site's own word on whose
+        work matters more). A set taken as quota is stopped when the work lost is less than the job's GPUs
+        times the time it gains (its expected start without preemption, minus the checkpoint grace it waits
+        either way), or once the job has waited as long as the bound: its GPUs, idle since it was submitted,
+        have missed as much work as the victims had unsaved then."""
+        job = pending.job
+        if all(self._outranks(job, v) for v in victims):
+            return True
+        if job.job_class in WAIT_SENSITIVE_CLASSES or job.deadline_s is not None:
+            return True  # its queue time is not ours to spend
+        lost_s = sum(lost_gpu_s(v, self.now_s) for v in victims)
+        if lost_s <= 0.0:
+            return True
+        gpus = job.units / GPU_UNITS
+        waited_s = self.now_s - job.submit_time_s
+        unsaved_when_submitted_s = sum(lost_gpu_s(v, job.submit_time_s) for v in victims
+                                       if v.start_time_s < job.submit_time_s)
+        if gpus * waited_s >= unsaved_when_submitted_s:  # the bound of the quota guarantee
+            return True
+        start_s = max(self.expected_start_s(job, excluded, models), self.queue_start_s(job))
+        return gpus * (start_s - self.now_s - self.policy.grace_s) > lost_s
+
+    def queue_start_s(self, job: Job) -> float:
+        """When the GPUs that free up on their own have served the jobs waiting since before `job` and then
+        `job` itself, counted in GPUs whatever their shape or model (the shape is `expected_start_s`'s part).
+
+        Submission order stands for queue order here: the age boost puts older jobs first, and where a
+        younger job goes first (higher priority, lower fair share) the estimate errs late, towards
+        reclaiming as before. Built once per cycle, on the first reclaim weighed."""
+        if self._queue is None:
+            ahead = sorted((p.job.submit_time_s, p.job.units) for p in self.pending)
+            submitted, cumulative, total = [], [], 0
+            for submit_s, units in ahead:
+                total += units
+                submitted.append(submit_s)
+                cumulative.append(total)
+            freeing = sorted((r.expected_end_s, r.job.units) for r in self.running
+                             if r.expected_end_s > self.now_s and r.preempt_signalled_s is None)
+            free_units = sum(sum(self.state.gpu_free[n]) for n in range(len(self.state.names))
+                             if self.state.schedulable[n])
+            self._queue = (submitted, cumulative, freeing, free_units)
+        submitted, cumulative, freeing, free_units = self._queue
+        before = bisect.bisect_left(submitted, job.submit_time_s)
+        demand = (cumulative[before - 1] if before else 0) + job.units - free_units
+        if demand <= 0:
+            return self.now_s
+        for end_s, units in freeing:
+            demand -= units
+            if demand <= 0:
+                return end_s
+        return math.inf
+
+    def expected_start_s(self, job: Job, excluded: Collection[int], models: Sequence[str]) -> float:
+        """When `job` could start if nobody were preempted: the earliest time the GPUs it needs come free on
+        their own, from the running jobs' expected ends (infinite when the books expect none in time).
+
+        Ends already past are not counted (a job running over its estimate frees nothing we can count on),
+        nor are the GPUs of jobs already stopping (they go to the job they stop for)."""
+        if self._ends is None:
+            self._ends = {}
+            index = self.state.index
+            for running in self.running:
+                if running.expected_end_s <= self.now_s:
+                    continue
+                by_node: dict[int, list[tuple[int, int]]] = {}
+                for slot in running.slots:
+                    node = index.get(slot.node)
+                    if node is not None:
+                        by_node.setdefault(node, []).append((slot.gpu_index, slot.units))
+                for node, held in by_node.items():
+                    self._ends.setdefault(node, []).append((running.expected_end_s, running.job.job_id, tuple(held)))
+            for entries in self._ends.values():
+                entries.sort()
+        state = self.state
+        best = math.inf
+        for model in models:
+            if job.is_fractional:
+                chunks = [job.units]
+            else:
+                found = chunks_for(job, state.node_size_by_model[model])
+                if found is None:
+                    continue
+                chunks = found
+            need = max(chunks)
+            times = []
+            for node in range(len(state.names)):
+                if state.model[node] != model or not state.schedulable[node] or node in excluded:
+                    continue
+                free_s = free_after_s(state.gpu_free[node], need, job.is_fractional, self._ends.get(node, ()),
+                                      self.stopping)
+                if free_s is not None:
+                    times.append(free_s)
+            if len(times) >= len(chunks):
+                times.sort()
+                best = min(best, max(self.now_s, times[len(chunks) - 1]))
+        return best
 
     def outranks_own(self, job: Job) -> bool:
         """Whether some running job of the job's own tenant may yield to it by priority (cheap: per tenant)."""
