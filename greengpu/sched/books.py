@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from greengpu.model import Cluster, ClusterSnapshot, RunningJob
 from greengpu.sched.backfill import NodeEnds
+from greengpu.sched.pending_index import PendingIndex
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.state import PlacementState, cluster_layout
 from greengpu.sched.waits import Wait
@@ -41,6 +42,8 @@ class Books:
     """The RunningJob objects in `running` by id() (they are kept alive, so ids stay unique)."""
     wait_memo: dict[tuple[object, ...], Wait] = field(default_factory=dict)
     """Typed waits by everything they record (one object for jobs alike: the slack rule visits each once)."""
+    pending: PendingIndex | None = None
+    """The pending queue as of the last cycle (greengpu.sched.pending_index), built on first use."""
 
     def commit(self, started: list[RunningJob], stopped: list[str]) -> None:
         """Record the jobs a cycle placed and killed (it already changed the state and ledger)."""

@@ -39,6 +39,7 @@ from greengpu.sched.backfill import Reservation, ends_by_node, reserve
 from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.order import queue_order
+from greengpu.sched.pending_index import PendingIndex, job_id_of_entry
 from greengpu.sched.placement import chunks_for, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimChoice
 from greengpu.sched.waits import (
@@ -359,9 +360,19 @@ class _Cycle(CycleState):
         self.attempts_left = policy.preemption.max_attempts_per_cycle if policy.preemption.enabled else 0
         self.reservations_left = policy.backfill.reservations if policy.backfill.enabled else 0
         models_for = self.models_for
+        index: PendingIndex | None = None
+        if self.shortcuts:
+            # The queue kept between cycles: its order is taken lazily, as far as the cycle goes.
+            index = self.books.pending
+            if index is None:
+                index = self.books.pending = PendingIndex(alike_key)
+            index.sync(pending, lambda job: self.wait(job, WaitReason.CAPACITY))
+            in_order = index.ordered(self.now_s, policy, self.share_of)
+        else:
+            in_order = queue_order(pending, self.now_s, policy, self.share_of)
         full = False
         considered: list[PendingJob] = []
-        for item in queue_order(pending, self.now_s, policy, self.share_of):
+        for item in in_order:
             considered.append(item)
             if self.attempts_left or self.reservations_left or not self.shortcuts:
                 self.consider(item, models_for(item.job))
@@ -370,22 +381,30 @@ class _Cycle(CycleState):
             if item.job.job_id in self.waits and self._nothing_left_to_try():
                 full = True
                 break
-        rest: list[PendingJob] = []
-        unordered: list[PendingJob] = []
+        unordered: Callable[[], list[PendingJob]] = list
+        rest: Callable[[], list[PendingJob]] = list
         if full:
             # The cluster is full for ordinary jobs: only jobs with held nodes (their victims were just
             # stopped) and jobs short enough to backfill reserved nodes can still start. Skip the rest.
-            rest, special, skipped_waits = self._skipped(pending)
-            verdicts = self._waits_if_none_can_act(special) if self.shortcuts else None
+            decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
+            rest = lambda: [p for p in pending if p.job.job_id not in decided]  # noqa: E731
+            if index is not None:
+                skipped_waits, special, verdicts = self._skipped_indexed(index, pending, decided)
+            else:
+                skipped_waits, special_list = self._skipped(pending, decided)
+                special = lambda: special_list  # noqa: E731
+                verdicts = None
             if verdicts is not None:
                 # None of them can start: their waits do not depend on their order, so they are not ordered.
                 unordered = special
                 self.waits.update(verdicts)
             else:
                 decide = self.consider_alike if self.shortcuts else self.consider
-                for item in queue_order(special, self.now_s, policy, self.share_of):
+                for item in queue_order(special(), self.now_s, policy, self.share_of):
                     considered.append(item)
                     decide(item, models_for(item.job))
+            for job_id in decided:  # decided jobs come after the skipped ones, in the order they were decided
+                skipped_waits.pop(job_id, None)
             skipped_waits.update(self.waits)
             for action in self.actions:
                 if isinstance(action, PlaceJob):
@@ -394,14 +413,46 @@ class _Cycle(CycleState):
         self.plan_wakes(considered, unordered, rest, models_for)
         return CycleResult(tuple(self.actions), self.waits, tuple(self.reservations), tuple(self.withdrawn))
 
-    def _skipped(self, pending: tuple[PendingJob, ...]) -> tuple[list[PendingJob], list[PendingJob], dict[str, Wait]]:
-        """Once the cluster is full: the jobs not decided yet, those of them that may still start (holding
-        nodes, or short enough to backfill reserved nodes), and a capacity wait for each of the first."""
-        decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
+    def _skipped_indexed(self, index: PendingIndex, pending: tuple[PendingJob, ...], decided: set[str]
+                         ) -> tuple[dict[str, Wait], Callable[[], list[PendingJob]], dict[str, Wait] | None]:
+        """`_skipped` and `_waits_if_none_can_act` from the kept queue: the capacity waits of every
+        pending job (in C), the special jobs (lazily) and their waits when none of them can act, else None.
+        Work in proportion to the kinds of job and the special jobs' kinds, not to the queue."""
+        waits = index.capacity_waits(pending)
+        now_s, latest_s = self.now_s, self._latest_reserved_start_s
+        held = [index.by_job_id[j] for j in self.held_for if j in index.by_job_id and j not in decided]
+        short = [(kind, [e for e in entries if e[1] not in decided] if decided else entries)
+                 for kind, entries in index.short_enough(now_s, latest_s)]
+        short = [(kind, entries) for kind, entries in short if entries]
+
+        def special() -> list[PendingJob]:
+            jobs = {e[1]: e[2] for _, entries in short for e in entries}
+            jobs.update((p.job.job_id, p) for p in held)
+            return list(jobs.values())
+
+        if held or any(self._is_short(index, job_id, decided) for job_id in self.stopping_for):
+            return waits, special, None  # a job with victims or held nodes of its own is decided on its own
+        verdicts: dict[str, Wait] = {}
+        for _, entries in short:
+            first = entries[0][2]  # the shortest of its kind: if it cannot backfill, none of its kind can
+            wait = self.wait_alike(first, self.models_for(first.job))
+            if wait is None:
+                return waits, special, None
+            verdicts.update(dict.fromkeys(map(job_id_of_entry, entries), wait))
+        return waits, special, verdicts
+
+    def _is_short(self, index: PendingIndex, job_id: str, decided: set[str]) -> bool:
+        """Whether `job_id` waits undecided and is short enough to backfill reserved nodes."""
+        item = index.by_job_id.get(job_id)
+        return item is not None and job_id not in decided and \
+            self.now_s + item.job.duration_s <= self._latest_reserved_start_s
+
+    def _skipped(self, pending: tuple[PendingJob, ...], decided: set[str]) -> tuple[dict[str, Wait], list[PendingJob]]:
+        """Once the cluster is full: a capacity wait for each job not decided yet (in the snapshot's order),
+        and those of them that may still start (holding nodes, or short enough to backfill reserved nodes)."""
         latest_s, now_s = self._latest_reserved_start_s, self.now_s
         held_for = self.held_for
         wait = self.wait  # remembered per kind of job, so thousands of skipped jobs share a few waits
-        rest: list[PendingJob] = []
         special: list[PendingJob] = []
         waits: dict[str, Wait] = {}
         for item in pending:
@@ -409,39 +460,13 @@ class _Cycle(CycleState):
             job_id = job.job_id
             if job_id in decided:
                 continue
-            rest.append(item)
             if now_s + job.duration_s <= latest_s or job_id in held_for:
                 special.append(item)
             waits[job_id] = wait(job, WaitReason.CAPACITY)
-        return rest, special, waits
+        return waits, special
 
-    def _waits_if_none_can_act(self, jobs: list[PendingJob]) -> dict[str, Wait] | None:
-        """Each job's wait when none of `jobs` can start or backfill now (see `wait_alike`), else None.
-
-        Jobs alike (same key as in `wait_alike`) share their wait, and only the shortest of them could
-        backfill where the others cannot: one question per kind of job, not per job."""
-        held_for, stopping_for = self.held_for, self.stopping_for
-        keys: list[tuple[object, ...]] = []
-        shortest: dict[tuple[object, ...], PendingJob] = {}
-        for item in jobs:
-            job = item.job
-            if job.job_id in held_for or job.job_id in stopping_for:
-                return None
-            key = alike_key(job)
-            keys.append(key)
-            first = shortest.get(key)
-            if first is None or job.duration_s < first.job.duration_s:
-                shortest[key] = item
-        wait_of: dict[tuple[object, ...], Wait] = {}
-        for kind, item in shortest.items():
-            wait = self.wait_alike(item, self.models_for(item.job))
-            if wait is None:
-                return None
-            wait_of[kind] = wait
-        return {item.job.job_id: wait_of[key] for item, key in zip(jobs, keys, strict=True)}
-
-    def plan_wakes(self, considered: list[PendingJob], unordered: list[PendingJob], rest: list[PendingJob],
-                   models_for: Callable[[Job], tuple[str, ...]]) -> None:
+    def plan_wakes(self, considered: list[PendingJob], unordered: Callable[[], list[PendingJob]],
+                   rest: Callable[[], list[PendingJob]], models_for: Callable[[Job], tuple[str, ...]]) -> None:
         """Give jobs blocked for capacity room on waking or asleep nodes; wake the asleep ones needed.
 
         In queue order: `considered` as decided, then `unordered` (decided after them, all waiting, not
@@ -449,16 +474,18 @@ class _Cycle(CycleState):
         if not self.snapshot.node_states:
             return
         waits = self.waits
-        if not any(w.capacity_bound for w in waits.values()):
+        values = waits.values()  # jobs alike share one Wait: look at each once
+        if not any(w.capacity_bound for w in dict(zip(map(id, values), values, strict=True)).values()):
             return
         plan = WakePlan(self.state, self.snapshot.node_states)
         if not plan.has_room():
             return
-        decided = {p.job.job_id for p in itertools.chain(considered, unordered)}
-        unconsidered = [p for p in rest if p.job.job_id not in decided]
+        unordered_jobs = unordered()
+        decided = {p.job.job_id for p in itertools.chain(considered, unordered_jobs)}
+        unconsidered = [p for p in rest() if p.job.job_id not in decided]
         # Nothing started since these waited, so the fair-share figures are those they would have been
         # decided under: ordering them now gives the order they would have had.
-        then = queue_order(unordered, self.now_s, self.policy, self.share_of) if unordered else ()
+        then = queue_order(unordered_jobs, self.now_s, self.policy, self.share_of) if unordered_jobs else ()
         later = queue_order(unconsidered, self.now_s, self.policy, self.share_of) if unconsidered else ()
         excluded = self._excluded_for("")
         room = True

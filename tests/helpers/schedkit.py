@@ -105,6 +105,7 @@ class Driver:
             assert result.actions == fresh.actions
             assert dict(result.waiting) == dict(fresh.waiting)
             assert dict(result.waits) == dict(fresh.waits)  # typed: reason, models, nodes in the way
+            assert list(result.waits) == list(fresh.waits)  # in the same order (bodies act on waits in order)
             assert result.reservations == fresh.reservations and result.withdrawn == fresh.withdrawn
         assert not placed(result.actions).keys() & result.waits.keys()  # a job placed does not wait
         self.snapshot = apply_scheduler_actions(self.snapshot, result.actions)

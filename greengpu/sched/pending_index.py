@@ -1,0 +1,162 @@
+"""The pending queue kept between cycles, updated by differences: a memo of the snapshot's pending tuple.
+
+A saturated queue holds hundreds of jobs, and a cycle on a full cluster decides only a few of them;
+sorting and walking the whole queue again every cycle was most of a saturated replay's time. This
+index keeps, for the pending jobs it was last brought up to date with (by object identity, like the
+books' running jobs):
+
+- per (priority, tenant), the jobs in (submit time, job id) order. A job's age boost grows with its
+  age, so within one base priority that order is also the order of effective priority: the queue
+  order (greengpu.sched.order) is a merge of these lists, taken lazily, one priority level at a time;
+- per kind of job (`alike_key`: everything a waiting job's decision reads but its duration), the jobs
+  in (duration, job id) order: the jobs short enough to backfill are a prefix of each;
+- each job's id and capacity wait, so the waits of the jobs a full cycle skips are built in C.
+
+Nothing is decided here: the cycle reads the index instead of re-walking the snapshot, and
+`schedule_cycle(incremental=False)` (which never reads it) cross-checks the results.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left, insort
+from collections.abc import Callable, Hashable, Iterator
+from operator import itemgetter
+from typing import Any
+
+from greengpu.model import Job, PendingJob
+from greengpu.policy import SchedulerPolicy
+from greengpu.sched.waits import Wait
+
+_SubmitEntry = tuple[float, str, PendingJob]
+_DurationEntry = tuple[float, str, PendingJob]
+job_id_of_entry = itemgetter(1)
+
+
+class PendingIndex:
+    """The pending jobs of the last snapshot seen, ordered for the cycle (see the module docstring)."""
+
+    def __init__(self, alike_key: Callable[[Job], Hashable]) -> None:
+        self._alike_key = alike_key
+        self.by_obj: dict[int, PendingJob] = {}
+        """The PendingJob objects held, by id() (kept alive, so ids stay unique while held)."""
+        self.job_id: dict[int, str] = {}
+        self.capacity_wait: dict[int, Wait] = {}
+        self.by_job_id: dict[str, PendingJob] = {}
+        self.by_priority: dict[tuple[float, str], list[_SubmitEntry]] = {}
+        """(priority, tenant) -> jobs in (submit time, job id) order."""
+        self.by_kind: dict[Hashable, list[_DurationEntry]] = {}
+        """alike_key -> jobs in (duration, job id) order."""
+        self.last: tuple[PendingJob, ...] | None = None
+
+    # -------------------------------------------------------------- upkeep
+
+    def sync(self, pending: tuple[PendingJob, ...], capacity_wait: Callable[[Job], Wait]) -> None:
+        """Bring the index to `pending`: set differences by identity in C, Python work per change only."""
+        if pending is self.last:
+            return
+        current = dict(zip(map(id, pending), pending, strict=True))
+        held = self.by_obj
+        gone = held.keys() - current.keys()
+        new = current.keys() - held.keys()
+        for obj_id in gone:  # removals first: a requeued job comes back as a new object with the same id
+            self._remove(obj_id)
+        for obj_id in new:
+            self._add(obj_id, current[obj_id], capacity_wait)
+        self.last = pending
+
+    def _add(self, obj_id: int, item: PendingJob, capacity_wait: Callable[[Job], Wait]) -> None:
+        job = item.job
+        self.by_obj[obj_id] = item
+        self.job_id[obj_id] = job.job_id
+        self.capacity_wait[obj_id] = capacity_wait(job)
+        self.by_job_id[job.job_id] = item
+        insort(self.by_priority.setdefault((job.priority, job.tenant), []), (job.submit_time_s, job.job_id, item))
+        insort(self.by_kind.setdefault(self._alike_key(job), []), (job.duration_s, job.job_id, item))
+
+    def _remove(self, obj_id: int) -> None:
+        item = self.by_obj.pop(obj_id)
+        job = item.job
+        del self.job_id[obj_id]
+        del self.capacity_wait[obj_id]
+        if self.by_job_id.get(job.job_id) is item:
+            del self.by_job_id[job.job_id]
+        _discard(self.by_priority, (job.priority, job.tenant), (job.submit_time_s, job.job_id))
+        _discard(self.by_kind, self._alike_key(job), (job.duration_s, job.job_id))
+
+    # -------------------------------------------------------------- reads
+
+    def capacity_waits(self, pending: tuple[PendingJob, ...]) -> dict[str, Wait]:
+        """Every pending job's capacity wait, in the snapshot's order (built in C)."""
+        ids = list(map(id, pending))
+        return dict(zip(map(self.job_id.__getitem__, ids), map(self.capacity_wait.__getitem__, ids), strict=True))
+
+    def short_enough(self, now_s: float, latest_s: float) -> Iterator[tuple[Hashable, list[_DurationEntry]]]:
+        """Per kind of job, the jobs with `now_s + duration_s <= latest_s` (shortest first)."""
+        for kind, entries in self.by_kind.items():
+            count = bisect_left(entries, True, key=lambda e: now_s + e[0] > latest_s)
+            if count:
+                yield kind, entries[:count]
+
+    def ordered(self, now_s: float, policy: SchedulerPolicy, share_of: Callable[[str], float]) -> Iterator[PendingJob]:
+        """The pending jobs in `greengpu.sched.order.queue_order`'s order, taken lazily: work in
+        proportion to the jobs taken (and the priority levels and tenants met), not to the queue."""
+        boost_per_s = policy.age_boost_per_hour / 3600.0
+        boost_max = policy.age_boost_max
+        floor = math.floor
+
+        def effective(priority: float, submit_s: float) -> float:  # exactly queue_order's expression
+            w = (now_s - submit_s) * boost_per_s
+            return priority + (0 if w <= 0 else boost_max if w >= boost_max else floor(w))
+
+        groups = [(priority, tenant, entries) for (priority, tenant), entries in self.by_priority.items() if entries]
+        taken = [0] * len(groups)
+        while True:
+            # The next level: the highest effective priority left (each group's oldest job has its highest).
+            level: float | None = None
+            for g, (priority, _, entries) in enumerate(groups):
+                if taken[g] < len(entries):
+                    value = effective(priority, entries[taken[g]][0])
+                    if level is None or value > level:
+                        level = value
+            if level is None:
+                return
+            parts: dict[str, list[list[_SubmitEntry]]] = {}
+            for g, (priority, tenant, entries) in enumerate(groups):
+                start = taken[g]
+                if start >= len(entries) or effective(priority, entries[start][0]) != level:
+                    continue
+                # Effective priority falls along the list (older first): this level is a prefix of what is left.
+                end = bisect_left(entries, True, start, key=_below(effective, priority, level))
+                taken[g] = end
+                parts.setdefault(tenant, []).append(entries[start:end])
+            queues = {tenant: lists[0] if len(lists) == 1 else sorted(e for part in lists for e in part)
+                      for tenant, lists in parts.items()}
+            heads = dict.fromkeys(queues, 0)
+            heap = [(share_of(t), q[0][0], t) for t, q in queues.items()]
+            heapq.heapify(heap)
+            while heap:
+                _, _, tenant = heapq.heappop(heap)
+                queue = queues[tenant]
+                head = heads[tenant]
+                heads[tenant] = head + 1
+                yield queue[head][2]
+                if head + 1 < len(queue):
+                    heapq.heappush(heap, (share_of(tenant), queue[head + 1][0], tenant))
+
+
+def _below(effective: Callable[[float, float], float], priority: float, level: float
+           ) -> Callable[[_SubmitEntry], bool]:
+    """bisect key: whether an entry of base `priority` is below `level` (False for a prefix, then True)."""
+    return lambda entry: effective(priority, entry[0]) != level
+
+
+def _discard(groups: dict[Any, list[tuple[float, str, PendingJob]]], key: Hashable,
+             at: tuple[float, str]) -> None:
+    entries = groups[key]
+    position = bisect_left(entries, at)  # (value, job id) < (value, job id, item): lands on the entry
+    assert entries[position][1] == at[1]
+    del entries[position]
+    if not entries:
+        del groups[key]
