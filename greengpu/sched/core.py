@@ -421,24 +421,30 @@ class _Cycle(CycleState):
         waits = index.capacity_waits(pending)
         now_s, latest_s = self.now_s, self._latest_reserved_start_s
         held = [index.by_job_id[j] for j in self.held_for if j in index.by_job_id and j not in decided]
-        short = [(kind, [e for e in entries if e[1] not in decided] if decided else entries)
-                 for kind, entries in index.short_enough(now_s, latest_s)]
-        short = [(kind, entries) for kind, entries in short if entries]
+        short = list(index.short_enough(now_s, latest_s))  # (kind, its jobs shortest first, how many are short)
 
         def special() -> list[PendingJob]:
-            jobs = {e[1]: e[2] for _, entries in short for e in entries}
+            jobs = {e[1]: e[2] for _, entries, count in short for e in itertools.islice(entries, count)
+                    if e[1] not in decided}
             jobs.update((p.job.job_id, p) for p in held)
             return list(jobs.values())
 
         if held or any(self._is_short(index, job_id, decided) for job_id in self.stopping_for):
             return waits, special, None  # a job with victims or held nodes of its own is decided on its own
         verdicts: dict[str, Wait] = {}
-        for _, entries in short:
-            first = entries[0][2]  # the shortest of its kind: if it cannot backfill, none of its kind can
-            wait = self.wait_alike(first, self.models_for(first.job))
+        for _, entries, count in short:
+            first = 0
+            while first < count and entries[first][1] in decided:
+                first += 1
+            if first == count:
+                continue
+            item = entries[first][2]  # the shortest of its kind: if it cannot backfill, none of its kind can
+            wait = self.wait_alike(item, self.models_for(item.job))
             if wait is None:
                 return waits, special, None
-            verdicts.update(dict.fromkeys(map(job_id_of_entry, entries), wait))
+            verdicts.update(dict.fromkeys(map(job_id_of_entry, itertools.islice(entries, count)), wait))
+        for job_id in decided:
+            verdicts.pop(job_id, None)
         return waits, special, verdicts
 
     def _is_short(self, index: PendingIndex, job_id: str, decided: set[str]) -> bool:

@@ -92,12 +92,13 @@ class PendingIndex:
         ids = list(map(id, pending))
         return dict(zip(map(self.job_id.__getitem__, ids), map(self.capacity_wait.__getitem__, ids), strict=True))
 
-    def short_enough(self, now_s: float, latest_s: float) -> Iterator[tuple[Hashable, list[_DurationEntry]]]:
-        """Per kind of job, the jobs with `now_s + duration_s <= latest_s` (shortest first)."""
+    def short_enough(self, now_s: float, latest_s: float) -> Iterator[tuple[Hashable, list[_DurationEntry], int]]:
+        """Per kind of job, its jobs (shortest first) and how many of them have `now_s + duration_s <= latest_s`
+        (a prefix; kinds with none are left out)."""
         for kind, entries in self.by_kind.items():
             count = bisect_left(entries, True, key=lambda e: now_s + e[0] > latest_s)
             if count:
-                yield kind, entries[:count]
+                yield kind, entries, count
 
     def ordered(self, now_s: float, policy: SchedulerPolicy, share_of: Callable[[str], float]) -> Iterator[PendingJob]:
         """The pending jobs in `greengpu.sched.order.queue_order`'s order, taken lazily: work in
