@@ -39,7 +39,7 @@ from greengpu.sched.backfill import Reservation, ends_by_node, reserve
 from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.order import queue_order
-from greengpu.sched.pending_index import PendingIndex, job_id_of_entry
+from greengpu.sched.pending_index import PendingIndex, QueueWaits, job_id_of_entry
 from greengpu.sched.placement import chunks_for, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimChoice
 from greengpu.sched.waits import (
@@ -50,6 +50,7 @@ from greengpu.sched.waits import (
     WAIT_WAKE,
     Wait,
     WaitReason,
+    distinct_of,
 )
 from greengpu.sched.wake import WakePlan
 
@@ -366,8 +367,11 @@ class _Cycle(CycleState):
             index = self.books.pending
             if index is None:
                 index = self.books.pending = PendingIndex(alike_key)
-            index.sync(pending, lambda job: self.wait(job, WaitReason.CAPACITY))
-            in_order = index.ordered(self.now_s, policy, self.share_of)
+            if index.sync(pending, self._capacity_wait):
+                in_order = index.ordered(self.now_s, policy, self.share_of)
+            else:
+                index = None  # the same job object twice: this cycle walks the snapshot itself
+                in_order = queue_order(pending, self.now_s, policy, self.share_of)
         else:
             in_order = queue_order(pending, self.now_s, policy, self.share_of)
         full = False
@@ -383,13 +387,14 @@ class _Cycle(CycleState):
                 break
         unordered: Callable[[], list[PendingJob]] = list
         rest: Callable[[], list[PendingJob]] = list
+        waits_out: Mapping[str, Wait] = self.waits
         if full:
             # The cluster is full for ordinary jobs: only jobs with held nodes (their victims were just
             # stopped) and jobs short enough to backfill reserved nodes can still start. Skip the rest.
             decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
             rest = lambda: [p for p in pending if p.job.job_id not in decided]  # noqa: E731
             if index is not None:
-                skipped_waits, special, verdicts = self._skipped_indexed(index, pending, decided)
+                special, verdicts = self._special_indexed(index, decided)
             else:
                 skipped_waits, special_list = self._skipped(pending, decided)
                 special = lambda: special_list  # noqa: E731
@@ -403,22 +408,31 @@ class _Cycle(CycleState):
                 for item in queue_order(special(), self.now_s, policy, self.share_of):
                     considered.append(item)
                     decide(item, models_for(item.job))
-            for job_id in decided:  # decided jobs come after the skipped ones, in the order they were decided
-                skipped_waits.pop(job_id, None)
-            skipped_waits.update(self.waits)
-            for action in self.actions:
-                if isinstance(action, PlaceJob):
-                    skipped_waits.pop(action.job_id, None)  # a special job that started does not wait
-            self.waits = skipped_waits
-        self.plan_wakes(considered, unordered, rest, models_for)
-        return CycleResult(tuple(self.actions), self.waits, tuple(self.reservations), tuple(self.withdrawn))
+            placed = [a.job_id for a in self.actions if isinstance(a, PlaceJob)]  # a special job may have started
+            if index is not None:
+                # The skipped jobs' capacity waits are not built unless read (see QueueWaits).
+                waits, started = self.waits, set(placed)
+                distinct = index.kind_waits(lambda job_id: job_id in waits or job_id in decided or job_id in started)
+                waits_out = QueueWaits(pending, self._capacity_wait, decided, waits, placed,
+                                       distinct_of([*distinct, *distinct_of(waits)]))
+            else:
+                for job_id in decided:  # decided jobs come after the skipped ones, in the order they were decided
+                    skipped_waits.pop(job_id, None)
+                skipped_waits.update(self.waits)
+                for job_id in placed:
+                    skipped_waits.pop(job_id, None)
+                waits_out = self.waits = skipped_waits
+        waits_out = self.plan_wakes(considered, unordered, rest, models_for, waits_out)
+        return CycleResult(tuple(self.actions), waits_out, tuple(self.reservations), tuple(self.withdrawn))
 
-    def _skipped_indexed(self, index: PendingIndex, pending: tuple[PendingJob, ...], decided: set[str]
-                         ) -> tuple[dict[str, Wait], Callable[[], list[PendingJob]], dict[str, Wait] | None]:
-        """`_skipped` and `_waits_if_none_can_act` from the kept queue: the capacity waits of every
-        pending job (in C), the special jobs (lazily) and their waits when none of them can act, else None.
-        Work in proportion to the kinds of job and the special jobs' kinds, not to the queue."""
-        waits = index.capacity_waits(pending)
+    def _capacity_wait(self, job: Job) -> Wait:
+        return self.wait(job, WaitReason.CAPACITY)
+
+    def _special_indexed(self, index: PendingIndex, decided: set[str]
+                         ) -> tuple[Callable[[], list[PendingJob]], dict[str, Wait] | None]:
+        """`_skipped`'s special jobs (built only if asked for) from the kept queue, and their waits when
+        none of them can start or backfill now, else None: one question per kind of job (only the shortest
+        of a kind could backfill where the others cannot), not per job."""
         now_s, latest_s = self.now_s, self._latest_reserved_start_s
         held = [index.by_job_id[j] for j in self.held_for if j in index.by_job_id and j not in decided]
         short = list(index.short_enough(now_s, latest_s))  # (kind, its jobs shortest first, how many are short)
@@ -430,7 +444,7 @@ class _Cycle(CycleState):
             return list(jobs.values())
 
         if held or any(self._is_short(index, job_id, decided) for job_id in self.stopping_for):
-            return waits, special, None  # a job with victims or held nodes of its own is decided on its own
+            return special, None  # a job with victims or held nodes of its own is decided on its own
         verdicts: dict[str, Wait] = {}
         for _, entries, count in short:
             first = 0
@@ -441,11 +455,11 @@ class _Cycle(CycleState):
             item = entries[first][2]  # the shortest of its kind: if it cannot backfill, none of its kind can
             wait = self.wait_alike(item, self.models_for(item.job))
             if wait is None:
-                return waits, special, None
+                return special, None
             verdicts.update(dict.fromkeys(map(job_id_of_entry, itertools.islice(entries, count)), wait))
         for job_id in decided:
             verdicts.pop(job_id, None)
-        return waits, special, verdicts
+        return special, verdicts
 
     def _is_short(self, index: PendingIndex, job_id: str, decided: set[str]) -> bool:
         """Whether `job_id` waits undecided and is short enough to backfill reserved nodes."""
@@ -472,20 +486,21 @@ class _Cycle(CycleState):
         return waits, special
 
     def plan_wakes(self, considered: list[PendingJob], unordered: Callable[[], list[PendingJob]],
-                   rest: Callable[[], list[PendingJob]], models_for: Callable[[Job], tuple[str, ...]]) -> None:
+                   rest: Callable[[], list[PendingJob]], models_for: Callable[[Job], tuple[str, ...]],
+                   waits: Mapping[str, Wait]) -> Mapping[str, Wait]:
         """Give jobs blocked for capacity room on waking or asleep nodes; wake the asleep ones needed.
+        Returns the waits, changed where a job now waits for a node to wake.
 
         In queue order: `considered` as decided, then `unordered` (decided after them, all waiting, not
         yet ordered), then the rest of `rest`."""
         if not self.snapshot.node_states:
-            return
-        waits = self.waits
-        values = waits.values()  # jobs alike share one Wait: look at each once
-        if not any(w.capacity_bound for w in dict(zip(map(id, values), values, strict=True)).values()):
-            return
+            return waits
+        if not any(w.capacity_bound for w in distinct_of(waits)):
+            return waits
         plan = WakePlan(self.state, self.snapshot.node_states)
         if not plan.has_room():
-            return
+            return waits
+        changed = dict(waits)
         unordered_jobs = unordered()
         decided = {p.job.job_id for p in itertools.chain(considered, unordered_jobs)}
         unconsidered = [p for p in rest() if p.job.job_id not in decided]
@@ -497,17 +512,18 @@ class _Cycle(CycleState):
         room = True
         for item in itertools.chain(considered, then, later):
             job_id = item.job.job_id
-            wait = waits.get(job_id)
+            wait = changed.get(job_id)
             if wait is None or not wait.capacity_bound:
                 continue
             if room and plan.claim(item.job, models_for(item.job), excluded):
-                waits[job_id] = self.wait(item.job, WaitReason.WAKE)
+                changed[job_id] = self.wait(item.job, WaitReason.WAKE)
             else:
                 if wait.reason is WaitReason.WAKE:  # no room after all: blocked for capacity
-                    waits[job_id] = self.wait(item.job, WaitReason.CAPACITY)
+                    changed[job_id] = self.wait(item.job, WaitReason.CAPACITY)
                 room = room and plan.has_room()
         for node, job_id in plan.to_wake.items():
             self.actions.append(WakeNode(self.state.names[node], f"needed by {job_id}"))
+        return changed
 
 
 def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0,

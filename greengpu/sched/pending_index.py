@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from operator import itemgetter
 from typing import Any
 
@@ -39,9 +39,11 @@ class PendingIndex:
 
     def __init__(self, alike_key: Callable[[Job], Hashable]) -> None:
         self._alike_key = alike_key
+        self._clear()
+
+    def _clear(self) -> None:
         self.by_obj: dict[int, PendingJob] = {}
         """The PendingJob objects held, by id() (kept alive, so ids stay unique while held)."""
-        self.job_id: dict[int, str] = {}
         self.capacity_wait: dict[int, Wait] = {}
         self.by_job_id: dict[str, PendingJob] = {}
         self.by_priority: dict[tuple[float, str], list[_SubmitEntry]] = {}
@@ -49,27 +51,54 @@ class PendingIndex:
         self.by_kind: dict[Hashable, list[_DurationEntry]] = {}
         """alike_key -> jobs in (duration, job id) order."""
         self.last: tuple[PendingJob, ...] | None = None
+        """The tuple last synced (kept, so that the ids in `last_ids` stay those of live objects)."""
+        self.last_ids: tuple[int, ...] = ()
 
     # -------------------------------------------------------------- upkeep
 
-    def sync(self, pending: tuple[PendingJob, ...], capacity_wait: Callable[[Job], Wait]) -> None:
-        """Bring the index to `pending`: set differences by identity in C, Python work per change only."""
+    def sync(self, pending: tuple[PendingJob, ...], capacity_wait: Callable[[Job], Wait]) -> bool:
+        """Bring the index to `pending` (by object identity); False when it cannot stand for it (the same
+        object twice): then it is emptied, and rebuilt at the next call.
+
+        A queue changes between cycles by jobs leaving (anywhere) and arriving (mostly at the end), so
+        the objects' ids are walked against the last tuple's in runs compared in C (`_common_run`):
+        Python work per change, not per job. Any other change is still found: an object the walk passes
+        in the old tuple is dropped, one it meets in the new tuple that is not held is added."""
         if pending is self.last:
-            return
-        current = dict(zip(map(id, pending), pending, strict=True))
+            return True
+        ids = tuple(map(id, pending))
+        last = self.last_ids
         held = self.by_obj
-        gone = held.keys() - current.keys()
-        new = current.keys() - held.keys()
-        for obj_id in gone:  # removals first: a requeued job comes back as a new object with the same id
-            self._remove(obj_id)
-        for obj_id in new:
-            self._add(obj_id, current[obj_id], capacity_wait)
-        self.last = pending
+        i = j = 0
+        while i < len(ids):
+            run = _common_run(ids, i, last, j)
+            i += run
+            j += run
+            if i >= len(ids):
+                break
+            if ids[i] in held and j < len(last):
+                if last[j] in held:
+                    self._remove(last[j])  # the old tuple's job here is gone (or comes back later: re-added)
+                j += 1
+            else:
+                if ids[i] not in held:
+                    self._add(ids[i], pending[i], capacity_wait)
+                i += 1
+        for gone in last[j:]:
+            if gone in held:
+                self._remove(gone)
+        if len(held) != len(ids):
+            self._clear()
+            return False
+        self.last, self.last_ids = pending, ids
+        return True
 
     def _add(self, obj_id: int, item: PendingJob, capacity_wait: Callable[[Job], Wait]) -> None:
         job = item.job
+        replaced = self.by_job_id.get(job.job_id)
+        if replaced is not None:  # a new object for a held job (e.g. requeued): the old one is gone
+            self._remove(id(replaced))
         self.by_obj[obj_id] = item
-        self.job_id[obj_id] = job.job_id
         self.capacity_wait[obj_id] = capacity_wait(job)
         self.by_job_id[job.job_id] = item
         insort(self.by_priority.setdefault((job.priority, job.tenant), []), (job.submit_time_s, job.job_id, item))
@@ -78,7 +107,6 @@ class PendingIndex:
     def _remove(self, obj_id: int) -> None:
         item = self.by_obj.pop(obj_id)
         job = item.job
-        del self.job_id[obj_id]
         del self.capacity_wait[obj_id]
         if self.by_job_id.get(job.job_id) is item:
             del self.by_job_id[job.job_id]
@@ -87,10 +115,16 @@ class PendingIndex:
 
     # -------------------------------------------------------------- reads
 
-    def capacity_waits(self, pending: tuple[PendingJob, ...]) -> dict[str, Wait]:
-        """Every pending job's capacity wait, in the snapshot's order (built in C)."""
-        ids = list(map(id, pending))
-        return dict(zip(map(self.job_id.__getitem__, ids), map(self.capacity_wait.__getitem__, ids), strict=True))
+    def kind_waits(self, skip: Callable[[str], bool]) -> list[Wait]:
+        """The capacity waits of the kinds of job with at least one job for which `skip(job_id)` is False
+        (a kind's longest jobs are looked at first: those a cycle decided are few, and its shortest)."""
+        found: list[Wait] = []
+        for entries in self.by_kind.values():
+            for entry in reversed(entries):
+                if not skip(entry[1]):
+                    found.append(self.capacity_wait[id(entry[2])])
+                    break
+        return found
 
     def short_enough(self, now_s: float, latest_s: float) -> Iterator[tuple[Hashable, list[_DurationEntry], int]]:
         """Per kind of job, its jobs (shortest first) and how many of them have `now_s + duration_s <= latest_s`
@@ -147,6 +181,30 @@ class PendingIndex:
                     heapq.heappush(heap, (share_of(tenant), queue[head + 1][0], tenant))
 
 
+def _common_run(new: tuple[int, ...], i: int, old: tuple[int, ...], j: int) -> int:
+    """How many ids from new[i] on equal old[j], old[j+1], ...: galloping, then halving; each probe a
+    slice comparison in C."""
+    limit = min(len(new) - i, len(old) - j)
+    if limit <= 0 or new[i] != old[j]:
+        return 0
+    low, step = 1, 1  # new[i:i+low] == old[j:j+low]
+    high = limit + 1
+    while low < limit:
+        probe = min(low + step, limit)
+        if new[i + low:i + probe] != old[j + low:j + probe]:
+            high = probe  # the run ends before probe
+            break
+        low = probe
+        step *= 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if new[i + low:i + middle] == old[j + low:j + middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
 def _below(effective: Callable[[float, float], float], priority: float, level: float
            ) -> Callable[[_SubmitEntry], bool]:
     """bisect key: whether an entry of base `priority` is below `level` (False for a prefix, then True)."""
@@ -161,3 +219,52 @@ def _discard(groups: dict[Any, list[tuple[float, str, PendingJob]]], key: Hashab
     del entries[position]
     if not entries:
         del groups[key]
+
+
+class QueueWaits(Mapping[str, Wait]):
+    """A full cycle's waits, built only when read whole: the jobs the cycle decided as decided, every
+    other pending job waiting for capacity (its kind's wait), in the order a plain dict would have them
+    (the snapshot's order, then the jobs decided before the queue was skipped, in decision order).
+
+    The simulator reads only the distinct waits (`distinct_waits`, found without walking the queue);
+    bodies that list every waiting job build the dict once."""
+
+    __slots__ = ("_pending", "_capacity_wait", "_before", "_decided", "_placed", "_built", "distinct_waits")
+
+    def __init__(self, pending: tuple[PendingJob, ...], capacity_wait: Callable[[Job], Wait],
+                 before: Collection[str], decided: Mapping[str, Wait], placed: Collection[str],
+                 distinct_waits: Collection[Wait]) -> None:
+        self._pending = pending
+        self._capacity_wait = capacity_wait
+        self._before = tuple(before)
+        self._decided = decided  # the cycle's own dict, not changed after the cycle
+        self._placed = tuple(placed)
+        self._built: dict[str, Wait] | None = None
+        self.distinct_waits = tuple(distinct_waits)
+
+    def _dict(self) -> dict[str, Wait]:
+        if self._built is None:
+            capacity_wait = self._capacity_wait
+            built = {p.job.job_id: capacity_wait(p.job) for p in self._pending}
+            for job_id in self._before:
+                built.pop(job_id, None)
+            built.update(self._decided)
+            for job_id in self._placed:
+                built.pop(job_id, None)
+            self._built = built
+        return self._built
+
+    def __getitem__(self, job_id: str) -> Wait:
+        return self._dict()[job_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._dict()
+
+    def __bool__(self) -> bool:
+        return bool(self.distinct_waits)

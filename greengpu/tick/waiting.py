@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from greengpu.model import Cluster
 from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, CycleResult
 from greengpu.sched.slack import NO_WAIT, QueueGuard, queue_guard
-from greengpu.sched.waits import Wait, WaitReason
+from greengpu.sched.waits import Wait, WaitReason, distinct_of
 
 LEVER_BLOCKED_REASONS = frozenset({WAIT_CAPACITY, WAIT_WAKE})
 """Wait reasons a faster running job or an extra awake node could shorten."""
@@ -77,9 +77,7 @@ NOTHING_WAITS = WorkWaiting()
 def work_waiting(result: CycleResult, cluster: Cluster | None = None) -> WorkWaiting:
     """The jobs of a scheduling cycle that wait for capacity or for sleeping nodes to wake, and (given
     the inventory) the slack rule's verdict from the cycle's typed waits."""
-    values = result.waits.values()
-    # Jobs alike share one Wait: whether any job is lever-blocked is asked once per distinct wait (in C).
-    distinct = dict(zip(map(id, values), values, strict=True)).values()
-    waiting = any(wait.reason in LEVER_BLOCKED_WAITS for wait in distinct)
+    # Jobs alike share one Wait: whether any job is lever-blocked is asked once per distinct wait.
+    waiting = any(wait.reason in LEVER_BLOCKED_WAITS for wait in distinct_of(result.waits))
     guard = queue_guard(result.waits, cluster) if cluster is not None else NO_WAIT
     return WorkWaiting.of_waits(result.waits, waiting, guard)
