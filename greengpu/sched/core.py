@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 
 from greengpu.model import (
@@ -39,7 +39,7 @@ from greengpu.sched.backfill import Reservation, ends_by_node, reserve
 from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.order import queue_order
-from greengpu.sched.pending_index import PendingIndex, QueueWaits, job_id_of_entry
+from greengpu.sched.pending_index import PendingIndex, QueueWaits
 from greengpu.sched.placement import chunks_for, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimChoice
 from greengpu.sched.waits import (
@@ -349,10 +349,16 @@ class _Cycle(CycleState):
         """True when no free GPU is usable by an ordinary job and no preemption or reservation is left."""
         if self.attempts_left or self.reservations_left:
             return False
-        excluded = self._excluded_for("")
         state = self.state
+        # Within a cycle the free GPUs change only by admissions and releases, the excluded nodes only
+        # with the layout: the answer is kept until one of them changes (asked after every waiting job).
+        key = (self._layout_version, self._released_version, len(self.started), state.free_units_total)
+        if self.shortcuts and key == self._nothing_left_key:
+            return self._nothing_left
+        excluded = self._excluded_for("")
         held_free = sum(sum(state.gpu_free[n]) for n in excluded if state.schedulable[n])
-        return state.free_units_total - held_free <= 0
+        self._nothing_left_key, self._nothing_left = key, state.free_units_total - held_free <= 0
+        return self._nothing_left
 
     def run(self) -> CycleResult:
         pending = self.snapshot.pending
@@ -402,7 +408,6 @@ class _Cycle(CycleState):
             if verdicts is not None:
                 # None of them can start: their waits do not depend on their order, so they are not ordered.
                 unordered = special
-                self.waits.update(verdicts)
             else:
                 decide = self.consider_alike if self.shortcuts else self.consider
                 for item in queue_order(special(), self.now_s, policy, self.share_of):
@@ -412,9 +417,13 @@ class _Cycle(CycleState):
             if index is not None:
                 # The skipped jobs' capacity waits are not built unless read (see QueueWaits).
                 waits, started = self.waits, set(placed)
-                distinct = index.kind_waits(lambda job_id: job_id in waits or job_id in decided or job_id in started)
+                by_kind = verdicts or []
+                distinct = index.kind_waits(lambda job_id: job_id in waits or job_id in decided or job_id in started,
+                                            {kind: len(entries) for kind, entries, _ in by_kind})
+                distinct.extend(wait for _, _, wait in by_kind)
                 waits_out = QueueWaits(pending, self._capacity_wait, decided, waits, placed,
-                                       distinct_of([*distinct, *distinct_of(waits)]))
+                                       distinct_of([*distinct, *distinct_of(waits)]),
+                                       [(entries, wait) for _, entries, wait in by_kind])
             else:
                 for job_id in decided:  # decided jobs come after the skipped ones, in the order they were decided
                     skipped_waits.pop(job_id, None)
@@ -428,11 +437,12 @@ class _Cycle(CycleState):
     def _capacity_wait(self, job: Job) -> Wait:
         return self.wait(job, WaitReason.CAPACITY)
 
-    def _special_indexed(self, index: PendingIndex, decided: set[str]
-                         ) -> tuple[Callable[[], list[PendingJob]], dict[str, Wait] | None]:
-        """`_skipped`'s special jobs (built only if asked for) from the kept queue, and their waits when
-        none of them can start or backfill now, else None: one question per kind of job (only the shortest
-        of a kind could backfill where the others cannot), not per job."""
+    def _special_indexed(self, index: PendingIndex, decided: set[str]) -> tuple[
+            Callable[[], list[PendingJob]], list[tuple[Hashable, list[tuple[float, str, PendingJob]], Wait]] | None]:
+        """`_skipped`'s special jobs (built only if asked for) from the kept queue, and when none of them can
+        start or backfill now, their waits: per kind of job, its short jobs (a prefix, decided ones
+        included: they keep their own waits) and their wait; else None. One question per kind of job
+        (only the shortest of a kind could backfill where the others cannot), not per job."""
         now_s, latest_s = self.now_s, self._latest_reserved_start_s
         held = [index.by_job_id[j] for j in self.held_for if j in index.by_job_id and j not in decided]
         short = list(index.short_enough(now_s, latest_s))  # (kind, its jobs shortest first, how many are short)
@@ -445,8 +455,8 @@ class _Cycle(CycleState):
 
         if held or any(self._is_short(index, job_id, decided) for job_id in self.stopping_for):
             return special, None  # a job with victims or held nodes of its own is decided on its own
-        verdicts: dict[str, Wait] = {}
-        for _, entries, count in short:
+        verdicts: list[tuple[Hashable, list[tuple[float, str, PendingJob]], Wait]] = []
+        for kind, entries, count in short:
             first = 0
             while first < count and entries[first][1] in decided:
                 first += 1
@@ -456,9 +466,7 @@ class _Cycle(CycleState):
             wait = self.wait_alike(item, self.models_for(item.job))
             if wait is None:
                 return special, None
-            verdicts.update(dict.fromkeys(map(job_id_of_entry, itertools.islice(entries, count)), wait))
-        for job_id in decided:
-            verdicts.pop(job_id, None)
+            verdicts.append((kind, entries[:count], wait))
         return special, verdicts
 
     def _is_short(self, index: PendingIndex, job_id: str, decided: set[str]) -> bool:

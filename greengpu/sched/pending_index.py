@@ -21,8 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
-from operator import itemgetter
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from greengpu.model import Job, PendingJob
@@ -31,7 +30,6 @@ from greengpu.sched.waits import Wait
 
 _SubmitEntry = tuple[float, str, PendingJob]
 _DurationEntry = tuple[float, str, PendingJob]
-job_id_of_entry = itemgetter(1)
 
 
 class PendingIndex:
@@ -115,12 +113,15 @@ class PendingIndex:
 
     # -------------------------------------------------------------- reads
 
-    def kind_waits(self, skip: Callable[[str], bool]) -> list[Wait]:
-        """The capacity waits of the kinds of job with at least one job for which `skip(job_id)` is False
-        (a kind's longest jobs are looked at first: those a cycle decided are few, and its shortest)."""
+    def kind_waits(self, skip: Callable[[str], bool], covered: Mapping[Hashable, int] | None = None) -> list[Wait]:
+        """The capacity waits of the kinds of job with at least one job for which `skip(job_id)` is False,
+        leaving out each kind's first `covered[kind]` jobs (shortest first) as well. A kind's longest
+        jobs are looked at first: those a cycle decided are few, and among its shortest."""
         found: list[Wait] = []
-        for entries in self.by_kind.values():
-            for entry in reversed(entries):
+        for kind, entries in self.by_kind.items():
+            first = covered.get(kind, 0) if covered else 0
+            for position in range(len(entries) - 1, first - 1, -1):
+                entry = entries[position]
                 if not skip(entry[1]):
                     found.append(self.capacity_wait[id(entry[2])])
                     break
@@ -229,11 +230,17 @@ class QueueWaits(Mapping[str, Wait]):
     The simulator reads only the distinct waits (`distinct_waits`, found without walking the queue);
     bodies that list every waiting job build the dict once."""
 
-    __slots__ = ("_pending", "_capacity_wait", "_before", "_decided", "_placed", "_built", "distinct_waits")
+    __slots__ = ("_pending", "_capacity_wait", "_before", "_decided", "_placed", "_kinds", "_built",
+                 "distinct_waits")
 
     def __init__(self, pending: tuple[PendingJob, ...], capacity_wait: Callable[[Job], Wait],
                  before: Collection[str], decided: Mapping[str, Wait], placed: Collection[str],
-                 distinct_waits: Collection[Wait]) -> None:
+                 distinct_waits: Collection[Wait],
+                 kinds: Sequence[tuple[Sequence[_DurationEntry], Wait]] = ()) -> None:
+        """`before`: the jobs decided before the queue was skipped (their waits in `decided`, in order);
+        `kinds`: jobs not decided one by one that wait alike (entries of the kept queue, and their wait);
+        `placed`: jobs that started."""
+        self._kinds = kinds
         self._pending = pending
         self._capacity_wait = capacity_wait
         self._before = tuple(before)
@@ -246,8 +253,13 @@ class QueueWaits(Mapping[str, Wait]):
         if self._built is None:
             capacity_wait = self._capacity_wait
             built = {p.job.job_id: capacity_wait(p.job) for p in self._pending}
-            for job_id in self._before:
+            before = set(self._before)
+            for job_id in before:
                 built.pop(job_id, None)
+            for entries, wait in self._kinds:
+                for entry in entries:
+                    if entry[1] not in before:
+                        built[entry[1]] = wait
             built.update(self._decided)
             for job_id in self._placed:
                 built.pop(job_id, None)

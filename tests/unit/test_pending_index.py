@@ -75,6 +75,11 @@ def assert_same(index: PendingIndex, pending: tuple[PendingJob, ...], now_s: flo
     assert set(index.kind_waits(lambda job_id: False)) == {capacity_wait(p.job) for p in pending}
     some = {p.job.job_id for p in pending[::2]}
     assert set(index.kind_waits(some.__contains__)) == {capacity_wait(p.job) for p in pending[1::2]}
+    # Each kind's first `covered` jobs (shortest first) are left out too.
+    half = {kind: len(entries) // 2 for kind, entries in index.by_kind.items()}
+    rest = {e[1] for kind, entries in index.by_kind.items() for e in entries[half[kind]:]}
+    assert set(index.kind_waits(lambda job_id: False, half)) == {capacity_wait(p.job) for p in pending
+                                                                  if p.job.job_id in rest}
 
 
 @settings(max_examples=150, deadline=None)
