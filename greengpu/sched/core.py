@@ -86,6 +86,8 @@ class _Cycle(CycleState):
     """The decisions of one cycle, in the order of the module docstring."""
 
     def expire_grace(self, pending: tuple[PendingJob, ...]) -> None:
+        if self.shortcuts and not self.books.signalled:
+            return  # no running job was asked to stop (the books know without walking them)
         grace_s = self.policy.preemption.grace_s
         pending_ids: set[str] | None = None  # built only when some job was asked to stop
         for running in self.snapshot.running:
