@@ -39,8 +39,21 @@ class NodeEnds:
 
     def __init__(self, state: PlacementState) -> None:
         self.index = state.index
+        self._model, self._size = state.model, state.size  # the layout: shared, never changed
         self.by_node: dict[int, list[_Entry]] = {}
         self.memo: dict[int, dict[tuple[int, tuple[int, ...]], float | None]] = {}
+        self.sized: dict[tuple[str, int], list[int]] = {}
+        """Per (model, GPUs needed on a node), the nodes of that model with that many GPUs, in index
+        order (from the layout)."""
+
+    def nodes_of(self, model: str, count: int) -> list[int]:
+        """The nodes of `model` with at least `count` GPUs, in index order."""
+        found = self.sized.get((model, count))
+        if found is None:
+            models, sizes = self._model, self._size
+            found = self.sized[(model, count)] = [n for n in range(len(models))
+                                                  if models[n] == model and sizes[n] >= count]
+        return found
 
     def _entries(self, job: RunningJob) -> list[tuple[int, _Entry]]:
         result = []
@@ -112,11 +125,11 @@ def _free_times(state: PlacementState, ends: NodeEnds, model: str, count: int, e
     """(when `count` GPUs come free, node) for each usable node of `model`; an overdue job is taken to
     end at `soonest_s`. The scheduler's hottest loop (a node per blocked job per cycle): kept flat."""
     times: list[tuple[float, int]] = []
-    models, schedulable, sizes = state.model, state.schedulable, state.size
+    schedulable = state.schedulable
     free_whole, gpu_free = state.free_whole, state.gpu_free
     memos, by_node = ends.memo, ends.by_node
-    for node in range(len(models)):
-        if models[node] != model or not schedulable[node] or sizes[node] < count or node in excluded:
+    for node in ends.nodes_of(model, count):
+        if not schedulable[node] or node in excluded:
             continue
         whole = free_whole[node]
         if whole >= count:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from greengpu.model import Cluster, ClusterSnapshot, RunningJob
 from greengpu.sched.backfill import NodeEnds
+from greengpu.sched.pending_index import PendingIndex
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.state import PlacementState, cluster_layout
 from greengpu.sched.waits import Wait
@@ -41,6 +42,10 @@ class Books:
     """The RunningJob objects in `running` by id() (they are kept alive, so ids stay unique)."""
     wait_memo: dict[tuple[object, ...], Wait] = field(default_factory=dict)
     """Typed waits by everything they record (one object for jobs alike: the slack rule visits each once)."""
+    signalled: set[int] = field(default_factory=set)
+    """id() of the held running jobs asked to stop (preempt_signalled_s set): most cycles have none."""
+    pending: PendingIndex | None = None
+    """The pending queue as of the last cycle (greengpu.sched.pending_index), built on first use."""
 
     def commit(self, started: list[RunningJob], stopped: list[str]) -> None:
         """Record the jobs a cycle placed and killed (it already changed the state and ledger)."""
@@ -48,6 +53,7 @@ class Books:
             gone = self.running.pop(job_id, None)
             if gone is not None:
                 self.by_id.pop(id(gone), None)
+                self.signalled.discard(id(gone))
                 if self.ends is not None:
                     self.ends.remove(gone)
         for running in started:
@@ -76,6 +82,7 @@ def fresh_books(snapshot: ClusterSnapshot, borrow_non_interruptible: bool) -> Bo
     unschedulable = {i for i, ok in enumerate(state.schedulable) if not ok}
     books = Books(cluster, borrow_non_interruptible, state, ledger, running, unschedulable)
     books.by_id = {id(r): r for r in running.values()}
+    books.signalled = {id(r) for r in running.values() if r.preempt_signalled_s is not None}
     return books
 
 
@@ -129,6 +136,8 @@ def _update_running(books: Books, running: tuple[RunningJob, ...]) -> None:
     gone_ids = by_id.keys() - current.keys()
     new_ids = current.keys() - by_id.keys()
     if gone_ids or new_ids:
+        books.signalled -= gone_ids
+        books.signalled.update(obj_id for obj_id in new_ids if current[obj_id].preempt_signalled_s is not None)
         arriving = {current[obj_id].job.job_id: current[obj_id] for obj_id in new_ids}
         for obj_id in gone_ids:
             held = by_id.pop(obj_id)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 
 from greengpu.model import (
@@ -39,6 +39,7 @@ from greengpu.sched.backfill import Reservation, ends_by_node, reserve
 from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.order import queue_order
+from greengpu.sched.pending_index import PendingIndex, QueueWaits
 from greengpu.sched.placement import chunks_for, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimChoice
 from greengpu.sched.waits import (
@@ -49,6 +50,7 @@ from greengpu.sched.waits import (
     WAIT_WAKE,
     Wait,
     WaitReason,
+    distinct_of,
 )
 from greengpu.sched.wake import WakePlan
 
@@ -84,6 +86,8 @@ class _Cycle(CycleState):
     """The decisions of one cycle, in the order of the module docstring."""
 
     def expire_grace(self, pending: tuple[PendingJob, ...]) -> None:
+        if self.shortcuts and not self.books.signalled:
+            return  # no running job was asked to stop (the books know without walking them)
         grace_s = self.policy.preemption.grace_s
         pending_ids: set[str] | None = None  # built only when some job was asked to stop
         for running in self.snapshot.running:
@@ -347,10 +351,16 @@ class _Cycle(CycleState):
         """True when no free GPU is usable by an ordinary job and no preemption or reservation is left."""
         if self.attempts_left or self.reservations_left:
             return False
-        excluded = self._excluded_for("")
         state = self.state
+        # Within a cycle the free GPUs change only by admissions and releases, the excluded nodes only
+        # with the layout: the answer is kept until one of them changes (asked after every waiting job).
+        key = (self._layout_version, self._released_version, len(self.started), state.free_units_total)
+        if self.shortcuts and key == self._nothing_left_key:
+            return self._nothing_left
+        excluded = self._excluded_for("")
         held_free = sum(sum(state.gpu_free[n]) for n in excluded if state.schedulable[n])
-        return state.free_units_total - held_free <= 0
+        self._nothing_left_key, self._nothing_left = key, state.free_units_total - held_free <= 0
+        return self._nothing_left
 
     def run(self) -> CycleResult:
         pending = self.snapshot.pending
@@ -359,9 +369,22 @@ class _Cycle(CycleState):
         self.attempts_left = policy.preemption.max_attempts_per_cycle if policy.preemption.enabled else 0
         self.reservations_left = policy.backfill.reservations if policy.backfill.enabled else 0
         models_for = self.models_for
+        index: PendingIndex | None = None
+        if self.shortcuts:
+            # The queue kept between cycles: its order is taken lazily, as far as the cycle goes.
+            index = self.books.pending
+            if index is None:
+                index = self.books.pending = PendingIndex(alike_key)
+            if index.sync(pending, self._capacity_wait):
+                in_order = index.ordered(self.now_s, policy, self.share_of)
+            else:
+                index = None  # the same job object twice: this cycle walks the snapshot itself
+                in_order = queue_order(pending, self.now_s, policy, self.share_of)
+        else:
+            in_order = queue_order(pending, self.now_s, policy, self.share_of)
         full = False
         considered: list[PendingJob] = []
-        for item in queue_order(pending, self.now_s, policy, self.share_of):
+        for item in in_order:
             considered.append(item)
             if self.attempts_left or self.reservations_left or not self.shortcuts:
                 self.consider(item, models_for(item.job))
@@ -370,38 +393,96 @@ class _Cycle(CycleState):
             if item.job.job_id in self.waits and self._nothing_left_to_try():
                 full = True
                 break
-        rest: list[PendingJob] = []
-        unordered: list[PendingJob] = []
+        unordered: Callable[[], list[PendingJob]] = list
+        rest: Callable[[], list[PendingJob]] = list
+        waits_out: Mapping[str, Wait] = self.waits
         if full:
             # The cluster is full for ordinary jobs: only jobs with held nodes (their victims were just
             # stopped) and jobs short enough to backfill reserved nodes can still start. Skip the rest.
-            rest, special, skipped_waits = self._skipped(pending)
-            verdicts = self._waits_if_none_can_act(special) if self.shortcuts else None
+            decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
+            rest = lambda: [p for p in pending if p.job.job_id not in decided]  # noqa: E731
+            if index is not None:
+                special, verdicts = self._special_indexed(index, decided)
+            else:
+                skipped_waits, special_list = self._skipped(pending, decided)
+                special = lambda: special_list  # noqa: E731
+                verdicts = None
             if verdicts is not None:
                 # None of them can start: their waits do not depend on their order, so they are not ordered.
                 unordered = special
-                self.waits.update(verdicts)
             else:
                 decide = self.consider_alike if self.shortcuts else self.consider
-                for item in queue_order(special, self.now_s, policy, self.share_of):
+                for item in queue_order(special(), self.now_s, policy, self.share_of):
                     considered.append(item)
                     decide(item, models_for(item.job))
-            skipped_waits.update(self.waits)
-            for action in self.actions:
-                if isinstance(action, PlaceJob):
-                    skipped_waits.pop(action.job_id, None)  # a special job that started does not wait
-            self.waits = skipped_waits
-        self.plan_wakes(considered, unordered, rest, models_for)
-        return CycleResult(tuple(self.actions), self.waits, tuple(self.reservations), tuple(self.withdrawn))
+            placed = [a.job_id for a in self.actions if isinstance(a, PlaceJob)]  # a special job may have started
+            if index is not None:
+                # The skipped jobs' capacity waits are not built unless read (see QueueWaits).
+                waits, started = self.waits, set(placed)
+                by_kind = verdicts or []
+                distinct = index.kind_waits(lambda job_id: job_id in waits or job_id in decided or job_id in started,
+                                            {kind: len(entries) for kind, entries, _ in by_kind})
+                distinct.extend(wait for _, _, wait in by_kind)
+                waits_out = QueueWaits(pending, self._capacity_wait, decided, waits, placed,
+                                       distinct_of([*distinct, *distinct_of(waits)]),
+                                       [(entries, wait) for _, entries, wait in by_kind])
+            else:
+                for job_id in decided:  # decided jobs come after the skipped ones, in the order they were decided
+                    skipped_waits.pop(job_id, None)
+                skipped_waits.update(self.waits)
+                for job_id in placed:
+                    skipped_waits.pop(job_id, None)
+                waits_out = self.waits = skipped_waits
+        waits_out = self.plan_wakes(considered, unordered, rest, models_for, waits_out)
+        return CycleResult(tuple(self.actions), waits_out, tuple(self.reservations), tuple(self.withdrawn))
 
-    def _skipped(self, pending: tuple[PendingJob, ...]) -> tuple[list[PendingJob], list[PendingJob], dict[str, Wait]]:
-        """Once the cluster is full: the jobs not decided yet, those of them that may still start (holding
-        nodes, or short enough to backfill reserved nodes), and a capacity wait for each of the first."""
-        decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
+    def _capacity_wait(self, job: Job) -> Wait:
+        return self.wait(job, WaitReason.CAPACITY)
+
+    def _special_indexed(self, index: PendingIndex, decided: set[str]) -> tuple[
+            Callable[[], list[PendingJob]], list[tuple[Hashable, list[tuple[float, str, PendingJob]], Wait]] | None]:
+        """`_skipped`'s special jobs (built only if asked for) from the kept queue, and when none of them can
+        start or backfill now, their waits: per kind of job, its short jobs (a prefix, decided ones
+        included: they keep their own waits) and their wait; else None. One question per kind of job
+        (only the shortest of a kind could backfill where the others cannot), not per job."""
+        now_s, latest_s = self.now_s, self._latest_reserved_start_s
+        held = [index.by_job_id[j] for j in self.held_for if j in index.by_job_id and j not in decided]
+        short = list(index.short_enough(now_s, latest_s))  # (kind, its jobs shortest first, how many are short)
+
+        def special() -> list[PendingJob]:
+            jobs = {e[1]: e[2] for _, entries, count in short for e in itertools.islice(entries, count)
+                    if e[1] not in decided}
+            jobs.update((p.job.job_id, p) for p in held)
+            return list(jobs.values())
+
+        if held or any(self._is_short(index, job_id, decided) for job_id in self.stopping_for):
+            return special, None  # a job with victims or held nodes of its own is decided on its own
+        verdicts: list[tuple[Hashable, list[tuple[float, str, PendingJob]], Wait]] = []
+        for kind, entries, count in short:
+            first = 0
+            while first < count and entries[first][1] in decided:
+                first += 1
+            if first == count:
+                continue
+            item = entries[first][2]  # the shortest of its kind: if it cannot backfill, none of its kind can
+            wait = self.wait_alike(item, self.models_for(item.job))
+            if wait is None:
+                return special, None
+            verdicts.append((kind, entries[:count], wait))
+        return special, verdicts
+
+    def _is_short(self, index: PendingIndex, job_id: str, decided: set[str]) -> bool:
+        """Whether `job_id` waits undecided and is short enough to backfill reserved nodes."""
+        item = index.by_job_id.get(job_id)
+        return item is not None and job_id not in decided and \
+            self.now_s + item.job.duration_s <= self._latest_reserved_start_s
+
+    def _skipped(self, pending: tuple[PendingJob, ...], decided: set[str]) -> tuple[dict[str, Wait], list[PendingJob]]:
+        """Once the cluster is full: a capacity wait for each job not decided yet (in the snapshot's order),
+        and those of them that may still start (holding nodes, or short enough to backfill reserved nodes)."""
         latest_s, now_s = self._latest_reserved_start_s, self.now_s
         held_for = self.held_for
         wait = self.wait  # remembered per kind of job, so thousands of skipped jobs share a few waits
-        rest: list[PendingJob] = []
         special: list[PendingJob] = []
         waits: dict[str, Wait] = {}
         for item in pending:
@@ -409,72 +490,50 @@ class _Cycle(CycleState):
             job_id = job.job_id
             if job_id in decided:
                 continue
-            rest.append(item)
             if now_s + job.duration_s <= latest_s or job_id in held_for:
                 special.append(item)
             waits[job_id] = wait(job, WaitReason.CAPACITY)
-        return rest, special, waits
+        return waits, special
 
-    def _waits_if_none_can_act(self, jobs: list[PendingJob]) -> dict[str, Wait] | None:
-        """Each job's wait when none of `jobs` can start or backfill now (see `wait_alike`), else None.
-
-        Jobs alike (same key as in `wait_alike`) share their wait, and only the shortest of them could
-        backfill where the others cannot: one question per kind of job, not per job."""
-        held_for, stopping_for = self.held_for, self.stopping_for
-        keys: list[tuple[object, ...]] = []
-        shortest: dict[tuple[object, ...], PendingJob] = {}
-        for item in jobs:
-            job = item.job
-            if job.job_id in held_for or job.job_id in stopping_for:
-                return None
-            key = alike_key(job)
-            keys.append(key)
-            first = shortest.get(key)
-            if first is None or job.duration_s < first.job.duration_s:
-                shortest[key] = item
-        wait_of: dict[tuple[object, ...], Wait] = {}
-        for kind, item in shortest.items():
-            wait = self.wait_alike(item, self.models_for(item.job))
-            if wait is None:
-                return None
-            wait_of[kind] = wait
-        return {item.job.job_id: wait_of[key] for item, key in zip(jobs, keys, strict=True)}
-
-    def plan_wakes(self, considered: list[PendingJob], unordered: list[PendingJob], rest: list[PendingJob],
-                   models_for: Callable[[Job], tuple[str, ...]]) -> None:
+    def plan_wakes(self, considered: list[PendingJob], unordered: Callable[[], list[PendingJob]],
+                   rest: Callable[[], list[PendingJob]], models_for: Callable[[Job], tuple[str, ...]],
+                   waits: Mapping[str, Wait]) -> Mapping[str, Wait]:
         """Give jobs blocked for capacity room on waking or asleep nodes; wake the asleep ones needed.
+        Returns the waits, changed where a job now waits for a node to wake.
 
         In queue order: `considered` as decided, then `unordered` (decided after them, all waiting, not
         yet ordered), then the rest of `rest`."""
         if not self.snapshot.node_states:
-            return
-        waits = self.waits
-        if not any(w.capacity_bound for w in waits.values()):
-            return
+            return waits
+        if not any(w.capacity_bound for w in distinct_of(waits)):
+            return waits
         plan = WakePlan(self.state, self.snapshot.node_states)
         if not plan.has_room():
-            return
-        decided = {p.job.job_id for p in itertools.chain(considered, unordered)}
-        unconsidered = [p for p in rest if p.job.job_id not in decided]
+            return waits
+        changed = dict(waits)
+        unordered_jobs = unordered()
+        decided = {p.job.job_id for p in itertools.chain(considered, unordered_jobs)}
+        unconsidered = [p for p in rest() if p.job.job_id not in decided]
         # Nothing started since these waited, so the fair-share figures are those they would have been
         # decided under: ordering them now gives the order they would have had.
-        then = queue_order(unordered, self.now_s, self.policy, self.share_of) if unordered else ()
+        then = queue_order(unordered_jobs, self.now_s, self.policy, self.share_of) if unordered_jobs else ()
         later = queue_order(unconsidered, self.now_s, self.policy, self.share_of) if unconsidered else ()
         excluded = self._excluded_for("")
         room = True
         for item in itertools.chain(considered, then, later):
             job_id = item.job.job_id
-            wait = waits.get(job_id)
+            wait = changed.get(job_id)
             if wait is None or not wait.capacity_bound:
                 continue
             if room and plan.claim(item.job, models_for(item.job), excluded):
-                waits[job_id] = self.wait(item.job, WaitReason.WAKE)
+                changed[job_id] = self.wait(item.job, WaitReason.WAKE)
             else:
                 if wait.reason is WaitReason.WAKE:  # no room after all: blocked for capacity
-                    waits[job_id] = self.wait(item.job, WaitReason.CAPACITY)
+                    changed[job_id] = self.wait(item.job, WaitReason.CAPACITY)
                 room = room and plan.has_room()
         for node, job_id in plan.to_wake.items():
             self.actions.append(WakeNode(self.state.names[node], f"needed by {job_id}"))
+        return changed
 
 
 def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0,

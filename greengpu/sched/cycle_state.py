@@ -82,6 +82,8 @@ class CycleState:
         self.attempts_left = 0
         self.reservations_left = 0
         self._wakeable: dict[str, list[int]] | None = None
+        self._nothing_left_key: tuple[int, ...] = ()
+        self._nothing_left = False
 
     # -------------------------------------------------------------- helpers
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from greengpu.model import Cluster, RunningJob
-from greengpu.sched.waits import Wait, WaitReason
+from greengpu.sched.waits import Wait, WaitReason, distinct_of
 
 _SHAPED = (WaitReason.CAPACITY, WaitReason.GANG, WaitReason.WAKE)
 """Waits freed by any node of the right shape (models, GPUs per node)."""
@@ -118,10 +118,9 @@ def queue_guard(waits: Mapping[str, Wait], cluster: Cluster) -> QueueGuard:
     blocked_nodes: set[str] = set()
     usable_nodes: set[str] = set()
     quota: set[tuple[str, str]] = set()
-    values = waits.values()
-    # The core shares one Wait between jobs alike in everything it records: visit each once (the
-    # dedup runs in C, so a queue of thousands costs well under a millisecond).
-    for wait in dict(zip(map(id, values), values, strict=True)).values():
+    # The core shares one Wait between jobs alike in everything it records: visit each once (a full
+    # cycle's waits know theirs; otherwise the dedup runs in C).
+    for wait in distinct_of(waits):
         reason = wait.reason
         if reason is WaitReason.QUOTA:
             quota.update((wait.tenant, model) for model in wait.models)

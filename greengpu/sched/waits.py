@@ -13,6 +13,7 @@ and no node a waiting job could use is put to sleep.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -81,3 +82,14 @@ class Wait:
     def capacity_bound(self) -> bool:
         """Whether more or faster capacity of the right shape would let it start sooner."""
         return self.reason in CAPACITY_REASONS
+
+
+def distinct_of(waits: Mapping[str, Wait] | Iterable[Wait]) -> Collection[Wait]:
+    """The distinct Wait objects of a cycle's waits (or of some waits): jobs alike share one object, so a
+    queue thousands deep has a few. A mapping that knows them already (`distinct_waits`) is not walked;
+    otherwise the walk runs in C."""
+    known = getattr(waits, "distinct_waits", None)
+    if known is not None:
+        return known  # type: ignore[no-any-return]
+    values = waits.values() if isinstance(waits, Mapping) else list(waits)
+    return dict(zip(map(id, values), values, strict=True)).values()

@@ -6,14 +6,14 @@ sleep then (`priority_aware`). Both ask this one question; no body re-derives it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
 
 from greengpu.energy.headroom import levers_have_slack
 from greengpu.model import Cluster
 from greengpu.policy import SleepPolicy
 from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, CycleResult
 from greengpu.sched.slack import NO_WAIT, QueueGuard, queue_guard
-from greengpu.sched.waits import WaitReason
+from greengpu.sched.waits import Wait, WaitReason, distinct_of
 
 LEVER_BLOCKED_REASONS = frozenset({WAIT_CAPACITY, WAIT_WAKE})
 """Wait reasons a faster running job or an extra awake node could shorten."""
@@ -21,30 +21,73 @@ LEVER_BLOCKED_WAITS = frozenset(set(WaitReason) - {WaitReason.QUOTA, WaitReason.
 """The same, as the core's typed reasons (every reason whose text is one of LEVER_BLOCKED_REASONS)."""
 
 
-@dataclass(frozen=True)
 class WorkWaiting:
-    """The jobs that wait for capacity the levers hold back (empty: the cluster has slack)."""
+    """The jobs that wait for capacity the levers hold back (empty: the cluster has slack).
 
-    job_ids: tuple[str, ...] = ()
-    guard: QueueGuard = NO_WAIT
-    """Per job and node, what the levers must leave alone (greengpu.sched.slack: a lever may spend
-    slack, never queue time). A body that only knows `job_ids` leaves it empty: then every cap lifts
-    and no node sleeps while anything waits (the fail-safe form)."""
+    From a cycle (`work_waiting`) the ids are sorted only when asked for: the simulator reads
+    `waiting` and `guard` at every cycle of a queue thousands deep, the daemon's JSON the ids."""
 
-    no_slack: bool = False
-    """The GPUs not in use no longer cover the warm reserve (greengpu.energy.headroom): every cap lifts,
-    whether or not a job waits yet."""
+    __slots__ = ("_job_ids", "_waits", "_waiting", "guard", "no_slack")
+
+    def __init__(self, job_ids: tuple[str, ...] = (), guard: QueueGuard = NO_WAIT, no_slack: bool = False) -> None:
+        self._job_ids: tuple[str, ...] | None = tuple(job_ids)
+        self._waits: Mapping[str, Wait] | None = None
+        self._waiting = bool(self._job_ids)
+        self.guard = guard
+        """Per job and node, what the levers must leave alone (greengpu.sched.slack: a lever may spend
+        slack, never queue time). A body that only knows `job_ids` leaves it empty: then every cap lifts
+        and no node sleeps while anything waits (the fail-safe form)."""
+        self.no_slack = no_slack
+        """The GPUs not in use no longer cover the warm reserve (greengpu.energy.headroom): every cap lifts,
+        whether or not a job waits yet."""
+
+    @classmethod
+    def of_waits(cls, waits: Mapping[str, Wait], waiting: bool, guard: QueueGuard) -> WorkWaiting:
+        """From a cycle's typed waits; `waiting`: whether any of them is lever-blocked."""
+        made = cls((), guard)
+        made._job_ids = None if waiting else ()
+        made._waits = waits if waiting else None
+        made._waiting = waiting
+        return made
+
+    @property
+    def job_ids(self) -> tuple[str, ...]:
+        """The waiting jobs' ids, sorted."""
+        if self._job_ids is None:
+            waits = self._waits or {}
+            self._job_ids = tuple(sorted(job_id for job_id, wait in waits.items()
+                                         if wait.reason in LEVER_BLOCKED_WAITS))
+        return self._job_ids
 
     @property
     def waiting(self) -> bool:
         """True while at least one job waits for capacity."""
-        return bool(self.job_ids)
+        return self._waiting
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WorkWaiting):
+            return NotImplemented
+        return self.job_ids == other.job_ids and self.guard == other.guard and self.no_slack == other.no_slack
+
+    def __hash__(self) -> int:
+        return hash((self.job_ids, self.guard, self.no_slack))
+
+    def __repr__(self) -> str:
+        return f"WorkWaiting(job_ids={self.job_ids!r}, guard={self.guard!r}, no_slack={self.no_slack!r})"
+
+    def with_no_slack(self, no_slack: bool) -> WorkWaiting:
+        """The same waiting work with the headroom rule's verdict `no_slack`."""
+        if no_slack == self.no_slack:
+            return self
+        made = WorkWaiting((), self.guard, no_slack)
+        made._job_ids, made._waits, made._waiting = self._job_ids, self._waits, self._waiting
+        return made
 
     @property
     def lifts_every_cap(self) -> bool:
         """What a body that cannot tell which jobs are in a waiting job's way does with caps: lift them all
         while work waits for capacity or the cluster has no slack left."""
-        return bool(self.job_ids) or self.no_slack
+        return self._waiting or self.no_slack
 
 
 NOTHING_WAITS = WorkWaiting()
@@ -53,13 +96,14 @@ NOTHING_WAITS = WorkWaiting()
 def work_waiting(result: CycleResult, cluster: Cluster | None = None) -> WorkWaiting:
     """The jobs of a scheduling cycle that wait for capacity or for sleeping nodes to wake, and (given
     the inventory) the slack rule's verdict from the cycle's typed waits."""
-    job_ids = tuple(sorted(job_id for job_id, wait in result.waits.items() if wait.reason in LEVER_BLOCKED_WAITS))
-    return WorkWaiting(job_ids, queue_guard(result.waits, cluster) if cluster is not None else NO_WAIT)
+    # Jobs alike share one Wait: whether any job is lever-blocked is asked once per distinct wait.
+    waiting = any(wait.reason in LEVER_BLOCKED_WAITS for wait in distinct_of(result.waits))
+    guard = queue_guard(result.waits, cluster) if cluster is not None else NO_WAIT
+    return WorkWaiting.of_waits(result.waits, waiting, guard)
 
 
 def with_slack_verdict(waiting: WorkWaiting, total_gpus: float, busy_gpus: float, policy: SleepPolicy,
                        arrived_gpus: float | None = None) -> WorkWaiting:
     """`waiting` with the headroom rule's verdict (greengpu.energy.headroom) for a cluster of `total_gpus`
     with `busy_gpus` in use (`arrived_gpus`: the day's arrivals, greengpu.energy.arrivals)."""
-    no_slack = not levers_have_slack(total_gpus, busy_gpus, policy, arrived_gpus)
-    return waiting if no_slack == waiting.no_slack else replace(waiting, no_slack=no_slack)
+    return waiting.with_no_slack(not levers_have_slack(total_gpus, busy_gpus, policy, arrived_gpus))

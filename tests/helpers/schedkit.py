@@ -26,6 +26,7 @@ from greengpu.model import (
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.core import CycleResult, schedule_cycle
 from greengpu.sched.invariants import check_invariants
+from greengpu.sched.waits import distinct_of
 
 
 def node_type(gpus: int = 8, model: str = "A100", name: str | None = None, memory_gb: float = 80.0) -> NodeType:
@@ -105,6 +106,9 @@ class Driver:
             assert result.actions == fresh.actions
             assert dict(result.waiting) == dict(fresh.waiting)
             assert dict(result.waits) == dict(fresh.waits)  # typed: reason, models, nodes in the way
+            assert list(result.waits) == list(fresh.waits)  # in the same order (bodies act on waits in order)
+            # The distinct waits the levers read (kept per kind of job on a full cycle) are those of the jobs.
+            assert {id(w) for w in distinct_of(result.waits)} == {id(w) for w in dict(result.waits).values()}
             assert result.reservations == fresh.reservations and result.withdrawn == fresh.withdrawn
         assert not placed(result.actions).keys() & result.waits.keys()  # a job placed does not wait
         self.snapshot = apply_scheduler_actions(self.snapshot, result.actions)

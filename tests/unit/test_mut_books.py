@@ -79,6 +79,7 @@ def assert_same_as_fresh(books: Books, snapshot: ClusterSnapshot) -> None:
     assert books.running == fresh.running
     assert all(books.running[k] is fresh.running[k] for k in fresh.running)  # the snapshot's own objects
     assert books.by_id == {id(r): r for r in snapshot.running}
+    assert books.signalled == fresh.signalled == {id(r) for r in snapshot.running if r.preempt_signalled_s is not None}
     assert books.unschedulable == fresh.unschedulable
     if books.ends is not None:
         assert ends_fields(books.ends) == ends_fields(ends_by_node(fresh.state, snapshot.running))

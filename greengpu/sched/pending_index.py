@@ -1,0 +1,282 @@
+"""The pending queue kept between cycles, updated by differences: a memo of the snapshot's pending tuple.
+
+A saturated queue holds hundreds of jobs, and a cycle on a full cluster decides only a few of them;
+sorting and walking the whole queue again every cycle was most of a saturated replay's time. This
+index keeps, for the pending jobs it was last brought up to date with (by object identity, like the
+books' running jobs):
+
+- per (priority, tenant), the jobs in (submit time, job id) order. A job's age boost grows with its
+  age, so within one base priority that order is also the order of effective priority: the queue
+  order (greengpu.sched.order) is a merge of these lists, taken lazily, one priority level at a time;
+- per kind of job (`alike_key`: everything a waiting job's decision reads but its duration), the jobs
+  in (duration, job id) order: the jobs short enough to backfill are a prefix of each;
+- each job's id and capacity wait, so the waits of the jobs a full cycle skips are built in C.
+
+Nothing is decided here: the cycle reads the index instead of re-walking the snapshot, and
+`schedule_cycle(incremental=False)` (which never reads it) cross-checks the results.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left, insort
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
+from typing import Any
+
+from greengpu.model import Job, PendingJob
+from greengpu.policy import SchedulerPolicy
+from greengpu.sched.waits import Wait
+
+_SubmitEntry = tuple[float, str, PendingJob]
+_DurationEntry = tuple[float, str, PendingJob]
+
+
+class PendingIndex:
+    """The pending jobs of the last snapshot seen, ordered for the cycle (see the module docstring)."""
+
+    def __init__(self, alike_key: Callable[[Job], Hashable]) -> None:
+        self._alike_key = alike_key
+        self._clear()
+
+    def _clear(self) -> None:
+        self.by_obj: dict[int, PendingJob] = {}
+        """The PendingJob objects held, by id() (kept alive, so ids stay unique while held)."""
+        self.capacity_wait: dict[int, Wait] = {}
+        self.by_job_id: dict[str, PendingJob] = {}
+        self.by_priority: dict[tuple[float, str], list[_SubmitEntry]] = {}
+        """(priority, tenant) -> jobs in (submit time, job id) order."""
+        self.by_kind: dict[Hashable, list[_DurationEntry]] = {}
+        """alike_key -> jobs in (duration, job id) order."""
+        self.last: tuple[PendingJob, ...] | None = None
+        """The tuple last synced (kept, so that the ids in `last_ids` stay those of live objects)."""
+        self.last_ids: tuple[int, ...] = ()
+
+    # -------------------------------------------------------------- upkeep
+
+    def sync(self, pending: tuple[PendingJob, ...], capacity_wait: Callable[[Job], Wait]) -> bool:
+        """Bring the index to `pending` (by object identity); False when it cannot stand for it (the same
+        object twice): then it is emptied, and rebuilt at the next call.
+
+        A queue changes between cycles by jobs leaving (anywhere) and arriving (mostly at the end), so
+        the objects' ids are walked against the last tuple's in runs compared in C (`_common_run`):
+        Python work per change, not per job. Any other change is still found: an object the walk passes
+        in the old tuple is dropped, one it meets in the new tuple that is not held is added."""
+        if pending is self.last:
+            return True
+        ids = tuple(map(id, pending))
+        last = self.last_ids
+        held = self.by_obj
+        i = j = 0
+        while i < len(ids):
+            run = _common_run(ids, i, last, j)
+            i += run
+            j += run
+            if i >= len(ids):
+                break
+            if ids[i] in held and j < len(last):
+                if last[j] in held:
+                    self._remove(last[j])  # the old tuple's job here is gone (or comes back later: re-added)
+                j += 1
+            else:
+                if ids[i] not in held:
+                    self._add(ids[i], pending[i], capacity_wait)
+                i += 1
+        for gone in last[j:]:
+            if gone in held:
+                self._remove(gone)
+        if len(held) != len(ids):
+            self._clear()
+            return False
+        self.last, self.last_ids = pending, ids
+        return True
+
+    def _add(self, obj_id: int, item: PendingJob, capacity_wait: Callable[[Job], Wait]) -> None:
+        job = item.job
+        replaced = self.by_job_id.get(job.job_id)
+        if replaced is not None:  # a new object for a held job (e.g. requeued): the old one is gone
+            self._remove(id(replaced))
+        self.by_obj[obj_id] = item
+        self.capacity_wait[obj_id] = capacity_wait(job)
+        self.by_job_id[job.job_id] = item
+        insort(self.by_priority.setdefault((job.priority, job.tenant), []), (job.submit_time_s, job.job_id, item))
+        insort(self.by_kind.setdefault(self._alike_key(job), []), (job.duration_s, job.job_id, item))
+
+    def _remove(self, obj_id: int) -> None:
+        item = self.by_obj.pop(obj_id)
+        job = item.job
+        del self.capacity_wait[obj_id]
+        if self.by_job_id.get(job.job_id) is item:
+            del self.by_job_id[job.job_id]
+        _discard(self.by_priority, (job.priority, job.tenant), (job.submit_time_s, job.job_id))
+        _discard(self.by_kind, self._alike_key(job), (job.duration_s, job.job_id))
+
+    # -------------------------------------------------------------- reads
+
+    def kind_waits(self, skip: Callable[[str], bool], covered: Mapping[Hashable, int] | None = None) -> list[Wait]:
+        """The capacity waits of the kinds of job with at least one job for which `skip(job_id)` is False,
+        leaving out each kind's first `covered[kind]` jobs (shortest first) as well. A kind's longest
+        jobs are looked at first: those a cycle decided are few, and among its shortest."""
+        found: list[Wait] = []
+        for kind, entries in self.by_kind.items():
+            first = covered.get(kind, 0) if covered else 0
+            for position in range(len(entries) - 1, first - 1, -1):
+                entry = entries[position]
+                if not skip(entry[1]):
+                    found.append(self.capacity_wait[id(entry[2])])
+                    break
+        return found
+
+    def short_enough(self, now_s: float, latest_s: float) -> Iterator[tuple[Hashable, list[_DurationEntry], int]]:
+        """Per kind of job, its jobs (shortest first) and how many of them have `now_s + duration_s <= latest_s`
+        (a prefix; kinds with none are left out)."""
+        for kind, entries in self.by_kind.items():
+            count = bisect_left(entries, True, key=lambda e: now_s + e[0] > latest_s)
+            if count:
+                yield kind, entries, count
+
+    def ordered(self, now_s: float, policy: SchedulerPolicy, share_of: Callable[[str], float]) -> Iterator[PendingJob]:
+        """The pending jobs in `greengpu.sched.order.queue_order`'s order, taken lazily: work in
+        proportion to the jobs taken (and the priority levels and tenants met), not to the queue."""
+        boost_per_s = policy.age_boost_per_hour / 3600.0
+        boost_max = policy.age_boost_max
+        floor = math.floor
+
+        def effective(priority: float, submit_s: float) -> float:  # exactly queue_order's expression
+            w = (now_s - submit_s) * boost_per_s
+            return priority + (0 if w <= 0 else boost_max if w >= boost_max else floor(w))
+
+        groups = [(priority, tenant, entries) for (priority, tenant), entries in self.by_priority.items() if entries]
+        taken = [0] * len(groups)
+        while True:
+            # The next level: the highest effective priority left (each group's oldest job has its highest).
+            level: float | None = None
+            for g, (priority, _, entries) in enumerate(groups):
+                if taken[g] < len(entries):
+                    value = effective(priority, entries[taken[g]][0])
+                    if level is None or value > level:
+                        level = value
+            if level is None:
+                return
+            parts: dict[str, list[list[_SubmitEntry]]] = {}
+            for g, (priority, tenant, entries) in enumerate(groups):
+                start = taken[g]
+                if start >= len(entries) or effective(priority, entries[start][0]) != level:
+                    continue
+                # Effective priority falls along the list (older first): this level is a prefix of what is left.
+                end = bisect_left(entries, True, start, key=_below(effective, priority, level))
+                taken[g] = end
+                parts.setdefault(tenant, []).append(entries[start:end])
+            queues = {tenant: lists[0] if len(lists) == 1 else sorted(e for part in lists for e in part)
+                      for tenant, lists in parts.items()}
+            heads = dict.fromkeys(queues, 0)
+            heap = [(share_of(t), q[0][0], t) for t, q in queues.items()]
+            heapq.heapify(heap)
+            while heap:
+                _, _, tenant = heapq.heappop(heap)
+                queue = queues[tenant]
+                head = heads[tenant]
+                heads[tenant] = head + 1
+                yield queue[head][2]
+                if head + 1 < len(queue):
+                    heapq.heappush(heap, (share_of(tenant), queue[head + 1][0], tenant))
+
+
+def _common_run(new: tuple[int, ...], i: int, old: tuple[int, ...], j: int) -> int:
+    """How many ids from new[i] on equal old[j], old[j+1], ...: galloping, then halving; each probe a
+    slice comparison in C."""
+    limit = min(len(new) - i, len(old) - j)
+    if limit <= 0 or new[i] != old[j]:
+        return 0
+    low, step = 1, 1  # new[i:i+low] == old[j:j+low]
+    high = limit + 1
+    while low < limit:
+        probe = min(low + step, limit)
+        if new[i + low:i + probe] != old[j + low:j + probe]:
+            high = probe  # the run ends before probe
+            break
+        low = probe
+        step *= 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if new[i + low:i + middle] == old[j + low:j + middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _below(effective: Callable[[float, float], float], priority: float, level: float
+           ) -> Callable[[_SubmitEntry], bool]:
+    """bisect key: whether an entry of base `priority` is below `level` (False for a prefix, then True)."""
+    return lambda entry: effective(priority, entry[0]) != level
+
+
+def _discard(groups: dict[Any, list[tuple[float, str, PendingJob]]], key: Hashable,
+             at: tuple[float, str]) -> None:
+    entries = groups[key]
+    position = bisect_left(entries, at)  # (value, job id) < (value, job id, item): lands on the entry
+    assert entries[position][1] == at[1]
+    del entries[position]
+    if not entries:
+        del groups[key]
+
+
+class QueueWaits(Mapping[str, Wait]):
+    """A full cycle's waits, built only when read whole: the jobs the cycle decided as decided, every
+    other pending job waiting for capacity (its kind's wait), in the order a plain dict would have them
+    (the snapshot's order, then the jobs decided before the queue was skipped, in decision order).
+
+    The simulator reads only the distinct waits (`distinct_waits`, found without walking the queue);
+    bodies that list every waiting job build the dict once."""
+
+    __slots__ = ("_pending", "_capacity_wait", "_before", "_decided", "_placed", "_kinds", "_built",
+                 "distinct_waits")
+
+    def __init__(self, pending: tuple[PendingJob, ...], capacity_wait: Callable[[Job], Wait],
+                 before: Collection[str], decided: Mapping[str, Wait], placed: Collection[str],
+                 distinct_waits: Collection[Wait],
+                 kinds: Sequence[tuple[Sequence[_DurationEntry], Wait]] = ()) -> None:
+        """`before`: the jobs decided before the queue was skipped (their waits in `decided`, in order);
+        `kinds`: jobs not decided one by one that wait alike (entries of the kept queue, and their wait);
+        `placed`: jobs that started."""
+        self._kinds = kinds
+        self._pending = pending
+        self._capacity_wait = capacity_wait
+        self._before = tuple(before)
+        self._decided = decided  # the cycle's own dict, not changed after the cycle
+        self._placed = tuple(placed)
+        self._built: dict[str, Wait] | None = None
+        self.distinct_waits = tuple(distinct_waits)
+
+    def _dict(self) -> dict[str, Wait]:
+        if self._built is None:
+            capacity_wait = self._capacity_wait
+            built = {p.job.job_id: capacity_wait(p.job) for p in self._pending}
+            before = set(self._before)
+            for job_id in before:
+                built.pop(job_id, None)
+            for entries, wait in self._kinds:
+                for entry in entries:
+                    if entry[1] not in before:
+                        built[entry[1]] = wait
+            built.update(self._decided)
+            for job_id in self._placed:
+                built.pop(job_id, None)
+            self._built = built
+        return self._built
+
+    def __getitem__(self, job_id: str) -> Wait:
+        return self._dict()[job_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._dict()
+
+    def __bool__(self) -> bool:
+        return bool(self.distinct_waits)
