@@ -74,7 +74,6 @@ class PlacementState:
         self.model = layout.model
         self.domain = layout.domain
         self.size = layout.size
-        self.memory_gb = layout.memory_gb
         self.node_size_by_model = layout.node_size_by_model
         self.models = layout.models
         self.uniform_models = layout.uniform_models
