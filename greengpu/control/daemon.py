@@ -129,9 +129,9 @@ class Daemon:
         self.last_observation: Observation | None = None
         self._energy_then: dict[str, float] = {}
         self.rise_forecast = (DemandRiseForecaster() if policy.sleep.enabled and policy.sleep.use_forecast else None)
+        """With `sleep.use_forecast`: the hourly rise of demand, learnt from what the daemon observes."""
         self.arrivals = RecentArrivals()
         """The jobs seen arriving over the last day (greengpu.energy.arrivals: the warm reserve follows them)."""
-        """With `sleep.use_forecast`: the hourly rise of demand, learnt from what the daemon observes."""
         self._woken: dict[str, float] = {}
         self._refused_until: dict[tuple[str, str, int | None], float] = {}
         """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
@@ -238,8 +238,7 @@ class Daemon:
         """The sleep observation with the last day's arrivals (how much of its share of use the warm reserve
         keeps) and the demand forecast's headroom (the warm reserve before a daily ramp)."""
         snapshot = seen.snapshot
-        self.arrivals.note_seen(now_s, [r.job for r in snapshot.running])
-        self.arrivals.note_seen(now_s, [p.job for p in snapshot.pending])
+        self.arrivals.note_snapshot(now_s, snapshot)
         sleep = replace(seen.sleep, arrived_gpus=self.arrivals.gpus(now_s))
         if self.rise_forecast is None:
             return sleep

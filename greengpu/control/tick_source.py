@@ -33,8 +33,7 @@ class TickSource:
     def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
         snapshot = self._observe()
         busy_gpus = sum(running.job.gpus for running in snapshot.running)
-        self.arrivals.note_seen(snapshot.time_s, [r.job for r in snapshot.running])
-        self.arrivals.note_seen(snapshot.time_s, [p.job for p in snapshot.pending])
+        self.arrivals.note_snapshot(snapshot.time_s, snapshot)
         self._waiting = with_slack_verdict(schedule(snapshot, self.policy).waiting, snapshot.cluster.total_gpus,
                                            busy_gpus, self.policy.sleep, self.arrivals.gpus(snapshot.time_s))
         return {slot.gpu_index: GpuJob(running.job.job_id, running.job.job_class, running.job.tenant)

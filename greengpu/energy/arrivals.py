@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from greengpu.model import Job
+from greengpu.model import ClusterSnapshot, Job
 
 ARRIVAL_WINDOW_S = 86_400.0
 """A day: the period over which arrivals justify a reserve."""
@@ -46,6 +46,11 @@ class RecentArrivals:
         for job in jobs:
             if job.submit_time_s > since_s and job.job_id not in self._seen:
                 self.add(job)
+
+    def note_snapshot(self, now_s: float, snapshot: ClusterSnapshot) -> None:
+        """Note the running and pending jobs of a body's snapshot (`note_seen` of both)."""
+        self.note_seen(now_s, (running.job for running in snapshot.running))
+        self.note_seen(now_s, (pending.job for pending in snapshot.pending))
 
     def gpus(self, now_s: float) -> float:
         """GPUs asked by the jobs that arrived after `now_s` minus the window."""

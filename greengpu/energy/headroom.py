@@ -3,8 +3,9 @@
 Capping and sleep spend the same thing. A node put to sleep is a free GPU taken out of reach for a
 boot; a capped job holds its GPUs longer (a 5% slowdown is 5% more GPU-time), so its GPUs come free
 later. Both cost nothing while the cluster has room to spare and turn into queue time once it
-fills. The warm reserve (`warm_reserve_target_gpus`: a fixed floor, a share of the GPUs in use, the
-forecast's rise) is the policy's own statement of the burst the cluster must be able to take at once.
+fills. The warm reserve (`warm_reserve_target_gpus`: a fixed floor and a share of the GPUs in use; the
+forecast's hourly rise is left out here, see `levers_have_slack`) is the policy's own statement of the
+burst the cluster must be able to take at once.
 When the GPUs not in use no longer cover it, there is no slack left: the caps lift on every job, as
 they do for the jobs in a waiting job's way (greengpu.sched.slack), and the reserve already keeps
 every free node awake.
