@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from schedkit import make_cluster, node_type
 
 from greengpu.energy.arrivals import ARRIVAL_WINDOW_S, RecentArrivals
 from greengpu.energy.sleep import warm_reserve_target_gpus
-from greengpu.model import Job
+from greengpu.model import ClusterSnapshot, GpuSlot, Job, PendingJob, RunningJob
 from greengpu.policy import SleepPolicy
 
 T0 = 1_700_000_000.0
@@ -63,3 +64,36 @@ def test_in_order_arrivals_sum_what_a_fresh_count_gives(events: list[tuple[int, 
     now_s = T0 + max(probe_s, last_s)
     expected = sum(g for t, g in first.values() if t > now_s - DAY)
     assert arrivals.gpus(now_s) == expected
+
+
+def test_an_arrival_noted_at_its_own_time_is_forgotten_a_day_after_that_time() -> None:
+    arrivals = RecentArrivals()
+    arrivals.add(job("late", 4, T0 - DAY), time_s=T0)  # a replay notes the job when it arrives, not its stamp
+    assert arrivals.gpus(T0 + DAY - 1) == 4
+    assert arrivals.gpus(T0 + DAY) == 0
+
+
+def test_jobs_submitted_a_day_ago_or_earlier_are_no_arrival_even_when_never_seen() -> None:
+    arrivals = RecentArrivals()
+    arrivals.note_seen(T0, [job("edge", 8, T0 - DAY), job("older", 16, T0 - 2 * DAY), job("in", 1, T0 - DAY + 1)])
+    assert arrivals.gpus(T0) == 1
+
+
+def test_a_forgotten_job_no_longer_takes_memory_and_counts_again_if_it_comes_back() -> None:
+    """The set of job ids seen shrinks with the window (a daemon runs for months); an id noted again after
+    its day is over (a resource manager reusing ids) is a new arrival."""
+    arrivals = RecentArrivals()
+    arrivals.add(job("j1", 2, T0))
+    assert arrivals.gpus(T0 + DAY) == 0
+    arrivals.add(job("j1", 2, T0 + DAY + 5))
+    assert arrivals.gpus(T0 + DAY + 5) == 2
+
+
+def test_a_snapshot_notes_its_running_and_pending_jobs_that_arrived_within_the_day() -> None:
+    cluster = make_cluster([(2, node_type(8), "r")])
+    running = tuple(RunningJob(j, (GpuSlot("n0", 0),), start_time_s=T0 - 100, expected_end_s=T0 + 3600)
+                    for j in (job("ran-long", 1, T0 - 2 * DAY), job("ran-today", 1, T0 - 3600)))
+    pending = (PendingJob(job("waits", 8, T0 - 60)), PendingJob(job("waits-since-last-week", 4, T0 - 7 * DAY)))
+    arrivals = RecentArrivals()
+    arrivals.note_snapshot(T0, ClusterSnapshot(time_s=T0, cluster=cluster, running=running, pending=pending))
+    assert arrivals.gpus(T0) == 9
