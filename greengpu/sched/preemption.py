@@ -42,6 +42,7 @@ import bisect
 import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from greengpu.model import GPU_UNITS, Job, PendingJob, RunningJob
 from greengpu.policy import PreemptionPolicy
@@ -50,6 +51,7 @@ from greengpu.sched.quota import ANY_MODEL, QuotaLedger
 from greengpu.sched.state import PlacementState
 
 HOUR_S = 3600.0
+_PRIORITY = attrgetter("job.priority")
 WAIT_SENSITIVE_CLASSES = frozenset({"inference", "interactive"})
 """Job classes whose wait is what they are judged by (a person or a service waits): they reclaim without
 weighing, as does a job with a deadline."""
@@ -113,21 +115,27 @@ class VictimChoice:
     lost_gpu_s: float
 
 
-_GROUPED: list[tuple[tuple[RunningJob, ...], dict[str, list[RunningJob]]]] = []
-"""The last running tuple grouped by tenant: a body that changes nothing between cycles passes the
-same tuple again (the simulator does), and regrouping every running job was about 6% of a replay."""
+_GROUPED: list[tuple[tuple[RunningJob, ...], dict[str, list[RunningJob]], dict[str, int]]] = []
+"""The last running tuple grouped by tenant, with the tenants' lowest priorities found so far: a body that
+changes nothing between cycles passes the same tuple again (the simulator does), and regrouping every
+running job was about 6% of a replay."""
+
+
+def _grouped(running: Sequence[RunningJob]) -> tuple[dict[str, list[RunningJob]], dict[str, int]]:
+    if _GROUPED and _GROUPED[0][0] is running:
+        return _GROUPED[0][1], _GROUPED[0][2]
+    grouped: dict[str, list[RunningJob]] = {}
+    for job in running:
+        grouped.setdefault(job.job.tenant, []).append(job)
+    lowest: dict[str, int] = {}
+    if isinstance(running, tuple):  # immutable: the same object is the same jobs
+        _GROUPED[:] = [(running, grouped, lowest)]
+    return grouped, lowest
 
 
 def running_by_tenant(running: Sequence[RunningJob]) -> dict[str, list[RunningJob]]:
     """`running` grouped by tenant, in order (read-only: the lists may be shared with later cycles)."""
-    if _GROUPED and _GROUPED[0][0] is running:
-        return _GROUPED[0][1]
-    grouped: dict[str, list[RunningJob]] = {}
-    for job in running:
-        grouped.setdefault(job.job.tenant, []).append(job)
-    if isinstance(running, tuple):  # immutable: the same object is the same jobs
-        _GROUPED[:] = [(running, grouped)]
-    return grouped
+    return _grouped(running)[0]
 
 
 class VictimFinder:
@@ -148,6 +156,9 @@ class VictimFinder:
         self._promised_now: dict[tuple[str, str], int] = {}
         """Per (tenant, quota key), milli-GPUs promised by this cycle's preemptions to their beneficiaries."""
         self._by_tenant: dict[str, list[RunningJob]] | None = None
+        self._lowest_running: dict[str, int] = {}
+        """Per tenant, the lowest priority among its running jobs (filled with _by_tenant)."""
+        self._lowest_any: float | None = None
         self._over: set[str] = set()
         self._over_version = -1
         self._yielding_cache: dict[str, list[RunningJob]] = {}
@@ -297,7 +308,9 @@ class VictimFinder:
         models = allowed_models(state, job)
         if not models:
             return None
-        reclaiming = any(self.reclaims_within_nominal(job, m) for m in models)
+        reclaiming = self.policy.reclaim and any(self.reclaims_within_nominal(job, m) for m in models)
+        if not reclaiming and (not self.policy.priority_preemption or job.priority <= self._lowest_priority_running()):
+            return None  # no job yields to it by priority and it reclaims nothing: a saturated queue's usual search
         # Only the job's own tenant and tenants above their nominal quota can lose jobs: look there.
         by_tenant = self._running_by_tenant()
         if self._over_version != self.ledger.version:
@@ -475,8 +488,8 @@ class VictimFinder:
         if not self.policy.priority_preemption:
             return False
         by_tenant = self._running_by_tenant()
-        if job.tenant not in by_tenant:
-            return False
+        if job.tenant not in by_tenant or job.priority <= self._lowest_running_priority(job.tenant):
+            return False  # the second: no job of its tenant is below it, whichever may yield
         return bool(self._yielding(job.tenant, by_tenant)) and job.priority > self._lowest_priority[job.tenant]
 
     def find_for_quota(self, pending: PendingJob, excluded: Collection[int]) -> VictimChoice | None:
@@ -537,11 +550,16 @@ class VictimFinder:
         policy = self.policy
         banned = {r.by_job_id for r in pending.preemptions}  # no ping-pong
         stopping = self.stopping
+        by_priority = policy.priority_preemption
+        take_any = policy.reclaim and reclaiming
         found: list[RunningJob] = []
         for tenant in tenants:
+            if (tenant == job.tenant or not take_any) and \
+                    (not by_priority or job.priority <= self._lowest_running_priority(tenant)):
+                continue  # it yields only by priority, and none of its jobs is below the job's (the usual case)
             candidates = self._yielding(tenant, by_tenant)
             if tenant == job.tenant:
-                if not policy.priority_preemption or job.priority <= self._lowest_priority[tenant]:
+                if job.priority <= self._lowest_priority[tenant]:
                     continue  # (the usual case: a tenant's jobs of one priority never preempt each other)
                 found.extend(r for r in candidates if r.job.priority < job.priority
                              and r.job.job_id not in stopping and r.job.job_id not in banned)
@@ -549,14 +567,13 @@ class VictimFinder:
             per_model = bool(self.ledger.tenant(tenant).quota_gpus_by_model)
             if not per_model and self.over_nominal_units(tenant, "") <= 0:
                 continue
-            take_any = policy.reclaim and reclaiming
             for victim in candidates:
                 vjob = victim.job
                 if vjob.job_id in stopping or vjob.job_id in banned:
                     continue
                 if per_model and self.over_nominal_units(tenant, self._model_of(victim)) <= 0:
                     continue
-                if take_any or (policy.priority_preemption and vjob.priority < job.priority):
+                if take_any or (by_priority and vjob.priority < job.priority):
                     found.append(victim)
         return found
 
@@ -569,8 +586,23 @@ class VictimFinder:
 
     def _running_by_tenant(self) -> dict[str, list[RunningJob]]:
         if self._by_tenant is None:
-            self._by_tenant = running_by_tenant(self.running)
+            self._by_tenant, self._lowest_running = _grouped(self.running)
         return self._by_tenant
+
+    def _lowest_priority_running(self) -> float:
+        """The lowest priority among all running jobs (infinite when none runs), found once per cycle."""
+        if self._lowest_any is None:
+            self._lowest_any = min(map(_PRIORITY, self.running), default=math.inf)  # in C: asked every cycle
+        return self._lowest_any
+
+    def _lowest_running_priority(self, tenant: str) -> int:
+        """The lowest priority among the tenant's running jobs (it has some). No job of the tenant can yield by
+        priority to a job at or below it, whichever may yield: the victim search then skips the tenant without
+        sorting that out (nearly every search of a saturated queue). Remembered with the grouping."""
+        found = self._lowest_running.get(tenant)
+        if found is None:
+            found = self._lowest_running[tenant] = min(r.job.priority for r in self._running_by_tenant()[tenant])
+        return found
 
     def _score(self, victims: list[RunningJob]) -> tuple[float, ...]:
         if not victims:
