@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from greengpu.model import GPU_UNITS, Job, PendingJob, RunningJob
 from greengpu.policy import PreemptionPolicy
@@ -50,6 +51,7 @@ from greengpu.sched.quota import ANY_MODEL, QuotaLedger
 from greengpu.sched.state import PlacementState
 
 HOUR_S = 3600.0
+_PRIORITY = attrgetter("job.priority")
 WAIT_SENSITIVE_CLASSES = frozenset({"inference", "interactive"})
 """Job classes whose wait is what they are judged by (a person or a service waits): they reclaim without
 weighing, as does a job with a deadline."""
@@ -113,28 +115,34 @@ class VictimChoice:
     lost_gpu_s: float
 
 
-_GROUPED: list[tuple[tuple[RunningJob, ...], dict[str, list[RunningJob]]]] = []
-"""The last running tuple grouped by tenant: a body that changes nothing between cycles passes the
-same tuple again (the simulator does), and regrouping every running job was about 6% of a replay."""
+_GROUPED: list[tuple[tuple[RunningJob, ...], dict[str, list[RunningJob]], dict[str, int]]] = []
+"""The last running tuple grouped by tenant, with the tenants' lowest priorities found so far: a body that
+changes nothing between cycles passes the same tuple again (the simulator does), and regrouping every
+running job was about 6% of a replay."""
+
+
+def _grouped(running: Sequence[RunningJob]) -> tuple[dict[str, list[RunningJob]], dict[str, int]]:
+    if _GROUPED and _GROUPED[0][0] is running:
+        return _GROUPED[0][1], _GROUPED[0][2]
+    grouped: dict[str, list[RunningJob]] = {}
+    for job in running:
+        grouped.setdefault(job.job.tenant, []).append(job)
+    lowest: dict[str, int] = {}
+    if isinstance(running, tuple):  # immutable: the same object is the same jobs
+        _GROUPED[:] = [(running, grouped, lowest)]
+    return grouped, lowest
 
 
 def running_by_tenant(running: Sequence[RunningJob]) -> dict[str, list[RunningJob]]:
     """`running` grouped by tenant, in order (read-only: the lists may be shared with later cycles)."""
-    if _GROUPED and _GROUPED[0][0] is running:
-        return _GROUPED[0][1]
-    grouped: dict[str, list[RunningJob]] = {}
-    for job in running:
-        grouped.setdefault(job.job.tenant, []).append(job)
-    if isinstance(running, tuple):  # immutable: the same object is the same jobs
-        _GROUPED[:] = [(running, grouped)]
-    return grouped
+    return _grouped(running)[0]
 
 
 class VictimFinder:
     """Finds minimal victim sets within one scheduling cycle."""
 
     def __init__(self, state: PlacementState, ledger: QuotaLedger, policy: PreemptionPolicy, now_s: float,
-                 running: Sequence[RunningJob], pending: Sequence[PendingJob] = ()) -> None:
+                 running: Sequence[RunningJob], pending: Sequence[PendingJob] = (), memo_failures: bool = True) -> None:
         self.state = state
         self.ledger = ledger
         self.policy = policy
@@ -148,6 +156,18 @@ class VictimFinder:
         self._promised_now: dict[tuple[str, str], int] = {}
         """Per (tenant, quota key), milli-GPUs promised by this cycle's preemptions to their beneficiaries."""
         self._by_tenant: dict[str, list[RunningJob]] | None = None
+        self._lowest_running: dict[str, int] = {}
+        """Per tenant, the lowest priority among its running jobs (filled with _by_tenant)."""
+        self._lowest_any: float | None = None
+        self.memo_failures = memo_failures
+        """Whether searches that found no set are remembered for claimants alike (see _failed_search_key)."""
+        self._failed: set[Hashable] = set()
+        self._failed_token: tuple[int, int, int] = (-1, -1, -1)
+        self._promises = 0
+        """How many times `_promised_now` grew."""
+        self._ranks: dict[int, tuple[RunningJob, tuple[float, float, str]]] = {}
+        self._lost: dict[int, tuple[RunningJob, float]] = {}
+        """Per running job (by id: the cycle's objects), its victim rank and the work it would lose now."""
         self._over: set[str] = set()
         self._over_version = -1
         self._yielding_cache: dict[str, list[RunningJob]] = {}
@@ -297,7 +317,50 @@ class VictimFinder:
         models = allowed_models(state, job)
         if not models:
             return None
-        reclaiming = any(self.reclaims_within_nominal(job, m) for m in models)
+        reclaiming = self.policy.reclaim and any(self.reclaims_within_nominal(job, m) for m in models)
+        if not reclaiming and (not self.policy.priority_preemption or job.priority <= self._lowest_priority_running()):
+            return None  # no job yields to it by priority and it reclaims nothing: a saturated queue's usual search
+        failed_key = self._failed_search_key(pending, excluded)
+        if failed_key is not None and failed_key in self._failed:
+            return None
+        found = self._fitting_set(pending, excluded, models, reclaiming)
+        if found is None:
+            if failed_key is not None:
+                self._failed.add(failed_key)
+            return None
+        chosen, nodes = found
+        if chosen and not self.reclaim_pays(pending, chosen, excluded, models):
+            return None  # it waits for GPUs that free up soon enough on their own
+        if chosen:  # the caller stops these victims for `job`: its tenant has these GPUs coming
+            key = self._quota_key(job.tenant, self._model_of(chosen[0]))
+            self._promised_now[key] = self._promised_now.get(key, 0) + job.units
+            self._promises += 1
+        return VictimChoice(chosen, nodes, sum(self._lost_now_gpu_s(v) for v in chosen))
+
+    def _failed_search_key(self, pending: PendingJob, excluded: Collection[int]) -> Hashable | None:
+        """What `_fitting_set` reads of the claimant and the nodes it may not use, or None when failed searches
+        are not remembered. A search that found no set for one claimant finds none for another alike in all of
+        it while nothing it reads of the cycle has changed: the quota ledger, the jobs asked to stop and the
+        GPUs promised (its free-GPU index changes only with the ledger). A saturated queue's head asks the same
+        failing question for many claimants alike. `reclaim_pays` reads each claimant's own submit time and the
+        queue ahead of it: its verdicts are not remembered."""
+        if not self.memo_failures:
+            return None
+        token = (self.ledger.version, len(self.stopping), self._promises)
+        if token != self._failed_token:
+            self._failed.clear()
+            self._failed_token = token
+        job = pending.job
+        return (job.tenant, job.priority, job.gpu_types, job.gpus, job.units, job.gpus_per_node,
+                frozenset(r.by_job_id for r in pending.preemptions), frozenset(excluded))
+
+    def _fitting_set(self, pending: PendingJob, excluded: Collection[int], models: tuple[str, ...],
+                     reclaiming: bool) -> tuple[tuple[RunningJob, ...], frozenset[int]] | None:
+        """The cheapest eligible victim set after which `pending` fits, and the nodes it frees and the job
+        would take; None when there is none. Reads nothing of the claimant but its tenant, priority,
+        request and past preemptors (see `_failed_search_key`)."""
+        job = pending.job
+        state = self.state
         # Only the job's own tenant and tenants above their nominal quota can lose jobs: look there.
         by_tenant = self._running_by_tenant()
         if self._over_version != self.ledger.version:
@@ -307,8 +370,7 @@ class VictimFinder:
         eligible = self._eligible_victims(pending, tenants, by_tenant, reclaiming)
         if not eligible:
             return None
-        order = self.policy.victim_order
-        eligible.sort(key=lambda r: victim_rank(r, self.now_s, order))
+        eligible.sort(key=self._rank)
         per_node: dict[int, list[RunningJob]] = {}
         for victim in eligible:
             for name in victim.nodes:
@@ -358,12 +420,7 @@ class VictimFinder:
         target_nodes = frozenset(node for _, node, _ in picked)
         if not self._fits_after(job, chosen, excluded, target_nodes):
             return None
-        if chosen and not self.reclaim_pays(pending, chosen, excluded, models):
-            return None  # it waits for GPUs that free up soon enough on their own
-        if chosen:  # the caller stops these victims for `job`: its tenant has these GPUs coming
-            key = self._quota_key(job.tenant, self._model_of(chosen[0]))
-            self._promised_now[key] = self._promised_now.get(key, 0) + job.units
-        return VictimChoice(chosen, freed_nodes | target_nodes, sum(lost_gpu_s(v, self.now_s) for v in chosen))
+        return chosen, freed_nodes | target_nodes
 
     def _outranks(self, job: Job, victim: RunningJob) -> bool:
         """Whether `job` may take `victim` by priority (not only as quota)."""
@@ -383,7 +440,7 @@ class VictimFinder:
             return True
         if job.job_class in WAIT_SENSITIVE_CLASSES or job.deadline_s is not None:
             return True  # its queue time is not ours to spend
-        lost_s = sum(lost_gpu_s(v, self.now_s) for v in victims)
+        lost_s = sum(self._lost_now_gpu_s(v) for v in victims)
         if lost_s <= 0.0:
             return True
         gpus = job.units / GPU_UNITS
@@ -475,8 +532,8 @@ class VictimFinder:
         if not self.policy.priority_preemption:
             return False
         by_tenant = self._running_by_tenant()
-        if job.tenant not in by_tenant:
-            return False
+        if job.tenant not in by_tenant or job.priority <= self._lowest_running_priority(job.tenant):
+            return False  # the second: no job of its tenant is below it, whichever may yield
         return bool(self._yielding(job.tenant, by_tenant)) and job.priority > self._lowest_priority[job.tenant]
 
     def find_for_quota(self, pending: PendingJob, excluded: Collection[int]) -> VictimChoice | None:
@@ -495,7 +552,7 @@ class VictimFinder:
         candidates = sorted((r for r in self._yielding(job.tenant, by_tenant)
                              if r.job.priority < job.priority and r.job.job_id not in self.stopping
                              and r.job.job_id not in banned),
-                            key=lambda r: victim_rank(r, self.now_s, self.policy.victim_order))
+                            key=self._rank)
         chosen: list[RunningJob] = []
         for victim in candidates:
             chosen.append(victim)
@@ -537,11 +594,16 @@ class VictimFinder:
         policy = self.policy
         banned = {r.by_job_id for r in pending.preemptions}  # no ping-pong
         stopping = self.stopping
+        by_priority = policy.priority_preemption
+        take_any = policy.reclaim and reclaiming
         found: list[RunningJob] = []
         for tenant in tenants:
+            if (tenant == job.tenant or not take_any) and \
+                    (not by_priority or job.priority <= self._lowest_running_priority(tenant)):
+                continue  # it yields only by priority, and none of its jobs is below the job's (the usual case)
             candidates = self._yielding(tenant, by_tenant)
             if tenant == job.tenant:
-                if not policy.priority_preemption or job.priority <= self._lowest_priority[tenant]:
+                if job.priority <= self._lowest_priority[tenant]:
                     continue  # (the usual case: a tenant's jobs of one priority never preempt each other)
                 found.extend(r for r in candidates if r.job.priority < job.priority
                              and r.job.job_id not in stopping and r.job.job_id not in banned)
@@ -549,14 +611,13 @@ class VictimFinder:
             per_model = bool(self.ledger.tenant(tenant).quota_gpus_by_model)
             if not per_model and self.over_nominal_units(tenant, "") <= 0:
                 continue
-            take_any = policy.reclaim and reclaiming
             for victim in candidates:
                 vjob = victim.job
                 if vjob.job_id in stopping or vjob.job_id in banned:
                     continue
                 if per_model and self.over_nominal_units(tenant, self._model_of(victim)) <= 0:
                     continue
-                if take_any or (policy.priority_preemption and vjob.priority < job.priority):
+                if take_any or (by_priority and vjob.priority < job.priority):
                     found.append(victim)
         return found
 
@@ -569,8 +630,38 @@ class VictimFinder:
 
     def _running_by_tenant(self) -> dict[str, list[RunningJob]]:
         if self._by_tenant is None:
-            self._by_tenant = running_by_tenant(self.running)
+            self._by_tenant, self._lowest_running = _grouped(self.running)
         return self._by_tenant
+
+    def _lowest_priority_running(self) -> float:
+        """The lowest priority among all running jobs (infinite when none runs), found once per cycle."""
+        if self._lowest_any is None:
+            self._lowest_any = min(map(_PRIORITY, self.running), default=math.inf)  # in C: asked every cycle
+        return self._lowest_any
+
+    def _lowest_running_priority(self, tenant: str) -> int:
+        """The lowest priority among the tenant's running jobs (it has some). No job of the tenant can yield by
+        priority to a job at or below it, whichever may yield: the victim search then skips the tenant without
+        sorting that out (nearly every search of a saturated queue). Remembered with the grouping."""
+        found = self._lowest_running.get(tenant)
+        if found is None:
+            found = self._lowest_running[tenant] = min(r.job.priority for r in self._running_by_tenant()[tenant])
+        return found
+
+    def _rank(self, victim: RunningJob) -> tuple[float, float, str]:
+        """`victim_rank` now, remembered for the cycle (the clock does not move within it; every search
+        sorts the same running jobs again)."""
+        found = self._ranks.get(id(victim))
+        if found is None or found[0] is not victim:  # (an id is another object's once the first is gone)
+            found = self._ranks[id(victim)] = (victim, victim_rank(victim, self.now_s, self.policy.victim_order))
+        return found[1]
+
+    def _lost_now_gpu_s(self, victim: RunningJob) -> float:
+        """`lost_gpu_s` now, remembered for the cycle like `_rank`."""
+        found = self._lost.get(id(victim))
+        if found is None or found[0] is not victim:
+            found = self._lost[id(victim)] = (victim, lost_gpu_s(victim, self.now_s))
+        return found[1]
 
     def _score(self, victims: list[RunningJob]) -> tuple[float, ...]:
         if not victims:
@@ -581,7 +672,7 @@ class VictimFinder:
         # Least lost work means least lost work: one long job that never checkpointed can cost more
         # than several young ones. (Fewest victims first stopped 8-GPU jobs 50-85 hours old on the
         # stress scenarios: a handful of them were most of every policy's lost GPU-hours.)
-        return (top_priority, sum(lost_gpu_s(v, self.now_s) for v in victims), len(victims))
+        return (top_priority, sum(self._lost_now_gpu_s(v) for v in victims), len(victims))
 
     def _fits_after(self, job: Job, victims: tuple[RunningJob, ...], excluded: Collection[int],
                     nodes: frozenset[int]) -> bool:
