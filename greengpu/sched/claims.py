@@ -15,9 +15,9 @@ a tenant within its nominal quota (with that job; another tenant's) would fit on
 the GPUs of jobs it could take back at no cost (jobs of other tenants above their nominal quota that
 started after that tenant's oldest waiting job came). The borrower starts elsewhere if it fits, or
 waits; the claimant, wherever it is in the queue, starts on the free GPUs or reclaims the node from
-the borrowers that were already there. A borrower that ends before it could be preempted (within
-`min_runtime_s`) costs nobody anything and is not held back, and jobs within their own tenant's
-nominal quota never are.
+the borrowers that were already there. Jobs within their own tenant's nominal quota are never held
+back. (Every borrower is, however short: jobs alike but for their duration are decided alike,
+greengpu.sched.core `wait_alike`.)
 
 Pure: reads the cycle's free-GPU index, quota ledger and jobs.
 """
@@ -58,7 +58,8 @@ def claimants_of(jobs: Iterable[Job], first_submit_s: dict[str, float] | None = 
 
 
 class Claims:
-    """Which nodes are owed to claimants in this cycle (judged per node when a borrower would use it)."""
+    """Which nodes are owed to claimants in this cycle (judged per node when a borrower would use it, again
+    after each start: a claimant that started claims no more)."""
 
     def __init__(self, state: PlacementState, ledger: QuotaLedger, claimants: Callable[[], dict[str, Claimant]],
                  may_reclaim: Callable[[Job, str], bool], running: Iterable[RunningJob],
@@ -66,7 +67,7 @@ class Claims:
         self.state = state
         self.ledger = ledger
         self._claimants_of = claimants
-        """The waiting jobs' claimants (read once, when a borrower first asks)."""
+        """The waiting jobs' claimants, less those the cycle started (read when a borrower asks)."""
         self._may_reclaim = may_reclaim
         """Whether a job may reclaim lent GPUs of a model (its tenant within nominal quota, counting the
         reclaims under way): greengpu.sched.preemption.VictimFinder.reclaims_within_nominal."""
@@ -80,10 +81,22 @@ class Claims:
         self._on_node: dict[int, list[RunningJob]] | None = None
         self._owed: dict[tuple[int, str], bool] = {}
         self._owed_sets: dict[tuple[str, tuple[str, ...]], set[int]] = {}
+        self._as_of = 0
+        """How many jobs the cycle had started when the claimants and answers were found."""
+
+    def _refresh(self) -> None:
+        """Forget the claimants and the answers once the cycle has started another job: a claimant may have
+        started (the next of its tenant's jobs claims, if any still fits its quota) and free GPUs changed."""
+        if self._as_of != len(self._started):
+            self._as_of = len(self._started)
+            self._claimants = None
+            self._owed.clear()
+            self._owed_sets.clear()
 
     def owed_to_others(self, node: int, tenant: str) -> bool:
-        """Whether `node` is owed to a claimant of a tenant other than `tenant` (remembered for the cycle: the
-        claims only shrink as the cycle admits jobs, so the answer errs towards holding back)."""
+        """Whether `node` is owed to a claimant of a tenant other than `tenant` (remembered until the cycle
+        starts another job)."""
+        self._refresh()
         key = (node, tenant)
         found = self._owed.get(key)
         if found is None:
@@ -93,8 +106,9 @@ class Claims:
     def owed_nodes(self, tenant: str, models: tuple[str, ...]) -> set[int]:
         """The nodes of `models` with free GPUs that are owed to claimants of tenants other than `tenant`
         (where a borrower of `tenant` could otherwise start)."""
+        self._refresh()
         found = self._owed_sets.get((tenant, models))
-        if found is None:  # remembered for the cycle, like each node's answer
+        if found is None:  # remembered like each node's answer
             state = self.state
             free_units = state.gpu_free
             found = self._owed_sets[(tenant, models)] = {

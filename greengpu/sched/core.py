@@ -340,8 +340,8 @@ class _Cycle(CycleState):
         if slots is None or not self._lending_checked:
             return slots
         job = item.job
-        if job.job_id in self.held_for or job.duration_s <= self.policy.preemption.min_runtime_s:
-            return slots  # its victims stopped for it, or it ends before anyone could take it back
+        if job.job_id in self.held_for:
+            return slots  # its victims stopped for it
         state, claims = self.state, self.claims
         if self.ledger.within_nominal_after(job, state.model[state.index[slots[0].node]], job.units):
             return slots  # not borrowing: its tenant's own quota
@@ -475,18 +475,28 @@ class _Cycle(CycleState):
         return CycleResult(tuple(self.actions), waits_out, tuple(self.reservations), tuple(self.withdrawn))
 
     def _claimants_reader(self, index: PendingIndex | None) -> Callable[[], dict[str, Claimant]]:
-        """How the cycle's claimants are read when first needed: from the kept queue (each kind's shortest job
-        and each tenant's oldest), or by walking the snapshot; the same claimants either way."""
+        """How the cycle's claimants are read when first needed, leaving out the jobs the cycle started so far:
+        from the kept queue (each kind's shortest job and each tenant's oldest), or by walking the snapshot; the
+        same claimants either way."""
+        started = self.started
         if index is None:
             pending = self.snapshot.pending
-            return lambda: claimants_of(p.job for p in pending)
+
+            def from_snapshot() -> dict[str, Claimant]:
+                gone = {r.job.job_id for r in started}
+                return claimants_of(p.job for p in pending if p.job.job_id not in gone)
+            return from_snapshot
 
         def from_index() -> dict[str, Claimant]:
+            gone = {r.job.job_id for r in started}
             first: dict[str, float] = {}
             for (_, tenant), entries in index.by_priority.items():
-                if entries and entries[0][0] < first.get(tenant, math.inf):
-                    first[tenant] = entries[0][0]
-            return claimants_of((entries[0][2].job for entries in index.by_kind.values() if entries), first)
+                submit_s = next((e[0] for e in entries if e[1] not in gone), math.inf)
+                if submit_s < first.get(tenant, math.inf):
+                    first[tenant] = submit_s
+            shortest = (next((e[2].job for e in entries if e[1] not in gone), None)
+                        for entries in index.by_kind.values())
+            return claimants_of((job for job in shortest if job is not None), first)
         return from_index
 
     def _capacity_wait(self, job: Job) -> Wait:

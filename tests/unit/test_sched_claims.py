@@ -1,7 +1,7 @@
 """Lending only where it will not be taken back at once (greengpu.sched.claims): a borrower does not start on a
 node where a waiting job of a tenant within its nominal quota would fit once the borrowers that started after it
-came are gone; it starts elsewhere or waits. Short borrowers, within-quota jobs and nodes the claimant could not
-reclaim at no cost are not held back."""
+came are gone; it starts elsewhere or waits. Within-quota jobs and nodes the claimant could not reclaim at no cost
+are not held back."""
 
 from __future__ import annotations
 
@@ -76,12 +76,6 @@ def test_the_borrower_starts_on_a_node_the_claimant_could_not_reclaim() -> None:
     runs = (young_borrower_on_n0000(), *keeper_fills("n0001", left_s=20 * HOUR_S), *keeper_fills("n0002", range(1)))
     result = cycle(runs, job("next", tenant="borrower"), nodes=3)
     assert placed(result.actions)["next"].slots[0].node == "n0002"
-
-
-def test_a_borrower_that_ends_before_it_could_be_preempted_starts() -> None:
-    runs = (young_borrower_on_n0000(), *keeper_fills("n0001"))
-    result = cycle(runs, job("next", tenant="borrower", duration_s=POLICY.preemption.min_runtime_s))
-    assert placed(result.actions)["next"].slots[0].node == "n0000"
 
 
 def test_a_job_within_its_own_quota_is_not_held_back() -> None:
