@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import math
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -37,6 +38,7 @@ from greengpu.model import (
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.backfill import Reservation, ends_by_node, reserve
 from greengpu.sched.books import books_for, forget_books
+from greengpu.sched.claims import Claimant, Claims, claimants_of
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.order import queue_order
 from greengpu.sched.pending_index import PendingIndex, QueueWaits
@@ -84,6 +86,10 @@ class CycleResult:
 
 class _Cycle(CycleState):
     """The decisions of one cycle, in the order of the module docstring."""
+
+    claims: Claims
+    """The nodes owed to waiting jobs that may reclaim lent GPUs (greengpu.sched.claims)."""
+    _lending_checked = False
 
     def expire_grace(self, pending: tuple[PendingJob, ...]) -> None:
         if self.shortcuts and not self.books.signalled:
@@ -173,6 +179,9 @@ class _Cycle(CycleState):
         if slots is None:
             self.backfill_failed(job, models, ends_at)
             return False
+        slots = self._lendable(pending, excluded - usable, slots, only=usable)
+        if slots is None:
+            return False  # only owed GPUs were left to it (not a failure of its shape: others may use them)
         return self.admit(pending, slots, backfilled=True)
 
     def waits_for_victims(self, pending: PendingJob, excluded: set[int]) -> bool:
@@ -250,7 +259,7 @@ class _Cycle(CycleState):
             self.waits[job.job_id] = blocked
             return
         excluded = self._excluded_for(job.job_id)
-        slots = self._place(item, models, excluded)
+        slots = self._lendable(item, excluded, self._place(item, models, excluded))
         if slots is not None:
             self.admit(item, slots, backfilled=False)
             return
@@ -307,18 +316,42 @@ class _Cycle(CycleState):
         # The steps of `consider` that change nothing, in its order.
         wait = self.quota_blocked(job, models)
         if wait is None:
-            if self._place(item, models, self._excluded_for(job_id)) is not None:
+            excluded = self._excluded_for(job_id)
+            if self._lendable(item, excluded, self._place(item, models, excluded)) is not None:
                 return None
             if may_backfill:
                 usable = {n for n, start in self.reserved_nodes.items()
                           if ends_at_s <= start and n not in self.holder_of}
-                if usable and place(self.state, job, excluded=self._excluded_for(job_id) - usable,
-                                    only=usable) is not None:
-                    return None
-                self.backfill_failed(job, models, ends_at_s)
+                backfill = place(self.state, job, excluded=excluded - usable, only=usable) if usable else None
+                if backfill is not None:
+                    if self._lendable(item, excluded - usable, backfill, only=usable) is not None:
+                        return None
+                else:
+                    self.backfill_failed(job, models, ends_at_s)
             wait = self.wait(job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
         self._alike_waits[key] = wait
         return wait
+
+    def _lendable(self, item: PendingJob, excluded: set[int], slots: tuple[GpuSlot, ...] | None,
+                  only: set[int] | None = None) -> tuple[GpuSlot, ...] | None:
+        """`slots`, or when they would lend GPUs owed to a claimant to a borrower that could be taken back,
+        a placement away from the owed nodes (among `only`, when given; None when there is none):
+        greengpu.sched.claims."""
+        if slots is None or not self._lending_checked:
+            return slots
+        job = item.job
+        if job.job_id in self.held_for:
+            return slots  # its victims stopped for it
+        state, claims = self.state, self.claims
+        if self.ledger.within_nominal_after(job, state.model[state.index[slots[0].node]], job.units):
+            return slots  # not borrowing: its tenant's own quota
+        if not any(claims.owed_to_others(state.index[slot.node], job.tenant) for slot in slots):
+            return slots
+        owed = claims.owed_nodes(job.tenant, self.models_for(job))
+        if only is not None:  # a backfill, placed as try_backfill places it
+            return place(state, job, excluded=excluded | owed, only=only - owed)
+        return place(state, job, excluded=excluded | owed, whole_node_reserve=self.policy.whole_node_reserve,
+                     warning=warning_gpus_by_node(state, self.snapshot.node_states))
 
     def fits_after_wake(self, job: Job, models: tuple[str, ...]) -> bool:
         """Whether nodes that are asleep or on their way (all idle, by construction) could hold the job."""
@@ -382,6 +415,11 @@ class _Cycle(CycleState):
                 in_order = queue_order(pending, self.now_s, policy, self.share_of)
         else:
             in_order = queue_order(pending, self.now_s, policy, self.share_of)
+        preemption = policy.preemption
+        self._lending_checked = preemption.enabled and preemption.reclaim
+        self.claims = Claims(self.state, self.ledger, self._claimants_reader(index),
+                             self.finder.reclaims_within_nominal, self.snapshot.running, self.started,
+                             self.finder.stopping)
         full = False
         considered: list[PendingJob] = []
         for item in in_order:
@@ -435,6 +473,31 @@ class _Cycle(CycleState):
                 waits_out = self.waits = skipped_waits
         waits_out = self.plan_wakes(considered, unordered, rest, models_for, waits_out)
         return CycleResult(tuple(self.actions), waits_out, tuple(self.reservations), tuple(self.withdrawn))
+
+    def _claimants_reader(self, index: PendingIndex | None) -> Callable[[], dict[str, Claimant]]:
+        """How the cycle's claimants are read when first needed, leaving out the jobs the cycle started so far:
+        from the kept queue (each kind's shortest job and each tenant's oldest), or by walking the snapshot; the
+        same claimants either way."""
+        started = self.started
+        if index is None:
+            pending = self.snapshot.pending
+
+            def from_snapshot() -> dict[str, Claimant]:
+                gone = {r.job.job_id for r in started}
+                return claimants_of(p.job for p in pending if p.job.job_id not in gone)
+            return from_snapshot
+
+        def from_index() -> dict[str, Claimant]:
+            gone = {r.job.job_id for r in started}
+            first: dict[str, float] = {}
+            for (_, tenant), entries in index.by_priority.items():
+                submit_s = next((e[0] for e in entries if e[1] not in gone), math.inf)
+                if submit_s < first.get(tenant, math.inf):
+                    first[tenant] = submit_s
+            shortest = (next((e[2].job for e in entries if e[1] not in gone), None)
+                        for entries in index.by_kind.values())
+            return claimants_of((job for job in shortest if job is not None), first)
+        return from_index
 
     def _capacity_wait(self, job: Job) -> Wait:
         return self.wait(job, WaitReason.CAPACITY)

@@ -1,0 +1,116 @@
+"""Lending only where it will not be taken back at once (greengpu.sched.claims): a borrower does not start on a
+node where a waiting job of a tenant within its nominal quota would fit once the borrowers that started after it
+came are gone; it starts elsewhere or waits. Within-quota jobs and nodes the claimant could not reclaim at no cost
+are not held back."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from schedkit import job, make_cluster, node_type, placed
+
+from greengpu.model import ClusterSnapshot, GpuSlot, Job, PendingJob, PreemptJob, RunningJob, Tenant
+from greengpu.policy import PreemptionPolicy, SchedulerPolicy
+from greengpu.sched.core import CycleResult, schedule_cycle
+from greengpu.sched.waits import WaitReason
+
+NOW_S = 1_000_000.0
+HOUR_S = 3600.0
+# "owner" is guaranteed 4 GPUs and runs nothing; "borrower" has no quota; "keeper" runs within its quota of 8;
+# "spare" has 2 GPUs of quota it does not use.
+TENANTS = [Tenant("owner", quota_gpus=4), Tenant("borrower"), Tenant("keeper", quota_gpus=8),
+           Tenant("spare", quota_gpus=2)]
+POLICY = SchedulerPolicy(preemption=PreemptionPolicy(min_runtime_s=300.0, grace_s=120.0))
+
+
+def cluster(nodes: int = 2):
+    return make_cluster([(nodes, node_type(4), "r")], TENANTS)
+
+
+def running(job_id: str, tenant: str, slots: list[tuple[str, int]], age_s: float,
+            left_s: float = 40 * HOUR_S) -> RunningJob:
+    return RunningJob(job(job_id, gpus=len(slots), tenant=tenant), tuple(GpuSlot(n, g) for n, g in slots),
+                      NOW_S - age_s, NOW_S + left_s)
+
+
+def keeper_fills(node: str, gpus: range = range(4), left_s: float = 40 * HOUR_S) -> tuple[RunningJob, ...]:
+    return tuple(running(f"keep-{node}-{g}", "keeper", [(node, g)], HOUR_S, left_s) for g in gpus)
+
+
+CLAIMANT = job("mine", gpus=4, tenant="owner", submit_time_s=NOW_S - 600.0)
+
+
+def cycle(runs: tuple[RunningJob, ...], later: Job, nodes: int = 2, claimant: Job = CLAIMANT,
+          incremental: bool = True) -> CycleResult:
+    later = replace(later, submit_time_s=NOW_S - 60.0)  # it came after the claimant: behind it in the queue
+    snap = ClusterSnapshot(time_s=NOW_S, cluster=cluster(nodes), running=runs,
+                           pending=(PendingJob(claimant), PendingJob(later)))
+    return schedule_cycle(snap, POLICY, incremental=incremental)
+
+
+def young_borrower_on_n0000() -> RunningJob:
+    """A borrower's 2-GPU job that started after the claimant came, too young to preempt yet."""
+    return running("young", "borrower", [("n0000", 0), ("n0000", 1)], age_s=60.0)
+
+
+def test_a_borrower_does_not_start_on_gpus_a_waiting_claimant_would_take_back() -> None:
+    runs = (young_borrower_on_n0000(), *keeper_fills("n0001"))
+    for incremental in (True, False):
+        result = cycle(runs, job("next", tenant="borrower"), incremental=incremental)
+        # The claimant cannot start or preempt yet (the young job has not run min_runtime_s) ...
+        assert not placed(result.actions) and not any(isinstance(a, PreemptJob) for a in result.actions)
+        # ... and the borrower waits rather than run on n0000 for five minutes and be stopped.
+        assert result.waits["next"].reason in (WaitReason.CAPACITY, WaitReason.RESERVATION)
+
+
+def test_without_the_claimant_the_borrower_starts_there() -> None:
+    runs = (young_borrower_on_n0000(), *keeper_fills("n0001"))
+    snap = ClusterSnapshot(time_s=NOW_S, cluster=cluster(), running=runs,
+                           pending=(PendingJob(job("next", tenant="borrower")),))
+    assert placed(schedule_cycle(snap, POLICY).actions)["next"].slots[0].node == "n0000"
+
+
+def test_the_borrower_starts_on_a_node_the_claimant_could_not_reclaim() -> None:
+    # n0002 has three free GPUs and a keeper job (within its quota: never reclaimed), so the claimant cannot fit
+    # there; best fit would pick n0000 (two free), which is owed. (n0001 frees first: the claimant's reservation.)
+    runs = (young_borrower_on_n0000(), *keeper_fills("n0001", left_s=20 * HOUR_S), *keeper_fills("n0002", range(1)))
+    result = cycle(runs, job("next", tenant="borrower"), nodes=3)
+    assert placed(result.actions)["next"].slots[0].node == "n0002"
+
+
+def test_a_job_within_its_own_quota_is_not_held_back() -> None:
+    runs = (young_borrower_on_n0000(), *keeper_fills("n0001"))
+    result = cycle(runs, job("next", tenant="spare", gpus=2))
+    assert placed(result.actions)["next"].slots[0].node == "n0000"
+
+
+def test_borrowers_that_were_there_first_leave_the_node_unowed() -> None:
+    # The borrower's job started before the claimant came: a reclaim of it is weighed against its work
+    # (reclaim_pays: 200 GPU-hours unsaved against n0001 freeing within the hour, so the claimant waits), not
+    # owed, so lending the free GPUs next to it is not held back.
+    old = running("old", "borrower", [("n0000", 0), ("n0000", 1)], age_s=100 * HOUR_S)
+    result = cycle((old, *keeper_fills("n0001", left_s=HOUR_S)), job("next", tenant="borrower", duration_s=HOUR_S))
+    assert not any(isinstance(a, PreemptJob) for a in result.actions)
+    assert placed(result.actions)["next"].slots[0].node == "n0000"
+
+
+def test_a_claimant_above_its_own_quota_claims_nothing() -> None:
+    # The claimant asks for more than its tenant is guaranteed: it may not reclaim, so nothing is owed to it.
+    runs = (young_borrower_on_n0000(), *keeper_fills("n0001"))
+    greedy = job("mine", gpus=4, tenant="spare", submit_time_s=NOW_S - 600.0)
+    result = cycle(runs, job("next", tenant="borrower"), claimant=greedy)
+    assert placed(result.actions)["next"].slots[0].node == "n0000"
+
+
+def test_a_claimant_behind_an_older_borrower_gets_the_free_gpu() -> None:
+    # The borrower's job has waited for hours (its age boost puts it first); the owner's one-GPU job came a
+    # minute ago. The one free GPU goes to the owner's job, which would otherwise stop the borrower minutes later.
+    runs = (*keeper_fills("n0000", range(3)), *keeper_fills("n0001"))
+    older = job("next", tenant="borrower", submit_time_s=NOW_S - 10 * HOUR_S)
+    claimant = job("mine", tenant="owner", submit_time_s=NOW_S - 60.0)
+    for incremental in (True, False):
+        snap = ClusterSnapshot(time_s=NOW_S, cluster=cluster(), running=runs,
+                               pending=(PendingJob(older), PendingJob(claimant)))
+        result = schedule_cycle(snap, POLICY, incremental=incremental)
+        assert set(placed(result.actions)) == {"mine"}
+        assert "next" in result.waits
