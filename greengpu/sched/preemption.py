@@ -318,7 +318,7 @@ class VictimFinder:
         if not models:
             return None
         reclaiming = self.policy.reclaim and any(self.reclaims_within_nominal(job, m) for m in models)
-        if not reclaiming and (not self.policy.priority_preemption or job.priority <= self._lowest_priority_running()):
+        if not reclaiming and (not self.policy.priority_preemption or job.priority <= self._lowest_priority_anywhere()):
             return None  # no job yields to it by priority and it reclaims nothing: a saturated queue's usual search
         failed_key = self._failed_search_key(pending, excluded)
         if failed_key is not None and failed_key in self._failed:
@@ -633,7 +633,7 @@ class VictimFinder:
             self._by_tenant, self._lowest_running = _grouped(self.running)
         return self._by_tenant
 
-    def _lowest_priority_running(self) -> float:
+    def _lowest_priority_anywhere(self) -> float:
         """The lowest priority among all running jobs (infinite when none runs), found once per cycle."""
         if self._lowest_any is None:
             self._lowest_any = min(map(_PRIORITY, self.running), default=math.inf)  # in C: asked every cycle
