@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from greengpu.model import (
@@ -41,7 +41,7 @@ from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.claims import Claimant, Claims, claimants_of
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.order import queue_order
-from greengpu.sched.pending_index import PendingIndex, QueueWaits
+from greengpu.sched.pending_index import AlikeRestWaits, PendingIndex, QueueWaits, RestOfWalk
 from greengpu.sched.placement import chunks_for, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimChoice
 from greengpu.sched.waits import (
@@ -59,6 +59,8 @@ from greengpu.sched.wake import WakePlan
 __all__ = ["WAIT_CAPACITY", "WAIT_NO_MODEL", "WAIT_PREEMPTING", "WAIT_QUOTA", "WAIT_WAKE", "CycleResult",
            "schedule", "schedule_cycle"]
 WAKEABLE = (PowerState.ASLEEP, PowerState.WAKING, PowerState.SUSPENDING)
+_KIND_WAITS = frozenset({WaitReason.QUOTA, WaitReason.NO_MODEL})
+"""Waits that hold for every job of a kind whatever its duration (no backfill changes them)."""
 
 
 def alike_key(job: Job) -> tuple[object, ...]:
@@ -303,34 +305,50 @@ class _Cycle(CycleState):
         token = (self.ledger.version, self._released_version, self._layout_version)
         if token != self._alike_token:
             self._alike_waits.clear()
+            self._alike_lending_refused.clear()
             self._alike_token = token
         key = alike_key(job)
         wait = self._alike_waits.get(key)
-        if wait is not None and wait.reason is WaitReason.QUOTA:
+        if wait is not None and wait.reason in _KIND_WAITS:
             return wait
         ends_at_s = self.now_s + job.duration_s
         may_backfill = ends_at_s <= self._latest_reserved_start_s and \
-            not self.backfill_known_to_fail(job, models, ends_at_s)
-        if wait is not None and not may_backfill:
-            return wait
+            not self.backfill_known_to_fail(job, models, ends_at_s) and \
+            ends_at_s < self._alike_lending_refused.get(key, math.inf)
+        if wait is not None:
+            # A job alike was decided under the same token: this one cannot start outside a backfill either
+            # (the same placement, the same claims); only a backfill its shorter duration allows is new.
+            return None if may_backfill and self._backfills_now(item, key, models, ends_at_s) else wait
         # The steps of `consider` that change nothing, in its order.
         wait = self.quota_blocked(job, models)
         if wait is None:
             excluded = self._excluded_for(job_id)
             if self._lendable(item, excluded, self._place(item, models, excluded)) is not None:
                 return None
-            if may_backfill:
-                usable = {n for n, start in self.reserved_nodes.items()
-                          if ends_at_s <= start and n not in self.holder_of}
-                backfill = place(self.state, job, excluded=excluded - usable, only=usable) if usable else None
-                if backfill is not None:
-                    if self._lendable(item, excluded - usable, backfill, only=usable) is not None:
-                        return None
-                else:
-                    self.backfill_failed(job, models, ends_at_s)
+            if may_backfill and self._backfills_now(item, key, models, ends_at_s):
+                return None
             wait = self.wait(job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
         self._alike_waits[key] = wait
         return wait
+
+    def _backfills_now(self, item: PendingJob, key: tuple[object, ...], models: tuple[str, ...],
+                       ends_at_s: float) -> bool:
+        """Whether `try_backfill` would start the job now (changing nothing but memos). A refusal is
+        remembered: for its request shape when no reserved node could take it (backfill_failed), for its
+        kind when only nodes owed to claimants could: a job alike ending later may use only a subset of the
+        same reserved nodes, less the same owed ones."""
+        job = item.job
+        excluded = self._excluded_for(job.job_id)
+        usable = {n for n, start in self.reserved_nodes.items() if ends_at_s <= start and n not in self.holder_of}
+        backfill = place(self.state, job, excluded=excluded - usable, only=usable) if usable else None
+        if backfill is None:
+            self.backfill_failed(job, models, ends_at_s)
+            return False
+        if self._lendable(item, excluded - usable, backfill, only=usable) is not None:
+            return True
+        refused = self._alike_lending_refused
+        refused[key] = min(ends_at_s, refused.get(key, math.inf))
+        return False
 
     def _lendable(self, item: PendingJob, excluded: set[int], slots: tuple[GpuSlot, ...] | None,
                   only: set[int] | None = None) -> tuple[GpuSlot, ...] | None:
@@ -420,25 +438,23 @@ class _Cycle(CycleState):
         self.claims = Claims(self.state, self.ledger, self._claimants_reader(index),
                              self.finder.reclaims_within_nominal, self.snapshot.running, self.started,
                              self.finder.stopping)
-        full = False
         considered: list[PendingJob] = []
-        for item in in_order:
-            considered.append(item)
-            if self.attempts_left or self.reservations_left or not self.shortcuts:
-                self.consider(item, models_for(item.job))
-            else:
-                self.consider_alike(item, models_for(item.job))
-            if item.job.job_id in self.waits and self._nothing_left_to_try():
-                full = True
-                break
-        unordered: Callable[[], list[PendingJob]] = list
-        rest: Callable[[], list[PendingJob]] = list
+        full, kind_waits = self._walk(in_order, index, considered)
+        then: Callable[[], Sequence[PendingJob]] = tuple  # waiting jobs after `considered`, in queue order
+        later: Callable[[], list[PendingJob]] = list  # and the rest not yet ordered
         waits_out: Mapping[str, Wait] = self.waits
-        if full:
+        if kind_waits is not None and index is not None:
+            # Every job left waits as the first of its kind did and none can start: the rest of the walk would
+            # change nothing. Its jobs are taken in the walk's own order only if read (see AlikeRestWaits).
+            remaining = self._rest_of_walk(in_order, index)
+            then = remaining.jobs
+            waits_out = AlikeRestWaits(self.waits, remaining, alike_key, kind_waits,
+                                       distinct_of([*kind_waits.values(), *distinct_of(self.waits)]))
+        elif full:
             # The cluster is full for ordinary jobs: only jobs with held nodes (their victims were just
             # stopped) and jobs short enough to backfill reserved nodes can still start. Skip the rest.
             decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
-            rest = lambda: [p for p in pending if p.job.job_id not in decided]  # noqa: E731
+            later = lambda: [p for p in pending if p.job.job_id not in decided]  # noqa: E731
             if index is not None:
                 special, verdicts = self._special_indexed(index, decided)
             else:
@@ -446,13 +462,16 @@ class _Cycle(CycleState):
                 special = lambda: special_list  # noqa: E731
                 verdicts = None
             if verdicts is not None:
-                # None of them can start: their waits do not depend on their order, so they are not ordered.
-                unordered = special
+                # None of them can start: their waits do not depend on their order, so they are ordered only if read.
+                then = lambda: tuple(queue_order(special(), self.now_s, policy, self.share_of))  # noqa: E731
             else:
-                decide = self.consider_alike if self.shortcuts else self.consider
-                for item in queue_order(special(), self.now_s, policy, self.share_of):
-                    considered.append(item)
-                    decide(item, models_for(item.job))
+                special_order = queue_order(special(), self.now_s, policy, self.share_of)
+                _, special_waits = self._walk(special_order, index, considered, full=True)
+                if special_waits is not None and index is not None:
+                    then = self._rest_of_walk(special_order, index).jobs
+                    short = index.short_enough(self.now_s, self._latest_reserved_start_s)
+                    verdicts = [(kind, entries[:count], special_waits[kind])
+                                for kind, entries, count in short if kind in special_waits]
             placed = [a.job_id for a in self.actions if isinstance(a, PlaceJob)]  # a special job may have started
             if index is not None:
                 # The skipped jobs' capacity waits are not built unless read (see QueueWaits).
@@ -471,8 +490,96 @@ class _Cycle(CycleState):
                 for job_id in placed:
                     skipped_waits.pop(job_id, None)
                 waits_out = self.waits = skipped_waits
-        waits_out = self.plan_wakes(considered, unordered, rest, models_for, waits_out)
+        waits_out = self.plan_wakes(considered, then, later, models_for, waits_out)
         return CycleResult(tuple(self.actions), waits_out, tuple(self.reservations), tuple(self.withdrawn))
+
+    def _walk(self, in_order: Iterator[PendingJob], index: PendingIndex | None, considered: list[PendingJob],
+              full: bool = False) -> tuple[bool, dict[Hashable, Wait] | None]:
+        """Decide the jobs of `in_order` in turn (each appended to `considered`) until the cluster is full for
+        ordinary jobs (first value True) or every job left waits as the first of its kind did (second value:
+        each kind's wait); else to the end of the queue. `full`: the cluster is full already (`in_order`
+        holds the jobs that may still start), so only the second stop applies.
+
+        Once no preemption attempt or reservation is left, the kinds whose every undecided job must wait are
+        found once per change of the cycle's state (`_waiting_kinds`), and their jobs take that wait without
+        being asked again: the walk does Python work only for jobs that might start."""
+        models_for = self.models_for
+        waits = self.waits
+        # Found only once no job with held nodes or victims of its own waits undecided (none gains any then).
+        waiting_kinds: dict[Hashable, Wait] = {}
+        checked_token: tuple[int, int, int] | None = None
+        for item in in_order:
+            considered.append(item)
+            job = item.job
+            if waiting_kinds:
+                wait = waiting_kinds.get(alike_key(job))
+                if wait is not None:
+                    waits[job.job_id] = wait
+                    continue
+            if self.attempts_left or self.reservations_left or not self.shortcuts:
+                self.consider(item, models_for(job))
+            else:
+                self.consider_alike(item, models_for(job))
+            if index is None or self.attempts_left or self.reservations_left:
+                if job.job_id in waits and not full and self._nothing_left_to_try():
+                    return True, None
+                continue
+            token = (self.ledger.version, self._released_version, self._layout_version)
+            if token != checked_token:
+                waiting_kinds = {}  # a start, release or hold: every kind is asked again
+            if job.job_id not in waits:
+                continue
+            if not full and self._nothing_left_to_try():
+                return True, None
+            if token != checked_token:
+                checked_token = token
+                waiting_kinds, every_kind = self._waiting_kinds(index)
+                if every_kind:
+                    return False, waiting_kinds
+        return False, None
+
+    def _rest_of_walk(self, in_order: Iterator[PendingJob], index: PendingIndex) -> RestOfWalk:
+        """The jobs `in_order` has not yet given, in its order, taken only if asked for (after the cycle, maybe)."""
+        for _, tenant in index.by_priority:
+            self.share_of(tenant)  # remembered now: the ledger the shares read moves on after the cycle
+        return RestOfWalk(in_order)
+
+    def _waiting_kinds(self, index: PendingIndex) -> tuple[dict[Hashable, Wait], bool]:
+        """Once no preemption attempt or reservation is left: the kinds of job whose every undecided job would wait
+        as the first of its kind (`wait_alike`), with that wait; and whether that is every job not yet decided.
+        Changes nothing but memos. Nothing while a job with held nodes or victims of its own waits undecided.
+
+        Asks two jobs per kind, not every job: its longest waiting one (a job alike waits alike unless it
+        can backfill) and its shortest one short enough to backfill (if it cannot, no job of its kind ending
+        later can: it may use only a subset of the same reserved nodes)."""
+        waits = self.waits
+        started = {running.job.job_id for running in self.started}
+
+        def undecided(job_id: str) -> bool:
+            return job_id not in waits and job_id not in started
+
+        if any(undecided(job_id) and job_id in index.by_job_id for job_id in (*self.held_for, *self.stopping_for)):
+            # Not before the jobs with nodes or victims of their own are decided: they are never decided as their
+            # kind is (they may start on their nodes), and one that starts frees the rest of the nodes it held.
+            return {}, False
+        now_s, latest_s = self.now_s, self._latest_reserved_start_s
+        models_for = self.models_for
+        found: dict[Hashable, Wait] = {}
+        every_kind = True
+        for kind, entries in index.by_kind.items():
+            longest = next((e for e in reversed(entries) if undecided(e[1])), None)
+            if longest is None:
+                continue  # every job of its kind was decided
+            wait = self.wait_alike(longest[2], models_for(longest[2].job))
+            if wait is not None and now_s + entries[0][0] <= latest_s:
+                short = next(e[2] for e in entries if undecided(e[1]))
+                if now_s + short.job.duration_s <= latest_s and self.wait_alike(short, models_for(short.job)) is None:
+                    wait = None
+            if wait is None:
+                every_kind = False  # one of its jobs might start: the walk decides them in turn
+            else:
+                found[kind] = wait
+        return found, every_kind
 
     def _claimants_reader(self, index: PendingIndex | None) -> Callable[[], dict[str, Claimant]]:
         """How the cycle's claimants are read when first needed, leaving out the jobs the cycle started so far:
@@ -558,14 +665,14 @@ class _Cycle(CycleState):
             waits[job_id] = wait(job, WaitReason.CAPACITY)
         return waits, special
 
-    def plan_wakes(self, considered: list[PendingJob], unordered: Callable[[], list[PendingJob]],
-                   rest: Callable[[], list[PendingJob]], models_for: Callable[[Job], tuple[str, ...]],
+    def plan_wakes(self, considered: list[PendingJob], then: Callable[[], Sequence[PendingJob]],
+                   later: Callable[[], list[PendingJob]], models_for: Callable[[Job], tuple[str, ...]],
                    waits: Mapping[str, Wait]) -> Mapping[str, Wait]:
         """Give jobs blocked for capacity room on waking or asleep nodes; wake the asleep ones needed.
         Returns the waits, changed where a job now waits for a node to wake.
 
-        In queue order: `considered` as decided, then `unordered` (decided after them, all waiting, not
-        yet ordered), then the rest of `rest`."""
+        In queue order: `considered` as decided, then `then` (waiting jobs not decided one by one, already
+        in queue order), then the jobs of `later` not among them (ordered here)."""
         if not self.snapshot.node_states:
             return waits
         if not any(w.capacity_bound for w in distinct_of(waits)):
@@ -574,16 +681,15 @@ class _Cycle(CycleState):
         if not plan.has_room():
             return waits
         changed = dict(waits)
-        unordered_jobs = unordered()
-        decided = {p.job.job_id for p in itertools.chain(considered, unordered_jobs)}
-        unconsidered = [p for p in rest() if p.job.job_id not in decided]
+        then_jobs = then()
+        decided = {p.job.job_id for p in itertools.chain(considered, then_jobs)}
+        unconsidered = [p for p in later() if p.job.job_id not in decided]
         # Nothing started since these waited, so the fair-share figures are those they would have been
         # decided under: ordering them now gives the order they would have had.
-        then = queue_order(unordered_jobs, self.now_s, self.policy, self.share_of) if unordered_jobs else ()
-        later = queue_order(unconsidered, self.now_s, self.policy, self.share_of) if unconsidered else ()
+        rest = queue_order(unconsidered, self.now_s, self.policy, self.share_of) if unconsidered else ()
         excluded = self._excluded_for("")
         room = True
-        for item in itertools.chain(considered, then, later):
+        for item in itertools.chain(considered, then_jobs, rest):
             job_id = item.job.job_id
             wait = changed.get(job_id)
             if wait is None or not wait.capacity_bound:

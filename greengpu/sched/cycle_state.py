@@ -79,6 +79,9 @@ class CycleState:
         # The waits of jobs decided once nothing but placement is left (see _Cycle.consider_alike).
         self._alike_waits: dict[tuple[object, ...], Wait] = {}
         self._alike_token: tuple[int, int, int] = (-1, -1, -1)
+        # Per kind of job, the earliest end for which a backfill was refused only because the nodes it could use
+        # are owed to claimants (greengpu.sched.claims): valid with the same token.
+        self._alike_lending_refused: dict[tuple[object, ...], float] = {}
         self.attempts_left = 0
         self.reservations_left = 0
         self._wakeable: dict[str, list[int]] | None = None

@@ -146,7 +146,10 @@ class PendingIndex:
             w = (now_s - submit_s) * boost_per_s
             return priority + (0 if w <= 0 else boost_max if w >= boost_max else floor(w))
 
-        groups = [(priority, tenant, entries) for (priority, tenant), entries in self.by_priority.items() if entries]
+        # Copies: a cycle that stops early hands the rest of this walk to its waits (AlikeRestWaits), which may be
+        # read after the next cycle has synced the index.
+        groups = [(priority, tenant, entries[:]) for (priority, tenant), entries in self.by_priority.items()
+                  if entries]
         taken = [0] * len(groups)
         while True:
             # The next level: the highest effective priority left (each group's oldest job has its highest).
@@ -280,3 +283,62 @@ class QueueWaits(Mapping[str, Wait]):
 
     def __bool__(self) -> bool:
         return bool(self.distinct_waits)
+
+
+class AlikeRestWaits(Mapping[str, Wait]):
+    """The waits of a cycle that stopped walking the queue once every job left waits as the first of its kind
+    did (greengpu.sched.core): the jobs decided, in decision order, then the rest of the walk in queue order,
+    each with its kind's wait. Built only when read whole, from the rest of the walk itself (`rest`), so the
+    order is the one a full walk gives."""
+
+    __slots__ = ("_decided", "_rest", "_kind_of", "_kind_waits", "_built", "distinct_waits")
+
+    def __init__(self, decided: Mapping[str, Wait], rest: RestOfWalk, kind_of: Callable[[Job], Hashable],
+                 kind_waits: Mapping[Hashable, Wait], distinct_waits: Collection[Wait]) -> None:
+        self._decided = decided  # the cycle's own dict, not changed after the cycle
+        self._rest = rest
+        self._kind_of = kind_of
+        self._kind_waits = kind_waits
+        self._built: dict[str, Wait] | None = None
+        self.distinct_waits = tuple(distinct_waits)
+
+    def _dict(self) -> dict[str, Wait]:
+        if self._built is None:
+            built = dict(self._decided)
+            kind_of, kind_waits = self._kind_of, self._kind_waits
+            for item in self._rest.jobs():
+                built[item.job.job_id] = kind_waits[kind_of(item.job)]
+            self._built = built
+        return self._built
+
+    def __getitem__(self, job_id: str) -> Wait:
+        return self._dict()[job_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._dict()
+
+    def __bool__(self) -> bool:
+        return bool(self.distinct_waits)
+
+
+class RestOfWalk:
+    """The jobs a walk of the queue did not reach, in its order: taken from the walk's own iterator once,
+    when first asked for (nothing the order reads changes after the walk stops)."""
+
+    __slots__ = ("_iterator", "_jobs")
+
+    def __init__(self, iterator: Iterator[PendingJob]) -> None:
+        self._iterator: Iterator[PendingJob] | None = iterator
+        self._jobs: list[PendingJob] = []
+
+    def jobs(self) -> list[PendingJob]:
+        if self._iterator is not None:
+            self._jobs = list(self._iterator)
+            self._iterator = None
+        return self._jobs

@@ -1,0 +1,155 @@
+"""A cycle stops asking waiting jobs one by one once every job left would wait as the first of its kind did
+(greengpu.sched.core `_walk`, `_waiting_kinds`): free GPUs that no waiting job can use (too few on a node,
+or owed to a claimant) no longer make it walk the whole queue, and a job that can start is still reached.
+
+The Driver runs every cycle again with fresh books and no shortcuts, and asserts the same actions and the
+same waits in the same order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schedkit import Driver, job, make_cluster, node_type, placed
+
+from greengpu.model import ClusterSnapshot, GpuSlot, PendingJob, RunningJob, Tenant
+from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
+from greengpu.sched import core
+from greengpu.sched.core import schedule_cycle
+from greengpu.sched.waits import WaitReason
+
+NO_TRIES = SchedulerPolicy(preemption=PreemptionPolicy(enabled=False), backfill=BackfillPolicy(enabled=False))
+"""No victim search and no reservation: every job after the first is decided as its kind is."""
+
+
+def _busy(job_id: str, node: str, gpus: int, end_s: float = 99_999.0) -> RunningJob:
+    return RunningJob(job(job_id, gpus=gpus, duration_s=end_s), tuple(GpuSlot(node, g) for g in range(gpus)),
+                      start_time_s=0.0, expected_end_s=end_s)
+
+
+def _fragmented(nodes: int = 4) -> Driver:
+    """8-GPU nodes with 7 GPUs busy on each: one GPU free per node, which no 2- or 4-GPU job can use."""
+    driver = Driver(make_cluster([(nodes, node_type(8), "d0")]), NO_TRIES)
+    for n in range(nodes):
+        driver.start_running(_busy(f"r{n}", f"n{n:04d}", 7))
+    return driver
+
+
+def _queue(count: int) -> list:
+    """Two tenants, two sizes: four kinds of job, interleaved in the queue."""
+    return [job(f"w{i:04d}", gpus=2 if i % 2 else 4, tenant="ab"[i % 4 // 2], duration_s=3600 + i,
+                submit_time_s=float(i)) for i in range(count)]
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The jobs the incremental cycle asked `wait_alike` about."""
+    calls: list[str] = []
+    wait_alike = core._Cycle.wait_alike
+
+    def counting(self, item, models):  # noqa: ANN001, ANN202
+        if self.shortcuts:
+            calls.append(item.job.job_id)
+        return wait_alike(self, item, models)
+
+    monkeypatch.setattr(core._Cycle, "wait_alike", counting)
+    return calls
+
+
+def test_free_gpus_no_job_can_use_do_not_make_the_cycle_ask_every_job(asked: list[str]) -> None:
+    driver = _fragmented()
+    driver.submit(*_queue(400))
+    result = driver.cycle(auto_finish=False)
+
+    assert not placed(result.actions)
+    assert len(result.waits) == 400 and {w.reason for w in result.waits.values()} == {WaitReason.CAPACITY}
+    # One question per kind (its longest job), not one per job: the queue's 400 jobs are of four kinds.
+    assert len(asked) <= 8, asked
+
+
+def test_a_job_that_fits_the_free_gpus_deep_in_the_queue_still_starts(asked: list[str]) -> None:
+    driver = _fragmented()
+    driver.submit(*_queue(300), job("tiny", gpus=1, tenant="c", duration_s=60, submit_time_s=999.0))
+    result = driver.cycle(auto_finish=False)
+
+    assert set(placed(result.actions)) == {"tiny"}
+    assert len(result.waits) == 300
+    assert len(asked) <= 12, asked
+
+
+def test_after_a_start_every_kind_is_asked_again() -> None:
+    """Two GPUs free on n0000: the first 2-GPU job in the queue takes them, after which no 2-GPU job fits,
+    though one did when the kinds were first asked."""
+    driver = Driver(make_cluster([(2, node_type(8), "d0")]), NO_TRIES)
+    driver.start_running(_busy("r0", "n0000", 6))
+    driver.start_running(_busy("r1", "n0001", 7))
+    driver.submit(*[job(f"big{i}", gpus=4, submit_time_s=float(i)) for i in range(50)],
+                  *[job(f"two{i}", gpus=2, tenant="b", submit_time_s=100.0 + i) for i in range(50)])
+    result = driver.cycle(auto_finish=False)
+
+    assert set(placed(result.actions)) == {"two0"}
+    assert all(result.waits[f"two{i}"].reason is WaitReason.CAPACITY for i in range(1, 50))
+
+
+def test_the_waits_list_the_rest_of_the_queue_in_queue_order_even_when_read_after_the_next_cycle() -> None:
+    cluster = make_cluster([(2, node_type(8), "d0")])
+    running = (_busy("r0", "n0000", 7), _busy("r1", "n0001", 7))
+    # Priorities out of submit order, so that queue order and snapshot order differ.
+    queue = tuple(PendingJob(replace(j, priority=i % 3)) for i, j in enumerate(_queue(60)))
+    first = ClusterSnapshot(time_s=5000.0, cluster=cluster, running=running, pending=queue)
+    expected = list(schedule_cycle(first, NO_TRIES, incremental=False).waits.items())
+    result = schedule_cycle(first, NO_TRIES)
+    # The next cycle: r0 has ended, half the queue started or left, new jobs came; the kept queue changed.
+    later = (*queue[30:], *(PendingJob(j) for j in _queue(80)[60:]))
+    schedule_cycle(replace(first, time_s=5060.0, running=running[1:], pending=later), NO_TRIES)
+
+    assert [job_id for job_id, _ in expected][:3] != [p.job.job_id for p in queue][:3]
+    assert list(result.waits.items()) == expected
+
+
+def test_a_job_holding_nodes_is_decided_before_the_walk_stops() -> None:
+    """A job whose victims were stopped holds their node: it starts there when reached, though every kind
+    around it waits."""
+    policy = SchedulerPolicy(preemption=PreemptionPolicy(min_runtime_s=0.0, grace_s=0.0, max_attempts_per_cycle=1),
+                             backfill=BackfillPolicy(enabled=False))
+    driver = Driver(make_cluster([(3, node_type(8), "d0")]), policy)
+    driver.start_running(_busy("r0", "n0000", 7))
+    driver.start_running(_busy("r1", "n0001", 7))
+    driver.start_running(replace(_busy("low", "n0002", 8), job=job("low", gpus=8, priority=0, duration_s=99_999)))
+    driver.submit(*[replace(j, priority=1) for j in _queue(40)], job("urgent", gpus=8, priority=9, submit_time_s=50.0))
+    result = driver.cycle(auto_finish=False)
+
+    assert "urgent" in placed(result.actions)
+    assert all(w.reason is WaitReason.CAPACITY for w in result.waits.values())
+
+
+KINDS = st.lists(st.tuples(st.sampled_from([0.5, 1, 2, 3, 4, 8]), st.sampled_from("abc"), st.integers(0, 2),
+                           st.integers(1, 30), st.sampled_from([60, 600, 3600, 36_000])), min_size=1, max_size=6)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kinds=KINDS, busy=st.lists(st.integers(0, 8), min_size=2, max_size=5), attempts=st.integers(0, 1),
+       reservations=st.integers(0, 2), quota=st.sampled_from([0, 2, 8]), cycles=st.integers(1, 3))
+def test_stopping_early_decides_as_every_job_on_its_own(kinds, busy, attempts, reservations, quota,  # noqa: ANN001
+                                                         cycles) -> None:  # noqa: ANN001
+    """Fragmented clusters (each node partly busy until a random end), queues of a few kinds with random
+    durations: the Driver asserts the incremental cycle with its early stops decides as the plain one."""
+    tenants = [Tenant(name, quota_gpus=quota) for name in "abc"]
+    driver = Driver(make_cluster([(len(busy), node_type(8), "d0")], tenants), SchedulerPolicy(
+        preemption=PreemptionPolicy(max_attempts_per_cycle=attempts, min_runtime_s=60.0, grace_s=120.0),
+        backfill=BackfillPolicy(reservations=reservations)))
+    for n, gpus in enumerate(busy):
+        if gpus:
+            driver.start_running(replace(_busy(f"r{n}", f"n{n:04d}", gpus, 600.0 * (n + 1)),
+                                         job=job(f"r{n}", gpus=gpus, tenant="abc"[n % 3], duration_s=600.0 * (n + 1))))
+    counter = 0
+    for gpus, tenant, priority, count, duration_s in kinds:
+        for i in range(count):
+            counter += 1
+            driver.submit(job(f"j{counter}", gpus=gpus, tenant=tenant, priority=priority,
+                              duration_s=duration_s * (1 + i % 4), submit_time_s=float(counter)))
+    for _ in range(cycles):
+        driver.tick()
