@@ -97,16 +97,25 @@ def test_after_a_start_every_kind_is_asked_again() -> None:
 def test_the_waits_list_the_rest_of_the_queue_in_queue_order_even_when_read_after_the_next_cycle() -> None:
     cluster = make_cluster([(2, node_type(8), "d0")])
     running = (_busy("r0", "n0000", 7), _busy("r1", "n0001", 7))
-    # Priorities out of submit order, so that queue order and snapshot order differ.
-    queue = tuple(PendingJob(replace(j, priority=i % 3)) for i, j in enumerate(_queue(60)))
+    # Priorities out of submit order, so that queue order and snapshot order differ. At the lowest level,
+    # which the walk does not reach before it stops, tenants "c" and "a" tie on fair share (neither runs
+    # anything), so c's older jobs come first.
+    queue = (*(PendingJob(replace(j, priority=i % 3)) for i, j in enumerate(_queue(60))),
+             PendingJob(job("c0", gpus=2, tenant="c", priority=-1, submit_time_s=100.0)),
+             PendingJob(job("c1", gpus=2, tenant="c", priority=-1, submit_time_s=101.0)),
+             PendingJob(job("a-low", gpus=2, tenant="a", priority=-1, submit_time_s=200.0)))
     first = ClusterSnapshot(time_s=5000.0, cluster=cluster, running=running, pending=queue)
     expected = list(schedule_cycle(first, NO_TRIES, incremental=False).waits.items())
     result = schedule_cycle(first, NO_TRIES)
-    # The next cycle: r0 has ended, half the queue started or left, new jobs came; the kept queue changed.
-    later = (*queue[30:], *(PendingJob(j) for j in _queue(80)[60:]))
-    schedule_cycle(replace(first, time_s=5060.0, running=running[1:], pending=later), NO_TRIES)
+    # The next cycle: r0 has ended, half the queue started or left, new jobs came (one of c's starts, so
+    # c's share grows in the ledger the cycles share); the kept queue changed.
+    later = (*queue[30:], *(PendingJob(j) for j in _queue(80)[60:]),
+             PendingJob(job("c-urgent", gpus=2, tenant="c", priority=9, submit_time_s=5030.0)))
+    second = schedule_cycle(replace(first, time_s=5060.0, running=running[1:], pending=later), NO_TRIES)
 
+    assert "c-urgent" in placed(second.actions)
     assert [job_id for job_id, _ in expected][:3] != [p.job.job_id for p in queue][:3]
+    assert [job_id for job_id, _ in expected][-3:] == ["c0", "c1", "a-low"]
     assert list(result.waits.items()) == expected
 
 
