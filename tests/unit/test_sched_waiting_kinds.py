@@ -162,3 +162,21 @@ def test_stopping_early_decides_as_every_job_on_its_own(kinds, busy, attempts, r
                               duration_s=duration_s * (1 + i % 4), submit_time_s=float(counter)))
     for _ in range(cycles):
         driver.tick()
+
+
+def test_a_job_waiting_for_its_victims_deep_in_the_queue_keeps_the_walk_going() -> None:
+    """"held" waits for a victim still in its checkpoint grace, behind jobs that all must wait: the walk may not
+    stop before it (it is decided on its own, and here a free GPU elsewhere takes it at once)."""
+    policy = SchedulerPolicy(preemption=PreemptionPolicy(max_attempts_per_cycle=0, grace_s=600.0),
+                             backfill=BackfillPolicy(enabled=False))
+    driver = _fragmented(3)
+    driver.snapshot = replace(driver.snapshot, time_s=1000.0)
+    driver.policy = policy
+    victim = RunningJob(job("victim", gpus=1, priority=0), (GpuSlot("n0002", 7),), start_time_s=0.0,
+                        expected_end_s=99_999.0, preempt_signalled_s=900.0, preempted_for="held")
+    driver.start_running(victim)
+    driver.submit(*[replace(j, priority=5) for j in _queue(40)], job("held", gpus=1, priority=1, submit_time_s=0.0))
+    result = driver.cycle(auto_finish=False)
+
+    assert set(placed(result.actions)) == {"held"}
+    assert len(result.waits) == 40 and {w.reason for w in result.waits.values()} == {WaitReason.CAPACITY}
