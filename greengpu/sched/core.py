@@ -176,7 +176,7 @@ class _Cycle(CycleState):
             return False
         if self.backfill_known_to_fail(job, models, ends_at):
             return False
-        usable = {n for n, start in self.reserved_nodes.items() if ends_at <= start and n not in self.holder_of}
+        usable = self._backfill_nodes(ends_at)
         slots = place(self.state, job, excluded=excluded - usable, only=usable) if usable else None
         if slots is None:
             self.backfill_failed(job, models, ends_at)
@@ -185,6 +185,11 @@ class _Cycle(CycleState):
         if slots is None:
             return False  # only owed GPUs were left to it (not a failure of its shape: others may use them)
         return self.admit(pending, slots, backfilled=True)
+
+    def _backfill_nodes(self, ends_at_s: float) -> set[int]:
+        """The reserved nodes a job ending at `ends_at_s` may backfill: free of reservations until then, held by
+        no one."""
+        return {n for n, start in self.reserved_nodes.items() if ends_at_s <= start and n not in self.holder_of}
 
     def waits_for_victims(self, pending: PendingJob, excluded: set[int]) -> bool:
         victims = self.stopping_for.get(pending.job.job_id)
@@ -339,7 +344,7 @@ class _Cycle(CycleState):
         same reserved nodes, less the same owed ones."""
         job = item.job
         excluded = self._excluded_for(job.job_id)
-        usable = {n for n, start in self.reserved_nodes.items() if ends_at_s <= start and n not in self.holder_of}
+        usable = self._backfill_nodes(ends_at_s)
         backfill = place(self.state, job, excluded=excluded - usable, only=usable) if usable else None
         if backfill is None:
             self.backfill_failed(job, models, ends_at_s)

@@ -225,7 +225,41 @@ def _discard(groups: dict[Any, list[tuple[float, str, PendingJob]]], key: Hashab
         del groups[key]
 
 
-class QueueWaits(Mapping[str, Wait]):
+class _LazyWaits(Mapping[str, Wait]):
+    """A cycle's waits as a mapping built only when read whole (`_build`, once); its distinct waits are known
+    without building it (`distinct_waits`: the simulator reads only those)."""
+
+    __slots__ = ("_built", "distinct_waits")
+
+    def __init__(self, distinct_waits: Collection[Wait]) -> None:
+        self._built: dict[str, Wait] | None = None
+        self.distinct_waits = tuple(distinct_waits)
+
+    def _build(self) -> dict[str, Wait]:
+        raise NotImplementedError
+
+    def _dict(self) -> dict[str, Wait]:
+        if self._built is None:
+            self._built = self._build()
+        return self._built
+
+    def __getitem__(self, job_id: str) -> Wait:
+        return self._dict()[job_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._dict()
+
+    def __bool__(self) -> bool:
+        return bool(self.distinct_waits)
+
+
+class QueueWaits(_LazyWaits):
     """A full cycle's waits, built only when read whole: the jobs the cycle decided as decided, every
     other pending job waiting for capacity (its kind's wait), in the order a plain dict would have them
     (the snapshot's order, then the jobs decided before the queue was skipped, in decision order).
@@ -233,8 +267,7 @@ class QueueWaits(Mapping[str, Wait]):
     The simulator reads only the distinct waits (`distinct_waits`, found without walking the queue);
     bodies that list every waiting job build the dict once."""
 
-    __slots__ = ("_pending", "_capacity_wait", "_before", "_decided", "_placed", "_kinds", "_built",
-                 "distinct_waits")
+    __slots__ = ("_pending", "_capacity_wait", "_before", "_decided", "_placed", "_kinds")
 
     def __init__(self, pending: tuple[PendingJob, ...], capacity_wait: Callable[[Job], Wait],
                  before: Collection[str], decided: Mapping[str, Wait], placed: Collection[str],
@@ -249,49 +282,30 @@ class QueueWaits(Mapping[str, Wait]):
         self._before = tuple(before)
         self._decided = decided  # the cycle's own dict, not changed after the cycle
         self._placed = tuple(placed)
-        self._built: dict[str, Wait] | None = None
-        self.distinct_waits = tuple(distinct_waits)
+        super().__init__(distinct_waits)
 
-    def _dict(self) -> dict[str, Wait]:
-        if self._built is None:
-            capacity_wait = self._capacity_wait
-            built = {p.job.job_id: capacity_wait(p.job) for p in self._pending}
-            before = set(self._before)
-            for job_id in before:
-                built.pop(job_id, None)
-            for entries, wait in self._kinds:
-                for entry in entries:
-                    if entry[1] not in before:
-                        built[entry[1]] = wait
-            built.update(self._decided)
-            for job_id in self._placed:
-                built.pop(job_id, None)
-            self._built = built
-        return self._built
+    def _build(self) -> dict[str, Wait]:
+        capacity_wait = self._capacity_wait
+        built = {p.job.job_id: capacity_wait(p.job) for p in self._pending}
+        before = set(self._before)
+        for job_id in before:
+            built.pop(job_id, None)
+        for entries, wait in self._kinds:
+            for entry in entries:
+                if entry[1] not in before:
+                    built[entry[1]] = wait
+        built.update(self._decided)
+        for job_id in self._placed:
+            built.pop(job_id, None)
+        return built
 
-    def __getitem__(self, job_id: str) -> Wait:
-        return self._dict()[job_id]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._dict())
-
-    def __len__(self) -> int:
-        return len(self._dict())
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self._dict()
-
-    def __bool__(self) -> bool:
-        return bool(self.distinct_waits)
-
-
-class AlikeRestWaits(Mapping[str, Wait]):
+class AlikeRestWaits(_LazyWaits):
     """The waits of a cycle that stopped walking the queue once every job left waits as the first of its kind
     did (greengpu.sched.core): the jobs decided, in decision order, then the rest of the walk in queue order,
     each with its kind's wait. Built only when read whole, from the rest of the walk itself (`rest`), so the
     order is the one a full walk gives."""
 
-    __slots__ = ("_decided", "_rest", "_kind_of", "_kind_waits", "_built", "distinct_waits")
+    __slots__ = ("_decided", "_rest", "_kind_of", "_kind_waits")
 
     def __init__(self, decided: Mapping[str, Wait], rest: RestOfWalk, kind_of: Callable[[Job], Hashable],
                  kind_waits: Mapping[Hashable, Wait], distinct_waits: Collection[Wait]) -> None:
@@ -299,33 +313,14 @@ class AlikeRestWaits(Mapping[str, Wait]):
         self._rest = rest
         self._kind_of = kind_of
         self._kind_waits = kind_waits
-        self._built: dict[str, Wait] | None = None
-        self.distinct_waits = tuple(distinct_waits)
+        super().__init__(distinct_waits)
 
-    def _dict(self) -> dict[str, Wait]:
-        if self._built is None:
-            built = dict(self._decided)
-            kind_of, kind_waits = self._kind_of, self._kind_waits
-            for item in self._rest.jobs():
-                built[item.job.job_id] = kind_waits[kind_of(item.job)]
-            self._built = built
-        return self._built
-
-    def __getitem__(self, job_id: str) -> Wait:
-        return self._dict()[job_id]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._dict())
-
-    def __len__(self) -> int:
-        return len(self._dict())
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self._dict()
-
-    def __bool__(self) -> bool:
-        return bool(self.distinct_waits)
-
+    def _build(self) -> dict[str, Wait]:
+        built = dict(self._decided)
+        kind_of, kind_waits = self._kind_of, self._kind_waits
+        for item in self._rest.jobs():
+            built[item.job.job_id] = kind_waits[kind_of(item.job)]
+        return built
 
 class RestOfWalk:
     """The jobs a walk of the queue did not reach, in its order: taken from the walk's own iterator once,
