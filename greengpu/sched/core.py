@@ -139,6 +139,9 @@ class _Cycle(CycleState):
         own = self.held_for.pop(job.job_id, None)
         if own:
             self._layout_changed()
+            # The nodes it held and does not use are open to every job again: capacity that was not there when
+            # the failure frontiers were found (as if GPUs were released).
+            self._released_version += 1
             for node_index in own:
                 self.holder_of.pop(node_index, None)
         self.actions.append(PlaceJob(job.job_id, slots, backfilled))
