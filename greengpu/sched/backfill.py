@@ -9,6 +9,7 @@ backfill, which uses time limits; here `duration_s` is the wall-time estimate).
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
@@ -34,10 +35,15 @@ class NodeEnds:
 
     Kept up to date job by job by the scheduler's remembered books, with a memo per node of when
     `count` GPUs come free for a given free-GPU vector (exact: the key holds everything the answer
-    depends on besides the clock; a node's memo is dropped when its jobs change).
+    depends on besides the clock; a node's memo is dropped when its jobs change), and per (model, count)
+    those times for every node (`_Scan`), brought up to date node by node from the change logs of the
+    free-GPU index and of these ends: a saturated cycle reserves for the same few shapes again and again
+    while almost no node changes.
     """
 
     def __init__(self, state: PlacementState) -> None:
+        self.state = state
+        """The free-GPU index the scans follow (its `changed_nodes` log)."""
         self.index = state.index
         self._model, self._size = state.model, state.size  # the layout: shared, never changed
         self.by_node: dict[int, list[_Entry]] = {}
@@ -45,6 +51,10 @@ class NodeEnds:
         self.sized: dict[tuple[str, int], list[int]] = {}
         """Per (model, GPUs needed on a node), the nodes of that model with that many GPUs, in index
         order (from the layout)."""
+        self.scans: dict[tuple[str, int], _Scan] = {}
+        self.changed_nodes: list[int] = []
+        """The nodes whose ends changed, in order (read by the scans like the index's log)."""
+        self.change_epoch = 0
 
     def nodes_of(self, model: str, count: int) -> list[int]:
         """The nodes of `model` with at least `count` GPUs, in index order."""
@@ -67,7 +77,7 @@ class NodeEnds:
     def add(self, job: RunningJob) -> None:
         for node, entry in self._entries(job):
             bisect.insort(self.by_node.setdefault(node, []), entry)
-            self.memo.pop(node, None)
+            self._changed(node)
 
     def remove(self, job: RunningJob) -> None:
         for node, entry in self._entries(job):
@@ -75,7 +85,34 @@ class NodeEnds:
             position = bisect.bisect_left(entries, entry)
             if position < len(entries) and entries[position] == entry:
                 del entries[position]
-            self.memo.pop(node, None)
+            self._changed(node)
+
+    def _changed(self, node: int) -> None:
+        self.memo.pop(node, None)
+        log = self.changed_nodes
+        if len(log) > _CHANGE_LOG_LIMIT:
+            log.clear()
+            self.change_epoch += 1
+        log.append(node)
+
+
+_CHANGE_LOG_LIMIT = 4096
+_FREE_NOW = -math.inf
+"""A scan's time for a node with enough whole GPUs free already."""
+
+
+class _Scan:
+    """Per node of one (model, count), the raw time after which `count` GPUs are whole-free (`_FREE_NOW` when
+    they are; nodes that are not schedulable, or never free that many before every job ends, are left out),
+    and how far into each change log it is up to date."""
+
+    __slots__ = ("ends_epoch", "ends_seen", "members", "state_epoch", "state_seen", "times")
+
+    def __init__(self, members: frozenset[int]) -> None:
+        self.members = members
+        self.times: dict[int, float] = {}
+        self.state_epoch = self.ends_epoch = -1
+        self.state_seen = self.ends_seen = 0
 
 
 def ends_by_node(state: PlacementState, running: Iterable[RunningJob]) -> NodeEnds:
@@ -122,29 +159,61 @@ def reserve(state: PlacementState, job: Job, ends: NodeEnds,
 
 def _free_times(state: PlacementState, ends: NodeEnds, model: str, count: int, excluded: Collection[int],
                 now_s: float, soonest_s: float) -> list[tuple[float, int]]:
-    """(when `count` GPUs come free, node) for each usable node of `model`; an overdue job is taken to
-    end at `soonest_s`. The scheduler's hottest loop (a node per blocked job per cycle): kept flat."""
-    times: list[tuple[float, int]] = []
-    schedulable = state.schedulable
-    free_whole, gpu_free = state.free_whole, state.gpu_free
-    memos, by_node = ends.memo, ends.by_node
+    """(when `count` GPUs come free, node) for each usable node of `model`, in no particular order; an
+    overdue job is taken to end at `soonest_s`. The scheduler's hottest loop (a node per blocked job per
+    cycle): the raw times are kept between calls and cycles (`_Scan`), only the clock is applied here."""
+    raw_times = _scan(state, ends, model, count) if state is ends.state else _fresh_scan(state, ends, model, count)
+    return [(now_s if raw == _FREE_NOW else (raw if raw > soonest_s else soonest_s), node)
+            for node, raw in raw_times.items() if node not in excluded]
+
+
+def _fresh_scan(state: PlacementState, ends: NodeEnds, model: str, count: int) -> dict[int, float]:
+    times: dict[int, float] = {}
     for node in ends.nodes_of(model, count):
-        if not schedulable[node] or node in excluded:
-            continue
-        whole = free_whole[node]
-        if whole >= count:
-            times.append((now_s, node))
-            continue
-        free_now = tuple(gpu_free[node])
-        memo = memos.get(node)
-        if memo is None:
-            memo = memos[node] = {}
-        key = (count, free_now)
-        if key in memo:
-            raw = memo[key]
-        else:
-            raw = memo[key] = _raw_free_s(free_now, whole, count, by_node.get(node, []))
-        if raw is not None:
-            # Ends are sorted, so clamping overdue ones to soonest_s keeps the order.
-            times.append((raw if raw > soonest_s else soonest_s, node))
+        _rescan(state, ends, node, count, times)
     return times
+
+
+def _scan(state: PlacementState, ends: NodeEnds, model: str, count: int) -> dict[int, float]:
+    """The raw times of (model, count), brought up to date with the nodes changed since the last call."""
+    scan = ends.scans.get((model, count))
+    if scan is None:
+        scan = ends.scans[(model, count)] = _Scan(frozenset(ends.nodes_of(model, count)))
+    if scan.state_epoch != state.change_epoch or scan.ends_epoch != ends.change_epoch:
+        scan.times = _fresh_scan(state, ends, model, count)
+    else:
+        state_log, ends_log = state.changed_nodes, ends.changed_nodes
+        if len(state_log) > scan.state_seen or len(ends_log) > scan.ends_seen:
+            changed = set(state_log[scan.state_seen:])
+            changed.update(ends_log[scan.ends_seen:])
+            times, members = scan.times, scan.members
+            for node in changed:
+                if node in members:
+                    _rescan(state, ends, node, count, times)
+    scan.state_epoch, scan.state_seen = state.change_epoch, len(state.changed_nodes)
+    scan.ends_epoch, scan.ends_seen = ends.change_epoch, len(ends.changed_nodes)
+    return scan.times
+
+
+def _rescan(state: PlacementState, ends: NodeEnds, node: int, count: int, times: dict[int, float]) -> None:
+    """Set `node`'s raw time in `times` (or leave it out) from the free-GPU index and the ends as they are."""
+    if not state.schedulable[node]:
+        times.pop(node, None)
+        return
+    whole = state.free_whole[node]
+    if whole >= count:
+        times[node] = _FREE_NOW
+        return
+    free_now = tuple(state.gpu_free[node])
+    memo = ends.memo.get(node)
+    if memo is None:
+        memo = ends.memo[node] = {}
+    key = (count, free_now)
+    if key in memo:
+        raw = memo[key]
+    else:
+        raw = memo[key] = _raw_free_s(free_now, whole, count, ends.by_node.get(node, []))
+    if raw is None:
+        times.pop(node, None)
+    else:
+        times[node] = raw

@@ -9,6 +9,7 @@ is identical to a fresh build (a property test checks this); any exception drops
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from greengpu.model import Cluster, ClusterSnapshot, RunningJob
@@ -46,17 +47,51 @@ class Books:
     """id() of the held running jobs asked to stop (preempt_signalled_s set): most cycles have none."""
     pending: PendingIndex | None = None
     """The pending queue as of the last cycle (greengpu.sched.pending_index), built on first use."""
+    priorities: dict[int, int] = field(default_factory=dict)
+    """How many held running jobs have each priority (the victim search asks for the lowest every cycle)."""
+    on_node: dict[int, dict[str, RunningJob]] = field(default_factory=dict)
+    """Per node index, the held running jobs on it by job id (the lending check reads a node's jobs)."""
+
+    def lowest_priority(self) -> float:
+        """The lowest priority among the held running jobs; infinite when none runs."""
+        return min(self.priorities, default=math.inf)
+
+    def _count(self, running: RunningJob, sign: int) -> None:
+        """Add (`sign` 1) or take away (-1) a held job in the per-priority counts and the per-node index."""
+        priority = running.job.priority
+        left = self.priorities.get(priority, 0) + sign
+        if left:
+            self.priorities[priority] = left
+        else:
+            del self.priorities[priority]
+        index, job_id = self.state.index, running.job.job_id
+        for name in running.nodes:
+            node = index.get(name)
+            if node is None:
+                continue
+            if sign > 0:
+                self.on_node.setdefault(node, {})[job_id] = running
+            else:
+                jobs = self.on_node.get(node, {})
+                jobs.pop(job_id, None)
+                if not jobs:
+                    self.on_node.pop(node, None)
 
     def commit(self, started: list[RunningJob], stopped: list[str]) -> None:
         """Record the jobs a cycle placed and killed (it already changed the state and ledger)."""
         for job_id in stopped:
             gone = self.running.pop(job_id, None)
             if gone is not None:
+                self._count(gone, -1)
                 self.by_id.pop(id(gone), None)
                 self.signalled.discard(id(gone))
                 if self.ends is not None:
                     self.ends.remove(gone)
         for running in started:
+            known = self.running.get(running.job.job_id)
+            if known is not None:
+                self._count(known, -1)
+            self._count(running, 1)
             self.running[running.job.job_id] = running
             self.by_id[id(running)] = running
             if self.ends is not None:
@@ -82,6 +117,8 @@ def fresh_books(snapshot: ClusterSnapshot, borrow_non_interruptible: bool) -> Bo
     unschedulable = {i for i, ok in enumerate(state.schedulable) if not ok}
     books = Books(cluster, borrow_non_interruptible, state, ledger, running, unschedulable)
     books.by_id = {id(r): r for r in running.values()}
+    for held in running.values():
+        books._count(held, 1)
     books.signalled = {id(r) for r in running.values() if r.preempt_signalled_s is not None}
     return books
 
@@ -153,6 +190,7 @@ def _update_running(books: Books, running: tuple[RunningJob, ...]) -> None:
             if books.ends is not None:
                 books.ends.remove(held)
             del held_jobs[job_id]
+            books._count(held, -1)
             books.version += 1
         for job_id, now in arriving.items():
             if job_id not in held_jobs:
@@ -161,6 +199,10 @@ def _update_running(books: Books, running: tuple[RunningJob, ...]) -> None:
                 if books.ends is not None:
                     books.ends.add(now)
                 books.version += 1
+                books._count(now, 1)
+            else:  # the same allocation in a new object: the indexes hold the new one
+                books._count(held_jobs[job_id], -1)
+                books._count(now, 1)
             held_jobs[job_id] = now
             by_id[id(now)] = now
     books.last_running = running

@@ -24,7 +24,7 @@ Pure: reads the cycle's free-GPU index, quota ledger and jobs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from greengpu.model import GPU_UNITS, Job, RunningJob
@@ -62,7 +62,7 @@ class Claims:
     after each start: a claimant that started claims no more)."""
 
     def __init__(self, state: PlacementState, ledger: QuotaLedger, claimants: Callable[[], dict[str, Claimant]],
-                 may_reclaim: Callable[[Job, str], bool], running: Iterable[RunningJob],
+                 may_reclaim: Callable[[Job, str], bool], running_on_node: Mapping[int, Mapping[str, RunningJob]],
                  started: list[RunningJob], stopping: set[str]) -> None:
         self.state = state
         self.ledger = ledger
@@ -72,13 +72,13 @@ class Claims:
         """Whether a job may reclaim lent GPUs of a model (its tenant within nominal quota, counting the
         reclaims under way): greengpu.sched.preemption.VictimFinder.reclaims_within_nominal."""
         self._claimants: dict[str, Claimant] | None = None
-        self._running = running
-        """The jobs running at the start of the cycle (indexed by node when a node is first judged)."""
+        self._running_on_node = running_on_node
+        """Per node index, the jobs running on it at the start of the cycle (kept by the remembered books)."""
         self._started = started
         """The cycle's own starts so far (the list grows as the cycle admits jobs)."""
         self._indexed_started = 0
         self._stopping = stopping
-        self._on_node: dict[int, list[RunningJob]] | None = None
+        self._started_on_node: dict[int, list[RunningJob]] = {}
         self._owed: dict[tuple[int, str], bool] = {}
         self._owed_sets: dict[tuple[str, tuple[str, ...]], set[int]] = {}
         self._as_of = 0
@@ -110,11 +110,9 @@ class Claims:
         found = self._owed_sets.get((tenant, models))
         if found is None:  # remembered like each node's answer
             state = self.state
-            free_units = state.gpu_free
             found = self._owed_sets[(tenant, models)] = {
-                node for node in range(len(state.names))
-                if state.model[node] in models and state.schedulable[node] and any(free_units[node])
-                and self.owed_to_others(node, tenant)}
+                node for model in models if model in state.buckets for node in state.nodes_with_free_gpus(model)
+                if self.owed_to_others(node, tenant)}
         return found
 
     def _owed_now(self, node: int, tenant: str) -> bool:
@@ -157,20 +155,16 @@ class Claims:
         return sum(1 for f in free if f >= GPU_UNITS) >= need
 
     def _jobs_on(self, node: int) -> list[RunningJob]:
-        if self._on_node is None:
-            self._on_node = {}
-            self._index(self._running)
         if self._indexed_started < len(self._started):
-            self._index(self._started[self._indexed_started:])
+            index = self.state.index
+            for running in self._started[self._indexed_started:]:
+                for name in running.nodes:
+                    where = index.get(name)
+                    if where is not None:
+                        self._started_on_node.setdefault(where, []).append(running)
             self._indexed_started = len(self._started)
-        return self._on_node.get(node, [])
-
-    def _index(self, jobs: Iterable[RunningJob]) -> None:
-        on_node = self._on_node
-        assert on_node is not None
-        index = self.state.index
-        for running in jobs:
-            for name in running.nodes:
-                where = index.get(name)
-                if where is not None:
-                    on_node.setdefault(where, []).append(running)
+        there = self._running_on_node.get(node)
+        started = self._started_on_node.get(node)
+        if started is None:
+            return list(there.values()) if there else []
+        return [*there.values(), *started] if there else started

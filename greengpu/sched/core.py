@@ -444,7 +444,7 @@ class _Cycle(CycleState):
         preemption = policy.preemption
         self._lending_checked = preemption.enabled and preemption.reclaim
         self.claims = Claims(self.state, self.ledger, self._claimants_reader(index),
-                             self.finder.reclaims_within_nominal, self.snapshot.running, self.started,
+                             self.finder.reclaims_within_nominal, self.books.on_node, self.started,
                              self.finder.stopping)
         considered: list[PendingJob] = []
         full, kind_waits = self._walk(in_order, index, considered)

@@ -142,7 +142,8 @@ class VictimFinder:
     """Finds minimal victim sets within one scheduling cycle."""
 
     def __init__(self, state: PlacementState, ledger: QuotaLedger, policy: PreemptionPolicy, now_s: float,
-                 running: Sequence[RunningJob], pending: Sequence[PendingJob] = (), memo_failures: bool = True) -> None:
+                 running: Sequence[RunningJob], pending: Sequence[PendingJob] = (), memo_searches: bool = True,
+                 lowest_priority_anywhere: float | None = None) -> None:
         self.state = state
         self.ledger = ledger
         self.policy = policy
@@ -158,11 +159,12 @@ class VictimFinder:
         self._by_tenant: dict[str, list[RunningJob]] | None = None
         self._lowest_running: dict[str, int] = {}
         """Per tenant, the lowest priority among its running jobs (filled with _by_tenant)."""
-        self._lowest_any: float | None = None
-        self.memo_failures = memo_failures
-        """Whether searches that found no set are remembered for claimants alike (see _failed_search_key)."""
-        self._failed: set[Hashable] = set()
-        self._failed_token: tuple[int, int, int] = (-1, -1, -1)
+        self._lowest_any = lowest_priority_anywhere
+        """The lowest priority among `running` (given by a caller that keeps it, else found when first asked)."""
+        self.memo_searches = memo_searches
+        """Whether searches are remembered for claimants alike (see _search_key)."""
+        self._searched: dict[Hashable, tuple[tuple[RunningJob, ...], frozenset[int]] | None] = {}
+        self._searched_token: tuple[int, int, int] = (-1, -1, -1)
         self._promises = 0
         """How many times `_promised_now` grew."""
         self._ranks: dict[int, tuple[RunningJob, tuple[float, float, str]]] = {}
@@ -320,13 +322,14 @@ class VictimFinder:
         reclaiming = self.policy.reclaim and any(self.reclaims_within_nominal(job, m) for m in models)
         if not reclaiming and (not self.policy.priority_preemption or job.priority <= self._lowest_priority_anywhere()):
             return None  # no job yields to it by priority and it reclaims nothing: a saturated queue's usual search
-        failed_key = self._failed_search_key(pending, excluded)
-        if failed_key is not None and failed_key in self._failed:
-            return None
-        found = self._fitting_set(pending, excluded, models, reclaiming)
+        key = self._search_key(pending, excluded)
+        if key is not None and key in self._searched:
+            found = self._searched[key]
+        else:
+            found = self._fitting_set(pending, excluded, models, reclaiming)
+            if key is not None:
+                self._searched[key] = found
         if found is None:
-            if failed_key is not None:
-                self._failed.add(failed_key)
             return None
         chosen, nodes = found
         if chosen and not self.reclaim_pays(pending, chosen, excluded, models):
@@ -337,19 +340,19 @@ class VictimFinder:
             self._promises += 1
         return VictimChoice(chosen, nodes, sum(self._lost_now_gpu_s(v) for v in chosen))
 
-    def _failed_search_key(self, pending: PendingJob, excluded: Collection[int]) -> Hashable | None:
-        """What `_fitting_set` reads of the claimant and the nodes it may not use, or None when failed searches
-        are not remembered. A search that found no set for one claimant finds none for another alike in all of
-        it while nothing it reads of the cycle has changed: the quota ledger, the jobs asked to stop and the
-        GPUs promised (its free-GPU index changes only with the ledger). A saturated queue's head asks the same
-        failing question for many claimants alike. `reclaim_pays` reads each claimant's own submit time and the
-        queue ahead of it: its verdicts are not remembered."""
-        if not self.memo_failures:
+    def _search_key(self, pending: PendingJob, excluded: Collection[int]) -> Hashable | None:
+        """What `_fitting_set` reads of the claimant and the nodes it may not use, or None when searches are not
+        remembered. A search finds the same set (or none) for another claimant alike in all of it while nothing
+        it reads of the cycle has changed: the quota ledger, the jobs asked to stop and the GPUs promised (its
+        free-GPU index changes only with the ledger). A saturated queue's head asks the same question for many
+        claimants alike. `reclaim_pays` reads each claimant's own submit time and the queue ahead of it: its
+        verdicts are not remembered (a set it turned down is weighed again for the next claimant)."""
+        if not self.memo_searches:
             return None
         token = (self.ledger.version, len(self.stopping), self._promises)
-        if token != self._failed_token:
-            self._failed.clear()
-            self._failed_token = token
+        if token != self._searched_token:
+            self._searched.clear()
+            self._searched_token = token
         job = pending.job
         return (job.tenant, job.priority, job.gpu_types, job.gpus, job.units, job.gpus_per_node,
                 frozenset(r.by_job_id for r in pending.preemptions), frozenset(excluded))
@@ -358,7 +361,7 @@ class VictimFinder:
                      reclaiming: bool) -> tuple[tuple[RunningJob, ...], frozenset[int]] | None:
         """The cheapest eligible victim set after which `pending` fits, and the nodes it frees and the job
         would take; None when there is none. Reads nothing of the claimant but its tenant, priority,
-        request and past preemptors (see `_failed_search_key`)."""
+        request and past preemptors (see `_search_key`)."""
         job = pending.job
         state = self.state
         # Only the job's own tenant and tenants above their nominal quota can lose jobs: look there.

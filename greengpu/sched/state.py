@@ -34,6 +34,8 @@ class ClusterLayout:
 
 
 _LAYOUTS: dict[int, tuple[Cluster, ClusterLayout]] = {}
+_CHANGE_LOG_LIMIT = 4096
+"""Entries `PlacementState.changed_nodes` holds before it starts over (a few cycles' changes)."""
 
 
 def cluster_layout(cluster: Cluster) -> ClusterLayout:
@@ -97,6 +99,18 @@ class PlacementState:
         """Schedulable nodes with every GPU free, per model and topology domain (for gang placement)."""
         for node_index in range(len(self.names)):
             self._index_node(node_index)
+        self.changed_nodes: list[int] = []
+        """The nodes whose free GPUs or schedulability changed, in order (a log that caches kept between
+        cycles read from where they left off: greengpu.sched.backfill); cleared when long, with
+        `change_epoch` bumped so that they start over."""
+        self.change_epoch = 0
+
+    def _log_changes(self, nodes: Iterable[int]) -> None:
+        log = self.changed_nodes
+        if len(log) > _CHANGE_LOG_LIMIT:
+            log.clear()
+            self.change_epoch += 1
+        log.extend(nodes)
 
     # ------------------------------------------------------------------ indexes
 
@@ -164,6 +178,7 @@ class PlacementState:
         self._take(slots)
         for node in touched:
             self._index_node(node)
+        self._log_changes(touched)
 
     def release(self, slots: tuple[GpuSlot, ...]) -> None:
         """Mark `slots` as free again and keep the indexes current."""
@@ -173,6 +188,7 @@ class PlacementState:
         self._give(slots)
         for node in touched:
             self._index_node(node)
+        self._log_changes(touched)
 
     def set_schedulable(self, node: int, schedulable: bool) -> None:
         """Mark a node as usable (awake, not drained) or not, keeping indexes and totals current."""
@@ -183,6 +199,7 @@ class PlacementState:
         self.free_units_total += free if schedulable else -free
         self.schedulable[node] = schedulable
         self._index_node(node)
+        self._log_changes((node,))
 
     # ------------------------------------------------------------------ queries
 
@@ -195,6 +212,15 @@ class PlacementState:
         """Slots for `count` whole free GPUs of `node`."""
         name = self.names[node]
         return tuple(GpuSlot(name, gpu, GPU_UNITS) for gpu in self.free_gpu_indexes(node, count))
+
+    def nodes_with_free_gpus(self, model: str) -> set[int]:
+        """The schedulable nodes of `model` with any free capacity (a whole GPU or part of one), from the
+        indexes: a saturated cluster has few, and they are found without walking every node."""
+        found: set[int] = set()
+        for bucket in self.buckets[model][1:]:
+            found |= bucket
+        found.update(node for _, node, _ in self.shared[model])
+        return found
 
     def total_free_units(self) -> int:
         """All free milli-GPUs on schedulable nodes."""

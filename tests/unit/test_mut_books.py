@@ -5,6 +5,8 @@ placement index, so that a fault shared by the fresh build and the update is cau
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -22,6 +24,7 @@ from greengpu.model import (
 )
 from greengpu.sched import books as books_module
 from greengpu.sched.backfill import NodeEnds, ends_by_node
+from greengpu.sched.backfill import _scan as free_time_scan
 from greengpu.sched.books import Books, books_for, forget_books, fresh_books
 from greengpu.sched.state import PlacementState, cluster_layout
 
@@ -81,8 +84,25 @@ def assert_same_as_fresh(books: Books, snapshot: ClusterSnapshot) -> None:
     assert books.by_id == {id(r): r for r in snapshot.running}
     assert books.signalled == fresh.signalled == {id(r) for r in snapshot.running if r.preempt_signalled_s is not None}
     assert books.unschedulable == fresh.unschedulable
+    assert books.priorities == fresh.priorities == dict(Counter(r.job.priority for r in snapshot.running))
+    on_node: dict[int, dict[str, RunningJob]] = {}
+    for r in snapshot.running:
+        for name in r.nodes:
+            on_node.setdefault(books.state.index[name], {})[r.job.job_id] = r
+    assert books.on_node == fresh.on_node == on_node
+    assert all(books.on_node[n][j] is on_node[n][j] for n in on_node for j in on_node[n])  # the snapshot's objects
     if books.ends is not None:
-        assert ends_fields(books.ends) == ends_fields(ends_by_node(fresh.state, snapshot.running))
+        fresh_ends = ends_by_node(fresh.state, snapshot.running)
+        assert ends_fields(books.ends) == ends_fields(fresh_ends)
+        # The free-time scans kept between cycles follow the change logs to what a fresh scan finds (the
+        # per-node memos they fill are put back as they were: tests look at which were dropped).
+        memos = {node: dict(memo) for node, memo in books.ends.memo.items()}
+        for model, size in books.state.node_size_by_model.items():
+            for count in range(1, size + 1):
+                assert free_time_scan(books.state, books.ends, model, count) == \
+                    free_time_scan(fresh.state, fresh_ends, model, count)
+        books.ends.memo.clear()
+        books.ends.memo.update(memos)
 
 
 class Cycles:
@@ -220,6 +240,8 @@ def test_commit_records_started_and_stopped_jobs_and_their_ends() -> None:
     books.last_running = snapshot.running
     books.commit([], ["more"])
     assert books.version == 3 and books.last_running is None and books.by_id == {id(new): new}
+    # The per-priority counts and per-node index follow the commits.
+    assert books.priorities == {new.job.priority: 1} and books.on_node == {1: {"new": new}}
 
 
 def test_books_are_kept_per_cluster_purpose_and_borrowing_rule_and_the_memo_stays_small() -> None:
@@ -335,3 +357,27 @@ def test_the_layout_memo_is_cleared_once_it_holds_more_than_64_clusters() -> Non
     cluster_layout(clusters[65])
     assert len(state_module._LAYOUTS) == 1 and cluster_layout(clusters[0]) is not layouts[0]
     state_module._LAYOUTS.clear()
+
+
+def test_free_time_scans_follow_a_changed_expected_end_and_the_jobs_a_cycle_starts() -> None:
+    """The free-time scans kept between cycles move with the ends alone (no GPU freed or taken) and with the
+    GPUs a cycle allocates, and start over when a change log is cleared."""
+    cycles = Cycles("scans")
+    cycles.running = {"j1": whole("j1", "n0000", [0, 1], end_s=900.0), "j2": whole("j2", "n0000", [2], end_s=1200.0)}
+    books, _ = cycles.step()
+    books.ends = ends_by_node(books.state, books.running.values())
+    assert free_time_scan(books.state, books.ends, "A100", 2) == {0: 900.0, 1: -math.inf, 2: -math.inf}
+    cycles.running["j1"] = replace(cycles.running["j1"], expected_end_s=3000.0)
+    books, _ = cycles.step()  # checks every scan against a fresh one
+    assert free_time_scan(books.state, books.ends, "A100", 2)[0] == 1200.0
+    # A cycle's own start takes GPUs of n0001 (the index's log) and adds its end (the ends' log).
+    started = whole("j3", "n0001", [0, 1, 2], end_s=600.0)
+    books.state.allocate(started.slots)
+    books.commit([started], [])
+    assert free_time_scan(books.state, books.ends, "A100", 2)[1] == 600.0
+    # Logs that start over (epoch bumped) make the scans start over too.
+    books.state.changed_nodes.clear()
+    books.state.change_epoch += 1
+    books.state.release(started.slots)
+    books.commit([], ["j3"])
+    assert free_time_scan(books.state, books.ends, "A100", 2)[1] == -math.inf

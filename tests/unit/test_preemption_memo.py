@@ -1,5 +1,5 @@
-"""The victim search's shortcuts decide as the full search does: a search that found no set is remembered
-for claimants alike only while nothing it read has changed (quota ledger and free GPUs, jobs asked to
+"""The victim search's shortcuts decide as the full search does: a search's set (or that it found none) is
+remembered for claimants alike only while nothing it read has changed (quota ledger and free GPUs, jobs asked to
 stop, excluded nodes), a reclaim judged not worth its cost is never remembered (the verdict reads the
 claimant's own submit time), and a search that can take nobody ends at once."""
 
@@ -96,7 +96,7 @@ def test_a_failed_search_is_asked_again_when_a_job_is_asked_to_stop_or_the_nodes
 
 def test_without_shortcuts_every_search_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     state, ledger, running = crowded_node()
-    finder = VictimFinder(state, ledger, PreemptionPolicy(min_runtime_s=0), NOW_S, running, memo_failures=False)
+    finder = VictimFinder(state, ledger, PreemptionPolicy(min_runtime_s=0), NOW_S, running, memo_searches=False)
     searched = count_searches(finder, monkeypatch)
     assert finder.find(claimant("a"), set()) is None
     assert finder.find(claimant("b"), set()) is None
@@ -123,7 +123,8 @@ def test_a_search_that_can_take_nobody_ends_before_searching(monkeypatch: pytest
     assert one is not None and [v.job.job_id for v in one.victims] == ["low"]
 
 
-def test_a_reclaim_not_worth_its_cost_for_one_claimant_is_weighed_again_for_the_next() -> None:
+def test_a_reclaim_not_worth_its_cost_for_one_claimant_is_weighed_again_for_the_next(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # "owner" has 4 GPUs of quota and uses none; "borrower" fills n0000 with one 4-GPU job that has run an
     # hour without a checkpoint and ends in 10 minutes.
     cluster = make_cluster([(1, node_type(4), "r")], [Tenant("owner", quota_gpus=4), Tenant("borrower")])
@@ -131,6 +132,7 @@ def test_a_reclaim_not_worth_its_cost_for_one_claimant_is_weighed_again_for_the_
                           NOW_S - 3600.0, NOW_S + 600.0)
     state, ledger = books(cluster, [borrowed])
     finder = VictimFinder(state, ledger, PreemptionPolicy(min_runtime_s=0, grace_s=60.0), NOW_S, [borrowed])
+    searched = count_searches(finder, monkeypatch)
     # Just arrived: stopping 4 GPU-hours of work to start 9 minutes sooner does not pay.
     fresh = PendingJob(job("fresh", gpus=1, tenant="owner", submit_time_s=NOW_S))
     assert finder.find(fresh, set()) is None
@@ -139,3 +141,8 @@ def test_a_reclaim_not_worth_its_cost_for_one_claimant_is_weighed_again_for_the_
     waiting = PendingJob(job("waiting", gpus=1, tenant="owner", submit_time_s=NOW_S - 7200.0))
     choice = finder.find(waiting, set())
     assert choice is not None and [v.job.job_id for v in choice.victims] == ["borrowed"]
+    assert searched == ["fresh"]  # the set found for "fresh" is the one weighed for "waiting"
+    # A GPU is now promised to "owner": what the search reads changed, so a third claimant alike is searched
+    # for again.
+    finder.find(PendingJob(job("third", gpus=1, tenant="owner", submit_time_s=NOW_S - 7200.0)), set())
+    assert searched == ["fresh", "third"]
