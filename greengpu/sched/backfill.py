@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from greengpu.model import GPU_UNITS, GpuSlot, Job, RunningJob
 from greengpu.sched.placement import allowed_models, chunks_for
-from greengpu.sched.state import PlacementState
+from greengpu.sched.state import ChangeLog, PlacementState
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class NodeEnds:
 
     def __init__(self, state: PlacementState) -> None:
         self.state = state
-        """The free-GPU index the scans follow (its `changed_nodes` log)."""
+        """The free-GPU index the scans follow (its `changes` log)."""
         self.index = state.index
         self._model, self._size = state.model, state.size  # the layout: shared, never changed
         self.by_node: dict[int, list[_Entry]] = {}
@@ -52,9 +52,8 @@ class NodeEnds:
         """Per (model, GPUs needed on a node), the nodes of that model with that many GPUs, in index
         order (from the layout)."""
         self.scans: dict[tuple[str, int], _Scan] = {}
-        self.changed_nodes: list[int] = []
-        """The nodes whose ends changed, in order (read by the scans like the index's log)."""
-        self.change_epoch = 0
+        self.changes = ChangeLog()
+        """The nodes whose ends changed (read by the scans like the index's log)."""
 
     def nodes_of(self, model: str, count: int) -> list[int]:
         """The nodes of `model` with at least `count` GPUs, in index order."""
@@ -89,14 +88,9 @@ class NodeEnds:
 
     def _changed(self, node: int) -> None:
         self.memo.pop(node, None)
-        log = self.changed_nodes
-        if len(log) > _CHANGE_LOG_LIMIT:
-            log.clear()
-            self.change_epoch += 1
-        log.append(node)
+        self.changes.add((node,))
 
 
-_CHANGE_LOG_LIMIT = 4096
 _FREE_NOW = -math.inf
 """A scan's time for a node with enough whole GPUs free already."""
 
@@ -179,19 +173,18 @@ def _scan(state: PlacementState, ends: NodeEnds, model: str, count: int) -> dict
     scan = ends.scans.get((model, count))
     if scan is None:
         scan = ends.scans[(model, count)] = _Scan(frozenset(ends.nodes_of(model, count)))
-    if scan.state_epoch != state.change_epoch or scan.ends_epoch != ends.change_epoch:
+    state_log, ends_log = state.changes, ends.changes
+    if scan.state_epoch != state_log.epoch or scan.ends_epoch != ends_log.epoch:
         scan.times = _fresh_scan(state, ends, model, count)
-    else:
-        state_log, ends_log = state.changed_nodes, ends.changed_nodes
-        if len(state_log) > scan.state_seen or len(ends_log) > scan.ends_seen:
-            changed = set(state_log[scan.state_seen:])
-            changed.update(ends_log[scan.ends_seen:])
-            times, members = scan.times, scan.members
-            for node in changed:
-                if node in members:
-                    _rescan(state, ends, node, count, times)
-    scan.state_epoch, scan.state_seen = state.change_epoch, len(state.changed_nodes)
-    scan.ends_epoch, scan.ends_seen = ends.change_epoch, len(ends.changed_nodes)
+    elif len(state_log.nodes) > scan.state_seen or len(ends_log.nodes) > scan.ends_seen:
+        changed = set(state_log.nodes[scan.state_seen:])
+        changed.update(ends_log.nodes[scan.ends_seen:])
+        times, members = scan.times, scan.members
+        for node in changed:
+            if node in members:
+                _rescan(state, ends, node, count, times)
+    scan.state_epoch, scan.state_seen = state_log.epoch, len(state_log.nodes)
+    scan.ends_epoch, scan.ends_seen = ends_log.epoch, len(ends_log.nodes)
     return scan.times
 
 

@@ -314,6 +314,7 @@ class _Cycle(CycleState):
         if token != self._alike_token:
             self._alike_waits.clear()
             self._alike_lending_refused.clear()
+            self._alike_wait_from.clear()
             self._alike_token = token
         key = alike_key(job)
         wait = self._alike_waits.get(key)
@@ -326,7 +327,10 @@ class _Cycle(CycleState):
         if wait is not None:
             # A job alike was decided under the same token: this one cannot start outside a backfill either
             # (the same placement, the same claims); only a backfill its shorter duration allows is new.
-            return None if may_backfill and self._backfills_now(item, key, models, ends_at_s) else wait
+            if may_backfill and self._backfills_now(item, key, models, ends_at_s):
+                return None
+            self._waits_from(key, ends_at_s)
+            return wait
         # The steps of `consider` that change nothing, in its order.
         wait = self.quota_blocked(job, models)
         if wait is None:
@@ -337,7 +341,25 @@ class _Cycle(CycleState):
                 return None
             wait = self.wait(job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
         self._alike_waits[key] = wait
+        self._waits_from(key, -math.inf if wait.reason in _KIND_WAITS else ends_at_s)
         return wait
+
+    def _waits_from(self, key: tuple[object, ...], ends_at_s: float) -> None:
+        bound = self._alike_wait_from.get(key)
+        if bound is None or ends_at_s < bound:
+            self._alike_wait_from[key] = ends_at_s
+
+    def _known_wait(self, job: Job, key: tuple[object, ...]) -> Wait | None:
+        """The wait `wait_alike` would give `job` without asking it: its kind's, when a job of its kind ending no
+        later waited with the same token (None when not known so)."""
+        bound = self._alike_wait_from.get(key)
+        if bound is None or self.now_s + job.duration_s < bound:
+            return None
+        if (self.ledger.version, self._released_version, self._layout_version) != self._alike_token:
+            return None
+        if job.job_id in self.held_for or job.job_id in self.stopping_for:
+            return None
+        return self._alike_waits[key]
 
     def _backfills_now(self, item: PendingJob, key: tuple[object, ...], models: tuple[str, ...],
                        ends_at_s: float) -> bool:
@@ -519,15 +541,20 @@ class _Cycle(CycleState):
         for item in in_order:
             considered.append(item)
             job = item.job
-            if waiting_kinds:
-                wait = waiting_kinds.get(alike_key(job))
-                if wait is not None:
-                    waits[job.job_id] = wait
-                    continue
             if self.attempts_left or self.reservations_left or not self.shortcuts:
                 self.consider(item, models_for(job))
             else:
-                self.consider_alike(item, models_for(job))
+                key = alike_key(job)
+                if waiting_kinds:
+                    wait = waiting_kinds.get(key)
+                    if wait is not None:
+                        waits[job.job_id] = wait
+                        continue
+                wait = self._known_wait(job, key)
+                if wait is not None:
+                    waits[job.job_id] = wait
+                else:
+                    self.consider_alike(item, models_for(job))
             if index is None or self.attempts_left or self.reservations_left:
                 if job.job_id in waits and not full and self._nothing_left_to_try():
                     return True, None

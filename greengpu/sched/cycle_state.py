@@ -83,6 +83,10 @@ class CycleState:
         # Per kind of job, the earliest end for which a backfill was refused only because the nodes it could use
         # are owed to claimants (greengpu.sched.claims): valid with the same token.
         self._alike_lending_refused: dict[tuple[object, ...], float] = {}
+        # Per kind of job, the earliest end of a job of it that `wait_alike` gave its kind's wait with the same
+        # token: a job of the kind ending no earlier waits alike (every reason a backfill fails holds for a later
+        # end as well). The walk gives it that wait without asking.
+        self._alike_wait_from: dict[tuple[object, ...], float] = {}
         self.attempts_left = 0
         self.reservations_left = 0
         self._wakeable: dict[str, list[int]] | None = None

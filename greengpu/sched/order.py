@@ -7,9 +7,10 @@ all going to whichever tenant was lowest when the cycle began.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from collections import deque
+import operator
 from collections.abc import Callable, Iterator, Sequence
 
 from greengpu.model import GPU_UNITS, PendingJob
@@ -41,8 +42,11 @@ def queue_order(
     policy: SchedulerPolicy,
     share_of: Callable[[str], float],
 ) -> Iterator[PendingJob]:
-    """Yield pending jobs in scheduling order; `share_of(tenant)` is read live between yields."""
-    levels: dict[float, dict[str, deque[PendingJob]]] = {}
+    """Yield pending jobs in scheduling order; `share_of(tenant)` is read live between yields.
+
+    The jobs are sorted once (in C) by effective priority, tenant and age, so each priority level and each
+    tenant's jobs within it are a run of that list, found by bisection: no Python step per job beyond
+    its key and the jobs the caller takes (a saturated cycle often takes few)."""
     # Inlined effective_priority() without function calls: this runs for every pending job, every cycle.
     boost_per_s = policy.age_boost_per_hour / 3600.0
     boost_max = policy.age_boost_max
@@ -50,28 +54,35 @@ def queue_order(
     keyed = [
         (-(j.priority + (0 if (w := (now_s - j.submit_time_s) * boost_per_s) <= 0
                          else boost_max if w >= boost_max else floor(w))),
-         j.submit_time_s, j.job_id, p)
+         j.tenant, j.submit_time_s, j.job_id, p)
         for p in pending
         for j in (p.job,)
     ]
     keyed.sort()  # job_id is unique, so the PendingJob itself is never compared
-    level: dict[str, deque[PendingJob]] = {}
-    current: float | None = None
-    for neg_priority, _, _, item in keyed:
-        if neg_priority != current:
-            current = neg_priority
-            level = levels.setdefault(-neg_priority, {})
-        queue = level.get(item.job.tenant)
-        if queue is None:
-            queue = level[item.job.tenant] = deque()
-        queue.append(item)
-    for priority in sorted(levels, reverse=True):
-        queues = levels[priority]
-        heap = [(share_of(t), q[0].job.submit_time_s, t) for t, q in queues.items()]
+    count = len(keyed)
+    start = 0
+    while start < count:
+        level = keyed[start][0]
+        level_end = bisect.bisect_right(keyed, level, start, count, key=_LEVEL)
+        # Each tenant's jobs at this level, oldest first: [next position, end].
+        runs: dict[str, list[int]] = {}
+        position = start
+        while position < level_end:
+            tenant = keyed[position][1]
+            run_end = bisect.bisect_right(keyed, (level, tenant), position, level_end, key=_LEVEL_TENANT)
+            runs[tenant] = [position, run_end]
+            position = run_end
+        heap = [(share_of(t), keyed[run[0]][2], t) for t, run in runs.items()]
         heapq.heapify(heap)
         while heap:
             _, _, tenant = heapq.heappop(heap)
-            queue = queues[tenant]
-            yield queue.popleft()
-            if queue:
-                heapq.heappush(heap, (share_of(tenant), queue[0].job.submit_time_s, tenant))
+            run = runs[tenant]
+            yield keyed[run[0]][4]
+            run[0] += 1
+            if run[0] < run[1]:
+                heapq.heappush(heap, (share_of(tenant), keyed[run[0]][2], tenant))
+        start = level_end
+
+
+_LEVEL = operator.itemgetter(0)
+_LEVEL_TENANT = operator.itemgetter(0, 1)

@@ -34,8 +34,24 @@ class ClusterLayout:
 
 
 _LAYOUTS: dict[int, tuple[Cluster, ClusterLayout]] = {}
-_CHANGE_LOG_LIMIT = 4096
-"""Entries `PlacementState.changed_nodes` holds before it starts over (a few cycles' changes)."""
+
+
+class ChangeLog:
+    """The nodes changed, in order: caches kept between cycles read it from where they left off. Cleared when
+    long, with `epoch` bumped so that they start over."""
+
+    LIMIT = 4096
+    """Entries held before it starts over (a few cycles' changes)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[int] = []
+        self.epoch = 0
+
+    def add(self, nodes: Iterable[int]) -> None:
+        if len(self.nodes) > self.LIMIT:
+            self.nodes.clear()
+            self.epoch += 1
+        self.nodes.extend(nodes)
 
 
 def cluster_layout(cluster: Cluster) -> ClusterLayout:
@@ -99,18 +115,8 @@ class PlacementState:
         """Schedulable nodes with every GPU free, per model and topology domain (for gang placement)."""
         for node_index in range(len(self.names)):
             self._index_node(node_index)
-        self.changed_nodes: list[int] = []
-        """The nodes whose free GPUs or schedulability changed, in order (a log that caches kept between
-        cycles read from where they left off: greengpu.sched.backfill); cleared when long, with
-        `change_epoch` bumped so that they start over."""
-        self.change_epoch = 0
-
-    def _log_changes(self, nodes: Iterable[int]) -> None:
-        log = self.changed_nodes
-        if len(log) > _CHANGE_LOG_LIMIT:
-            log.clear()
-            self.change_epoch += 1
-        log.extend(nodes)
+        self.changes = ChangeLog()
+        """The nodes whose free GPUs or schedulability changed (read by greengpu.sched.backfill's scans)."""
 
     # ------------------------------------------------------------------ indexes
 
@@ -178,7 +184,7 @@ class PlacementState:
         self._take(slots)
         for node in touched:
             self._index_node(node)
-        self._log_changes(touched)
+        self.changes.add(touched)
 
     def release(self, slots: tuple[GpuSlot, ...]) -> None:
         """Mark `slots` as free again and keep the indexes current."""
@@ -188,7 +194,7 @@ class PlacementState:
         self._give(slots)
         for node in touched:
             self._index_node(node)
-        self._log_changes(touched)
+        self.changes.add(touched)
 
     def set_schedulable(self, node: int, schedulable: bool) -> None:
         """Mark a node as usable (awake, not drained) or not, keeping indexes and totals current."""
@@ -199,7 +205,7 @@ class PlacementState:
         self.free_units_total += free if schedulable else -free
         self.schedulable[node] = schedulable
         self._index_node(node)
-        self._log_changes((node,))
+        self.changes.add((node,))
 
     # ------------------------------------------------------------------ queries
 

@@ -26,7 +26,7 @@ from greengpu.sched import books as books_module
 from greengpu.sched.backfill import NodeEnds, ends_by_node
 from greengpu.sched.backfill import _scan as free_time_scan
 from greengpu.sched.books import Books, books_for, forget_books, fresh_books
-from greengpu.sched.state import PlacementState, cluster_layout
+from greengpu.sched.state import ChangeLog, PlacementState, cluster_layout
 
 # n0000, n0001: A100 x4 in r1; n0002: A100 x2 in r2; n0003: H100 x2 in r2. A100 has two node sizes.
 TENANTS = [Tenant("a", quota_gpus_by_model={"A100": 2.0}, max_gpu_memory_gb=10_000.0),
@@ -376,8 +376,32 @@ def test_free_time_scans_follow_a_changed_expected_end_and_the_jobs_a_cycle_star
     books.commit([started], [])
     assert free_time_scan(books.state, books.ends, "A100", 2)[1] == 600.0
     # Logs that start over (epoch bumped) make the scans start over too.
-    books.state.changed_nodes.clear()
-    books.state.change_epoch += 1
+    books.state.changes.nodes.clear()
+    books.state.changes.epoch += 1
     books.state.release(started.slots)
     books.commit([], ["j3"])
     assert free_time_scan(books.state, books.ends, "A100", 2)[1] == -math.inf
+
+
+def test_free_time_scans_start_over_when_a_change_log_rolls_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ChangeLog, "LIMIT", 1)
+    cycles = Cycles("scan-rollover")
+    cycles.running = {"j1": whole("j1", "n0000", [0, 1], end_s=900.0)}
+    books, _ = cycles.step()
+    books.ends = ends_by_node(books.state, books.running.values())
+    free_time_scan(books.state, books.ends, "A100", 3)
+    epoch = books.state.changes.epoch
+    for gpu in range(3):  # three cycles' starts on n0001: the index's log rolls over on the way
+        started = whole(f"s{gpu}", "n0001", [gpu], end_s=100.0 * (gpu + 1))
+        books.state.allocate(started.slots)
+        books.commit([started], [])
+    assert books.state.changes.epoch > epoch and books.ends.changes.epoch > 0
+    assert free_time_scan(books.state, books.ends, "A100", 3) == {0: 900.0, 1: 200.0}
+    # A change on n0001 followed by enough changes on n0000 to roll the log over: n0001's change is no longer
+    # in the log, so the scan starts over rather than read on from where it was.
+    taken = whole("t", "n0001", [3])
+    books.state.allocate(taken.slots)  # n0001 now has no GPU free at all
+    shared = running("x", [("n0000", 2, 500)])
+    books.state.allocate(shared.slots)
+    books.state.release(shared.slots)
+    assert free_time_scan(books.state, books.ends, "A100", 3) == {0: 900.0, 1: 300.0}
