@@ -53,7 +53,7 @@ def queue_order(
     floor = math.floor
     keyed = [
         (-(j.priority + (0 if (w := (now_s - j.submit_time_s) * boost_per_s) <= 0
-                         else boost_max if w >= boost_max else floor(w))),
+                         else steps if (steps := floor(w)) < boost_max else boost_max)),
          j.tenant, j.submit_time_s, j.job_id, p)
         for p in pending
         for j in (p.job,)

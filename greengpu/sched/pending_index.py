@@ -144,7 +144,7 @@ class PendingIndex:
 
         def effective(priority: float, submit_s: float) -> float:  # exactly queue_order's expression
             w = (now_s - submit_s) * boost_per_s
-            return priority + (0 if w <= 0 else boost_max if w >= boost_max else floor(w))
+            return priority + (0 if w <= 0 else steps if (steps := floor(w)) < boost_max else boost_max)
 
         # Copies: a cycle that stops early hands the rest of this walk to its waits (AlikeRestWaits), which may be
         # read after the next cycle has synced the index.

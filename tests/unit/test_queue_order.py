@@ -104,3 +104,15 @@ def test_the_boost_counts_a_step_the_moment_it_is_earned_and_stops_at_the_cap() 
     # After 100 hours it has 5 (the cap), not 200: a job of priority 6 still goes first.
     top = pending("top", "b", priority=6, submit_time_s=100 * HOUR_S)
     assert [p.job.job_id for p in queue_order([old, top], 100 * HOUR_S, policy, lambda t: 0.0)] == ["top", "old"]
+
+
+def test_a_fractional_cap_is_reached_in_whole_steps_as_effective_priority_says() -> None:
+    # age_boost_max 2.5 at 1 step an hour: after 2.7 hours the old job has 2 whole steps (not the cap 2.5), so it
+    # ties a fresh priority-2 job, which goes first on its tenant's lower share; after 3 hours it has the cap.
+    policy = SchedulerPolicy(age_boost_per_hour=1.0, age_boost_max=2.5)
+    old = pending("old", "x", priority=0, submit_time_s=0.0)
+    shares = {"x": 1.0, "y": 0.0}
+    for now_s, boost, first in ((2.7 * HOUR_S, 2, "fresh"), (3 * HOUR_S, 2.5, "old")):
+        fresh = pending("fresh", "y", priority=2, submit_time_s=now_s)
+        assert effective_priority(old, now_s, policy) == boost
+        assert next(queue_order([fresh, old], now_s, policy, shares.__getitem__)).job.job_id == first
