@@ -56,7 +56,7 @@ class Books:
         """The lowest priority among the held running jobs; infinite when none runs."""
         return min(self.priorities, default=math.inf)
 
-    def _count(self, running: RunningJob, sign: int) -> None:
+    def _track(self, running: RunningJob, sign: int) -> None:
         """Add (`sign` 1) or take away (-1) a held job in the per-priority counts and the per-node index."""
         priority = running.job.priority
         left = self.priorities.get(priority, 0) + sign
@@ -82,7 +82,7 @@ class Books:
         for job_id in stopped:
             gone = self.running.pop(job_id, None)
             if gone is not None:
-                self._count(gone, -1)
+                self._track(gone, -1)
                 self.by_id.pop(id(gone), None)
                 self.signalled.discard(id(gone))
                 if self.ends is not None:
@@ -90,8 +90,8 @@ class Books:
         for running in started:
             known = self.running.get(running.job.job_id)
             if known is not None:
-                self._count(known, -1)
-            self._count(running, 1)
+                self._track(known, -1)
+            self._track(running, 1)
             self.running[running.job.job_id] = running
             self.by_id[id(running)] = running
             if self.ends is not None:
@@ -118,7 +118,7 @@ def fresh_books(snapshot: ClusterSnapshot, borrow_non_interruptible: bool) -> Bo
     books = Books(cluster, borrow_non_interruptible, state, ledger, running, unschedulable)
     books.by_id = {id(r): r for r in running.values()}
     for held in running.values():
-        books._count(held, 1)
+        books._track(held, 1)
     books.signalled = {id(r) for r in running.values() if r.preempt_signalled_s is not None}
     return books
 
@@ -190,7 +190,7 @@ def _update_running(books: Books, running: tuple[RunningJob, ...]) -> None:
             if books.ends is not None:
                 books.ends.remove(held)
             del held_jobs[job_id]
-            books._count(held, -1)
+            books._track(held, -1)
             books.version += 1
         for job_id, now in arriving.items():
             if job_id not in held_jobs:
@@ -199,10 +199,10 @@ def _update_running(books: Books, running: tuple[RunningJob, ...]) -> None:
                 if books.ends is not None:
                     books.ends.add(now)
                 books.version += 1
-                books._count(now, 1)
+                books._track(now, 1)
             else:  # the same allocation in a new object: the indexes hold the new one
-                books._count(held_jobs[job_id], -1)
-                books._count(now, 1)
+                books._track(held_jobs[job_id], -1)
+                books._track(now, 1)
             held_jobs[job_id] = now
             by_id[id(now)] = now
     books.last_running = running

@@ -24,6 +24,7 @@ Pure: reads the cycle's free-GPU index, quota ledger and jobs.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -154,7 +155,7 @@ class Claims:
         need = min(job.whole_gpus, state.size[node]) if job.gpus_per_node is None else job.gpus_per_node
         return sum(1 for f in free if f >= GPU_UNITS) >= need
 
-    def _jobs_on(self, node: int) -> list[RunningJob]:
+    def _jobs_on(self, node: int) -> Iterable[RunningJob]:
         if self._indexed_started < len(self._started):
             index = self.state.index
             for running in self._started[self._indexed_started:]:
@@ -163,8 +164,6 @@ class Claims:
                     if where is not None:
                         self._started_on_node.setdefault(where, []).append(running)
             self._indexed_started = len(self._started)
-        there = self._running_on_node.get(node)
+        there = self._running_on_node.get(node, {})
         started = self._started_on_node.get(node)
-        if started is None:
-            return list(there.values()) if there else []
-        return [*there.values(), *started] if there else started
+        return itertools.chain(there.values(), started) if started else there.values()

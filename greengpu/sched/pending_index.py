@@ -19,13 +19,13 @@ Nothing is decided here: the cycle reads the index instead of re-walking the sna
 from __future__ import annotations
 
 import heapq
-import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from greengpu.model import Job, PendingJob
 from greengpu.policy import SchedulerPolicy
+from greengpu.sched.order import age_boost
 from greengpu.sched.waits import Wait
 
 _SubmitEntry = tuple[float, str, PendingJob]
@@ -140,11 +140,9 @@ class PendingIndex:
         proportion to the jobs taken (and the priority levels and tenants met), not to the queue."""
         boost_per_s = policy.age_boost_per_hour / 3600.0
         boost_max = policy.age_boost_max
-        floor = math.floor
 
-        def effective(priority: float, submit_s: float) -> float:  # exactly queue_order's expression
-            w = (now_s - submit_s) * boost_per_s
-            return priority + (0 if w <= 0 else steps if (steps := floor(w)) < boost_max else boost_max)
+        def effective(priority: float, submit_s: float) -> float:  # queue_order's expression
+            return priority + age_boost((now_s - submit_s) * boost_per_s, boost_max)
 
         # Copies: a cycle that stops early hands the rest of this walk to its waits (AlikeRestWaits), which may be
         # read after the next cycle has synced the index.
