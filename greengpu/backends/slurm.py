@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,29 @@ def command(name: str) -> str:
                      "set GREENGPU_SLURM_BIN")
 
 
+BUSY_CONTROLLER_MARKERS = ("Socket timed out on send/recv operation", "Zero Bytes were transmitted or received")
+"""Slurm's own words when slurmctld was reached but did not answer within MessageTimeout: a busy controller
+(scheduling, requeueing, forking a ResumeProgram), not a dead one, so the command is worth another try. A
+controller nobody can connect to ("Unable to contact slurm controller") fails at once instead."""
+BUSY_RETRY_DELAYS_S = (1.0, 3.0)
+"""Pauses before the second and third try of a command slurmctld was too busy to answer."""
+
+
 def run(name: str, *args: str, timeout_s: float = 20.0) -> str:
+    """Run a Slurm command and return its output; SlurmError with Slurm's last line when it fails.
+    A busy controller gets two more tries: every command greengpu sends is safe to repeat (a read, or an
+    update that sets a node's address, state or a job's features to a given value)."""
+    for delay_s in (*BUSY_RETRY_DELAYS_S, None):
+        try:
+            return _run_once(name, args, timeout_s)
+        except SlurmError as error:
+            if delay_s is None or not any(marker in str(error) for marker in BUSY_CONTROLLER_MARKERS):
+                raise
+            time.sleep(delay_s)
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+def _run_once(name: str, args: tuple[str, ...], timeout_s: float) -> str:
     try:
         result = subprocess.run([command(name), *args], capture_output=True, text=True, timeout=timeout_s,
                                 check=False)
