@@ -23,7 +23,7 @@ from greengpu.model import (
     Tenant,
 )
 from greengpu.sched import books as books_module
-from greengpu.sched.backfill import NodeEnds, ends_by_node
+from greengpu.sched.backfill import NodeEnds, Reservation, ends_by_node, reserve
 from greengpu.sched.backfill import _scan as free_time_scan
 from greengpu.sched.books import Books, books_for, forget_books, fresh_books
 from greengpu.sched.state import ChangeLog, PlacementState, cluster_layout
@@ -88,7 +88,8 @@ def assert_same_as_fresh(books: Books, snapshot: ClusterSnapshot) -> None:
     on_node: dict[int, dict[str, RunningJob]] = {}
     for r in snapshot.running:
         for name in r.nodes:
-            on_node.setdefault(books.state.index[name], {})[r.job.job_id] = r
+            if name in books.state.index:  # a slot on a node outside the cluster is not indexed
+                on_node.setdefault(books.state.index[name], {})[r.job.job_id] = r
     assert books.on_node == fresh.on_node == on_node
     assert all(books.on_node[n][j] is on_node[n][j] for n in on_node for j in on_node[n])  # the snapshot's objects
     if books.ends is not None:
@@ -405,3 +406,59 @@ def test_free_time_scans_start_over_when_a_change_log_rolls_over(monkeypatch: py
     books.state.allocate(shared.slots)
     books.state.release(shared.slots)
     assert free_time_scan(books.state, books.ends, "A100", 3) == {0: 900.0, 1: 300.0}
+
+
+def test_free_time_scans_start_over_when_only_the_ends_log_rolls_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's new expected end moves no GPU: only the ends' log records it, and when that log alone starts over
+    the scans start over too (nothing in the index's log would send them to the node)."""
+    monkeypatch.setattr(ChangeLog, "LIMIT", 1)
+    cycles = Cycles("ends-rollover")
+    cycles.running = {"j1": whole("j1", "n0000", [0, 1], end_s=900.0)}
+    books, _ = cycles.step()
+    books.ends = ends_by_node(books.state, books.running.values())
+    assert free_time_scan(books.state, books.ends, "A100", 3)[0] == 900.0
+    state_epoch, ends_epoch = books.state.changes.epoch, books.ends.changes.epoch
+    cycles.running["j1"] = replace(cycles.running["j1"], expected_end_s=4000.0)
+    books, _ = cycles.step()
+    assert books.state.changes.epoch == state_epoch and books.ends.changes.epoch == ends_epoch + 1
+    assert free_time_scan(books.state, books.ends, "A100", 3)[0] == 4000.0
+
+
+def test_a_scan_first_asked_for_after_both_logs_started_over_reads_every_node() -> None:
+    cycles = Cycles("late-scan")
+    cycles.running = {"j1": whole("j1", "n0000", [0, 1], end_s=900.0), "j2": whole("j2", "n0001", [0, 1], end_s=700.0)}
+    books, _ = cycles.step()
+    books.ends = ends_by_node(books.state, books.running.values())
+    for log in (books.state.changes, books.ends.changes):  # as after one rollover each, with nothing logged since
+        log.nodes.clear()
+        log.epoch = 1
+    assert free_time_scan(books.state, books.ends, "A100", 3) == {0: 900.0, 1: 700.0}
+
+
+def test_a_reservation_reads_the_free_gpu_index_it_is_given_not_the_one_the_ends_were_built_on() -> None:
+    cycles = Cycles("other-index")
+    cycles.running = {"j1": whole("j1", "n0000", [0, 1, 2, 3], end_s=900.0),
+                      "j2": whole("j2", "n0001", [0, 1, 2, 3], end_s=1500.0)}
+    books, snapshot = cycles.step()
+    books.ends = ends_by_node(books.state, books.running.values())
+    wanted = job("w", gpus=4)
+    assert reserve(books.state, wanted, books.ends, set(), 100.0, 60.0) == Reservation("w", frozenset({0}), 900.0)
+    assert free_time_scan(books.state, books.ends, "A100", 4) == {0: 900.0, 1: 1500.0}  # kept for the books' index
+    drained = PlacementState(replace(snapshot, node_states={"n0000": NodeState(drained=True)}))
+    assert not drained.changes.nodes  # built, not changed: nothing in its log points at n0000
+    assert reserve(drained, wanted, books.ends, set(), 100.0, 60.0) == Reservation("w", frozenset({1}), 1500.0)
+
+
+def test_the_books_index_a_job_on_its_nodes_in_the_cluster_past_a_node_outside_it() -> None:
+    cycles = Cycles("stray-on-node")
+    cycles.running = {"stray": running("stray", [("nowhere", 0, 1000), ("n0002", 1, 1000)], priority=3),
+                      "home": whole("home", "n0000", [0])}
+    books, _ = cycles.step()
+    assert {node: set(jobs) for node, jobs in books.on_node.items()} == {0: {"home"}, 2: {"stray"}}
+    assert books.priorities == Counter({3: 1, 0: 1}) and books.lowest_priority() == 0
+    del cycles.running["stray"]
+    books, _ = cycles.step()
+    assert {node: set(jobs) for node, jobs in books.on_node.items()} == {0: {"home"}}
+    del cycles.running["home"]
+    books, _ = cycles.step()
+    assert books.on_node == {} and books.lowest_priority() == math.inf

@@ -114,3 +114,25 @@ def test_a_claimant_behind_an_older_borrower_gets_the_free_gpu() -> None:
         result = schedule_cycle(snap, POLICY, incremental=incremental)
         assert set(placed(result.actions)) == {"mine"}
         assert "next" in result.waits
+
+
+def test_a_borrower_refused_lending_before_the_claimant_started_is_asked_again_after() -> None:
+    """With every preemption attempt and reservation spent, a borrower alike to one that waited takes that wait
+    without being asked, but only while nothing started: once the claimant starts, the nodes it no longer needs
+    are not owed, and the next borrower starts there."""
+    from greengpu.policy import BackfillPolicy
+
+    policy = SchedulerPolicy(preemption=PreemptionPolicy(min_runtime_s=300.0, grace_s=120.0, max_attempts_per_cycle=0),
+                             backfill=BackfillPolicy(reservations=0))
+    first = job("first", gpus=2, tenant="borrower", priority=2, submit_time_s=NOW_S - 900.0, duration_s=HOUR_S)
+    claimant = job("mine", gpus=4, tenant="owner", priority=1, submit_time_s=NOW_S - 600.0)
+    second = job("second", gpus=2, tenant="borrower", priority=0, submit_time_s=NOW_S - 60.0, duration_s=2 * HOUR_S)
+    for incremental in (True, False):
+        snap = ClusterSnapshot(time_s=NOW_S, cluster=cluster(), running=(),
+                               pending=tuple(PendingJob(j) for j in (first, claimant, second)))
+        result = schedule_cycle(snap, policy, incremental=incremental)
+        starts = placed(result.actions)
+        # Both free nodes would take the claimant: the first borrower, ahead of it, is not lent either.
+        assert "first" not in starts and result.waits["first"].reason is WaitReason.CAPACITY
+        # The claimant takes one node; nobody is owed the other, so the second borrower starts there.
+        assert {s.node for s in starts["mine"].slots} != {s.node for s in starts["second"].slots}
