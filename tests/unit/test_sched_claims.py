@@ -10,7 +10,7 @@ from dataclasses import replace
 from schedkit import job, make_cluster, node_type, placed
 
 from greengpu.model import ClusterSnapshot, GpuSlot, Job, PendingJob, PreemptJob, RunningJob, Tenant
-from greengpu.policy import PreemptionPolicy, SchedulerPolicy
+from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
 from greengpu.sched.core import CycleResult, schedule_cycle
 from greengpu.sched.waits import WaitReason
 
@@ -120,8 +120,6 @@ def test_a_borrower_refused_lending_before_the_claimant_started_is_asked_again_a
     """With every preemption attempt and reservation spent, a borrower alike to one that waited takes that wait
     without being asked, but only while nothing started: once the claimant starts, the nodes it no longer needs
     are not owed, and the next borrower starts there."""
-    from greengpu.policy import BackfillPolicy
-
     policy = SchedulerPolicy(preemption=PreemptionPolicy(min_runtime_s=300.0, grace_s=120.0, max_attempts_per_cycle=0),
                              backfill=BackfillPolicy(reservations=0))
     first = job("first", gpus=2, tenant="borrower", priority=2, submit_time_s=NOW_S - 900.0, duration_s=HOUR_S)
