@@ -179,15 +179,20 @@ class _Cycle(CycleState):
             return False
         if self.backfill_known_to_fail(job, models, ends_at):
             return False
-        usable = self._backfill_nodes(ends_at)
-        slots = place(self.state, job, excluded=excluded - usable, only=usable) if usable else None
+        slots, _ = self._backfill_slots(pending, excluded, models, ends_at)
+        return slots is not None and self.admit(pending, slots, backfilled=True)
+
+    def _backfill_slots(self, item: PendingJob, excluded: set[int], models: tuple[str, ...],
+                        ends_at_s: float) -> tuple[tuple[GpuSlot, ...] | None, bool]:
+        """Where the job would backfill now, on the reserved nodes free until it ends: (slots, False). (None,
+        True) when its shape fits on none of them (remembered for the shape: backfill_failed); (None, False) when
+        only GPUs owed to claimants would take it (not a failure of its shape: others may use them)."""
+        usable = self._backfill_nodes(ends_at_s)
+        slots = place(self.state, item.job, excluded=excluded - usable, only=usable) if usable else None
         if slots is None:
-            self.backfill_failed(job, models, ends_at)
-            return False
-        slots = self._lendable(pending, excluded - usable, slots, only=usable)
-        if slots is None:
-            return False  # only owed GPUs were left to it (not a failure of its shape: others may use them)
-        return self.admit(pending, slots, backfilled=True)
+            self.backfill_failed(item.job, models, ends_at_s)
+            return None, True
+        return self._lendable(item, excluded - usable, slots, only=usable), False
 
     def _backfill_nodes(self, ends_at_s: float) -> set[int]:
         """The reserved nodes a job ending at `ends_at_s` may backfill: free of reservations until then, held by
@@ -291,21 +296,23 @@ class _Cycle(CycleState):
             self.reservations_left -= 1
             self.try_reserve(item, excluded)
 
-    def consider_alike(self, item: PendingJob, models: tuple[str, ...]) -> None:
+    def consider_alike(self, item: PendingJob, models: tuple[str, ...], key: tuple[object, ...] | None = None) -> None:
         """`consider` once no preemption attempt or reservation is left (see `wait_alike`)."""
-        wait = self.wait_alike(item, models)
+        wait = self.wait_alike(item, models, key)
         if wait is None:
             self.consider(item, models)
         else:
             self.waits[item.job.job_id] = wait
 
-    def wait_alike(self, item: PendingJob, models: tuple[str, ...]) -> Wait | None:
+    def wait_alike(self, item: PendingJob, models: tuple[str, ...],
+                   key: tuple[object, ...] | None = None) -> Wait | None:
         """The wait `consider` would give the job once no preemption attempt or reservation is left, when
         it can neither start nor backfill; None when it might (or holds nodes or victims of its own).
         Changes nothing but memos. A job alike in every respect the decision reads (tenant, request,
         interruptibility) waits for the same reason as the last one, as long as quota usage, released GPUs
         and held nodes are unchanged, unless it is short enough to try a backfill that no smaller,
-        shorter job of its shape failed: a saturated queue's thousands of jobs are not re-decided one by one."""
+        shorter job of its shape failed: a saturated queue's thousands of jobs are not re-decided one by one.
+        `key`: the job's `alike_key`, when the caller has it already."""
         job = item.job
         job_id = job.job_id
         if job_id in self.held_for or job_id in self.stopping_for:
@@ -316,7 +323,8 @@ class _Cycle(CycleState):
             self._alike_lending_refused.clear()
             self._alike_wait_from.clear()
             self._alike_token = token
-        key = alike_key(job)
+        if key is None:
+            key = alike_key(job)
         wait = self._alike_waits.get(key)
         if wait is not None and wait.reason in _KIND_WAITS:
             return wait
@@ -367,17 +375,12 @@ class _Cycle(CycleState):
         remembered: for its request shape when no reserved node could take it (backfill_failed), for its
         kind when only nodes owed to claimants could: a job alike ending later may use only a subset of the
         same reserved nodes, less the same owed ones."""
-        job = item.job
-        excluded = self._excluded_for(job.job_id)
-        usable = self._backfill_nodes(ends_at_s)
-        backfill = place(self.state, job, excluded=excluded - usable, only=usable) if usable else None
-        if backfill is None:
-            self.backfill_failed(job, models, ends_at_s)
-            return False
-        if self._lendable(item, excluded - usable, backfill, only=usable) is not None:
+        slots, shape_failed = self._backfill_slots(item, self._excluded_for(item.job.job_id), models, ends_at_s)
+        if slots is not None:
             return True
-        refused = self._alike_lending_refused
-        refused[key] = min(ends_at_s, refused.get(key, math.inf))
+        if not shape_failed:
+            refused = self._alike_lending_refused
+            refused[key] = min(ends_at_s, refused.get(key, math.inf))
         return False
 
     def _lendable(self, item: PendingJob, excluded: set[int], slots: tuple[GpuSlot, ...] | None,
@@ -554,7 +557,7 @@ class _Cycle(CycleState):
                 if wait is not None:
                     waits[job.job_id] = wait
                 else:
-                    self.consider_alike(item, models_for(job))
+                    self.consider_alike(item, models_for(job), key)
             if index is None or self.attempts_left or self.reservations_left:
                 if job.job_id in waits and not full and self._nothing_left_to_try():
                     return True, None

@@ -50,10 +50,10 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     wait_alike = core._Cycle.wait_alike
 
-    def counting(self, item, models):  # noqa: ANN001, ANN202
+    def counting(self, item, models, key=None):  # noqa: ANN001, ANN202
         if self.shortcuts:
             calls.append(item.job.job_id)
-        return wait_alike(self, item, models)
+        return wait_alike(self, item, models, key)
 
     monkeypatch.setattr(core._Cycle, "wait_alike", counting)
     return calls
