@@ -66,7 +66,8 @@ def _cloud_step(name: str) -> Iterator[None]:
             log.error("greengpu cloud %s refused: %s", name, error)
         raise
     except (SlurmError, sqlite3.Error, OSError, subprocess.SubprocessError) as error:
-        log.error("greengpu cloud %s failed: %s", name, error)
+        if logged:
+            log.error("greengpu cloud %s failed: %s", name, error)
         raise click.ClickException(f"cloud {name}: {error}") from None
 
 

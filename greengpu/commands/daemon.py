@@ -61,7 +61,15 @@ def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once:
     from greengpu.config.policy import load_policy
     from greengpu.control.daemon_main import DaemonOptions, run_daemon
 
-    logging.basicConfig(level=logging.INFO, format="greengpu daemon: %(message)s", stream=sys.stderr, force=True)
+    from greengpu.commands.common import verbosity
+
+    # A daemon logs what it does (info) unless -q asks for errors only; -vv adds debug. APScheduler's own
+    # info lines ("Running job ...", "... executed successfully") come every tick and say nothing the
+    # daemon's lines do not: they show from -vv on.
+    level = {-1: logging.ERROR, 0: logging.INFO, 1: logging.INFO}.get(verbosity(), logging.DEBUG)
+    logging.basicConfig(level=level, format="greengpu daemon: %(message)s", stream=sys.stderr, force=True)
+    logging.getLogger("greengpu").setLevel(level)
+    logging.getLogger("apscheduler").setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
     code = run_daemon(DaemonOptions(
         cluster_file=cluster_file, policy=load_policy(policy_name), source=source, backend=backend, once=once,
         dry_run=dry_run, listen=listen, state_dir=state_dir, interval_s=interval_s, token_file=token_file,

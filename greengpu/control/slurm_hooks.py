@@ -63,15 +63,19 @@ def logged_outcome(what: str) -> Iterator[None]:
     """Every refusal and failure also goes to the log (Slurm discards the hooks' stderr).
 
     Bad input stays `BadInput` (exit 2); Slurm, state-file and OS failures become `HookFailure`
-    (one line, exit 1).
+    (one line, exit 1). Without a log file the log is stderr, where the command's own line says it:
+    the log then gets nothing, so stderr holds that one line.
     """
+    to_file = any(isinstance(h, logging.FileHandler) for h in logging.getLogger().handlers)
     try:
         yield
     except BadInput as error:
-        log.error("%s refused: %s", what, error)
+        if to_file:
+            log.error("%s refused: %s", what, error)
         raise
     except (slurm.SlurmError, sqlite3.Error, OSError, subprocess.SubprocessError) as error:
-        log.error("%s failed: %s", what, error)
+        if to_file:
+            log.error("%s failed: %s", what, error)
         raise HookFailure(f"{what.removeprefix('greengpu ')}: {error}") from None
 
 

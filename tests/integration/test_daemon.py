@@ -274,8 +274,13 @@ def test_the_command_runs_serves_refuses_a_second_daemon_and_stops_on_sigterm(tm
         second = subprocess.run([*argv, "--listen", "127.0.0.1:0", "--once"], env=env, capture_output=True,
                                 text=True, timeout=60)
         assert second.returncode == 1 and "holds the lock" in second.stderr
+        time.sleep(2.5)  # a few more ticks
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=20) == 0
+        assert first.stderr is not None
+        said = first.stderr.read()
+        # The daemon says what it does; the job scheduler under it does not add two lines a tick.
+        assert "greengpu daemon: set_power_limit" in said and "Running job" not in said, said
     finally:
         if first.poll() is None:
             first.kill()
@@ -284,6 +289,32 @@ def test_the_command_runs_serves_refuses_a_second_daemon_and_stops_on_sigterm(tm
     for name in ("n1", "n2", "n3"):  # stopping released the fake GPUs it had capped
         saved = FakeNvml.stored_gpus(tmp_path / "state" / f"nvml-{name}.json")
         assert saved and [g.limit_w for g in saved] == [g.default_limit_w for g in saved]
+
+
+def test_quiet_leaves_stderr_to_errors(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    three_nodes(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    daemon = subprocess.Popen([sys.executable, "-m", "greengpu.cli", "-q", "daemon", "--backend", "fake", "--cluster",
+                               str(tmp_path / "cluster.yaml"), "--state", str(tmp_path / "state"), "--interval-s", "1",
+                               "--listen", "127.0.0.1:0"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not AuditLog(tmp_path / "state" / "audit.jsonl").records():
+            time.sleep(0.2)
+        time.sleep(2.5)  # a few ticks past the first actions
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0
+        assert daemon.stderr is not None and daemon.stderr.read() == ""
+        assert AuditLog(tmp_path / "state" / "audit.jsonl").records()  # it did act: quiet, not idle
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
 
 
 @pytest.mark.parametrize("extra, says", [

@@ -90,6 +90,17 @@ def test_a_hook_refusing_bad_input_says_so_in_its_log(options: list[str], tmp_pa
     assert "greengpu slurm resume refused: node9: not in the inventory" in (tmp_path / "hooks.log").read_text()
 
 
+@pytest.mark.parametrize("command", [["status"], ["verify"], ["resume", "node9"]])
+def test_without_a_log_file_bad_input_is_one_line_on_stderr(command: list[str], tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Run by hand (no --log), the log is stderr: the refusal is said once, by the command's own line."""
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("nodes: [1")
+    assert main(["slurm", "--cluster", str(bad), "--state", str(tmp_path / "state.db"), *command]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"greengpu: {bad}:1: invalid YAML"), err
+
+
 def test_resume_fail_program_fails_the_wake_up_and_alerts(options: list[str], tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*options, "resume", "node2"]) == 0
