@@ -138,10 +138,18 @@ def what_would_change(chosen: Evidence, shipped: bool) -> str:
     if shipped:
         return (f"{chosen.model} would stop shipping if its median ratio rose above {GATE_RATIO} or it won fewer "
                 f"than {needed} of its {trials} untied origins")
+    ratio_part = f"a median ratio <= {GATE_RATIO} (it has {chosen.median_ratio:.3f})"
     wins_part = (f"at least {needed} wins of {trials} untied origins (it has {chosen.wins})" if needed is not None
                  else f"more origins: {trials} untied origins cannot reach p <= {GATE_ALPHA} even with every win")
-    return (f"to ship, {chosen.model} needs a median ratio <= {GATE_RATIO} (it has {chosen.median_ratio:.3f}) and "
-            f"{wins_part}")
+    ratio_met = chosen.median_ratio <= GATE_RATIO
+    wins_met = needed is not None and chosen.wins >= needed
+    # Name only what is missing, and say which condition already holds, so the line reads as the way to ship.
+    missing = [part for part, met in ((ratio_part, ratio_met), (wins_part, wins_met)) if not met]
+    if not missing:  # both hold against this baseline: another baseline stopped it
+        return f"to ship, {chosen.model} must also pass against every other baseline"
+    held = ("; its median ratio already meets the bound" if ratio_met else
+            "; its wins already meet the sign test" if wins_met else "")
+    return f"to ship, {chosen.model} needs {' and '.join(missing)}{held}"
 
 
 @dataclass(frozen=True)

@@ -281,5 +281,13 @@ def test_the_verdict_reads_as_written_by_hand() -> None:
     assert choice.to_change == ("to ship, cand needs a median ratio <= 0.95 (it has 1.050) and at least 10 wins of "
                                 "12 untied origins (it has 6)")
     assert (choice.mase, choice.baseline_mase, choice.wins) == (1.0, 1.0, 6)
+    per_origin["cand"] = [0.5] * 8 + [1.2] * 4  # median ratio 0.5 meets the bound; 8 wins of 12 are too few
+    assert choose(backtest_of(per_origin)).to_change == (
+        "to ship, cand needs at least 10 wins of 12 untied origins (it has 8); its median ratio already meets the "
+        "bound")
+    per_origin["cand"] = [0.97] * 11 + [1.2]  # 11 wins pass the sign test; a median ratio of 0.97 does not
+    assert choose(backtest_of(per_origin)).to_change == (
+        "to ship, cand needs a median ratio <= 0.95 (it has 0.970); its wins already meet the sign test")
+    per_origin["cand"] = [1.2] * 6 + [0.9] * 6
     infinite = gate_summary(choose(backtest_of({**per_origin, "naive": [0.0] * 12, "drift": [0.0] * 12})))
     assert infinite is not None and infinite["median_ratio"] is None  # a ratio against a perfect forecast
