@@ -1,0 +1,35 @@
+"""The example files the docs tell users to pass run as they are (docs/REPORT.md, docs/AGENT.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from greengpu.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_report_settings_example_prices_a_lab_replay_at_the_virginia_rate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = tmp_path / "lab.db"
+    assert main(["simulate", "--trace", str(ROOT / "examples/lab-a100.week.trace.csv"), "--cluster",
+                 str(ROOT / "examples/lab-a100.cluster.yaml"), "--policy", "default", "--ledger", str(ledger)]) == 0
+    capsys.readouterr()
+    assert main(["report", "--ledger", str(ledger), "--run", "1", "--month", "2024-01", "--format", "json",
+                 "--settings", str(ROOT / "examples/report-virginia.yaml")]) == 0
+    bill = json.loads(capsys.readouterr().out)
+    assert "Virginia Electric & Power" in json.dumps(bill)
+    assert bill["region"] == "Virginia" and bill["pricing"]
+    assert bill["totals"]["cost"] > 0 and bill["totals"]["co2_kg"] > 0
+
+
+def test_the_agent_class_file_example_caps_gpu_0_as_inference(tmp_path: Path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    assert main(["agent", "--backend", "fake", "--fake-gpus", "4xA100", "--fake-busy", "0,1", "--listen",
+                 "127.0.0.1:0", "--classes", str(ROOT / "examples/agent-classes.yaml"), "--journal", str(journal),
+                 "--once"]) == 0
+    said = journal.read_text()
+    assert "inference" in said and "training" in said
