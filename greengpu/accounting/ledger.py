@@ -273,6 +273,16 @@ def site_hours(path: Path, run_id: int, start_s: float, end_s: float) -> list[Ho
     return [HourFigures(float(r[0]), "", *(float(v) for v in r[1:])) for r in checked]  # type: ignore[arg-type]
 
 
+def hours_span_s(path: Path, run_id: int) -> tuple[float, float] | None:
+    """The first and last metered hour's start of a run (None when it has none, or they are not numbers)."""
+    rows = _query(path, "SELECT MIN(hour_start_s), MAX(hour_start_s) FROM node_hours WHERE run_id = ?", (run_id,))
+    first, last = rows[0] if rows else (None, None)
+    if isinstance(first, int | float) and isinstance(last, int | float) and math.isfinite(first) \
+            and math.isfinite(last):
+        return float(first), float(last)
+    return None
+
+
 def _keyed_hours(path: Path, run_id: int, table: str, key: str, start_s: float, end_s: float) -> list[HourFigures]:
     columns = ", ".join(_FIGURES)
     rows = _query(path, f"SELECT {key}, hour_start_s, {columns} FROM {table} WHERE run_id = ? AND hour_start_s >= ? "

@@ -58,10 +58,9 @@ def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once:
     """
     import logging
 
+    from greengpu.commands.common import verbosity
     from greengpu.config.policy import load_policy
     from greengpu.control.daemon_main import DaemonOptions, run_daemon
-
-    from greengpu.commands.common import verbosity
 
     # A daemon logs what it does (info) unless -q asks for errors only; -vv adds debug. APScheduler's own
     # info lines ("Running job ...", "... executed successfully") come every tick and say nothing the

@@ -34,6 +34,7 @@ def report(ledger_file: str, month: str, run_id: int | None, output_format: str,
     is opened read-only: a report never writes to its input, and a file that is not a greengpu ledger
     is refused. docs/REPORT.md gives the settings, the JSON keys and the CSV columns.
     """
+    from greengpu.commands.common import note
     from greengpu.report.monthly_main import report_main
 
     if as_json:
@@ -41,4 +42,4 @@ def report(ledger_file: str, month: str, run_id: int | None, output_format: str,
             raise click.UsageError(f"--json and --format {output_format} contradict each other")
         output_format = "json"
     report_main(ledger_file, month, run_id, output_format, out_file, aggregate, share_idle, baseline_run,
-                settings_file)
+                settings_file, note)

@@ -8,6 +8,7 @@ hands the payload to a renderer (text, JSON, CSV, HTML).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,8 +206,10 @@ def build_report(request: ReportRequest) -> dict[str, Any]:
 
 
 def report_main(ledger_file: str, month: str, run_id: int | None, output_format: str, out_file: str | None,
-                aggregate: str, share_idle: str, baseline_run: int | None, settings_file: str | None) -> None:
-    """`greengpu report`: check the flags, build the payload, write it to stdout or `out_file`."""
+                aggregate: str, share_idle: str, baseline_run: int | None, settings_file: str | None,
+                note: Callable[[str], None] = lambda message: None) -> None:
+    """`greengpu report`: check the flags, build the payload, write it to stdout or `out_file`; `note`: a remark
+    for the person at the terminal (a month the run has no hours in)."""
     import click
 
     from greengpu.report.monthly import render
@@ -229,7 +232,10 @@ def report_main(ledger_file: str, month: str, run_id: int | None, output_format:
     settings = read_settings(settings_file) if settings_file else ReportSettings()
     request = ReportRequest(ledger=ledger, month=month, run_id=run_id, aggregate=aggregate,
                             share_idle=share_idle, baseline_run=baseline_run, settings=settings)
-    text = render(build_report(request), output_format)
+    payload = build_report(request)
+    if not payload["totals"]["gpu_hours"]:
+        note(_empty_month(ledger, int(payload["run_id"]), month))
+    text = render(payload, output_format)
     if out_file is None:
         click.echo(text, nl=not text.endswith("\n"))
         return
@@ -237,6 +243,19 @@ def report_main(ledger_file: str, month: str, run_id: int | None, output_format:
         Path(out_file).write_text(text, encoding="utf-8")
     except OSError as error:
         raise BadInput(f"--out: cannot write {out_file}: {error.strerror}") from None
+
+
+def _empty_month(ledger: Path, run_id: int, month: str) -> str:
+    """What to say of a month the run has no hours in (it bills nothing): the hours it has, so that a mistyped
+    month is not taken for an idle one."""
+    from greengpu.accounting.ledger import hours_span_s
+
+    span = hours_span_s(ledger, run_id)
+    if span is None:
+        return f"run {run_id} of {ledger} has no metered hours: the bill for {month} is empty"
+    first, last = (dt.datetime.fromtimestamp(s, dt.UTC).strftime("%Y-%m-%d %H:00") for s in span)
+    return (f"run {run_id} of {ledger} has no hours in {month} (its hours run from {first} to {last} UTC): "
+            "the bill is empty")
 
 
 SCHEDULED_FORMATS = ("html", "csv", "json")

@@ -1,4 +1,5 @@
-"""The example files the docs tell users to pass run as they are (docs/REPORT.md, docs/AGENT.md)."""
+"""The example files the docs tell users to pass run as they are (docs/REPORT.md, docs/AGENT.md), and a report of a
+month the run has no hours in says so."""
 
 from __future__ import annotations
 
@@ -33,3 +34,20 @@ def test_the_agent_class_file_example_caps_gpu_0_as_inference(tmp_path: Path) ->
                  "--once"]) == 0
     said = journal.read_text()
     assert "inference" in said and "training" in said
+
+
+def test_a_month_the_run_has_no_hours_in_is_an_empty_bill_with_a_note(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = tmp_path / "lab.db"
+    assert main(["simulate", "--trace", str(ROOT / "examples/lab-a100.week.trace.csv"), "--cluster",
+                 str(ROOT / "examples/lab-a100.cluster.yaml"), "--policy", "always-on", "--ledger", str(ledger)]) == 0
+    capsys.readouterr()
+    assert main(["report", "--ledger", str(ledger), "--month", "2024-03", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["totals"]["gpu_hours"] == 0
+    assert captured.err == (f"greengpu: run 1 of {ledger} has no hours in 2024-03 (its hours run from 2024-01-01 "
+                            "09:00 to 2024-01-07 20:00 UTC): the bill is empty\n")
+    assert main(["-q", "report", "--ledger", str(ledger), "--month", "2024-03", "--json"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["report", "--ledger", str(ledger), "--month", "2024-01", "--json"]) == 0
+    assert capsys.readouterr().err == ""  # a month with hours: nothing to remark
