@@ -286,6 +286,8 @@ class _Cycle(CycleState):
         if self.fits_after_wake(job, models):
             # Sleeping capacity can take it: waking costs a boot, preempting costs someone's work.
             self._set_wait(job, WaitReason.WAKE)
+            if self.shortcuts:
+                self._remember_wake(job)
             return
         if self.attempts_left > 0:
             self.attempts_left -= 1
@@ -295,6 +297,23 @@ class _Cycle(CycleState):
         if self.reservations_left > 0:
             self.reservations_left -= 1
             self.try_reserve(item, excluded)
+
+    def _remember_wake(self, job: Job) -> None:
+        """Keep a WAKE verdict of `consider` as its kind's, as `wait_alike` keeps its own: `consider` gives WAKE
+        before any preemption attempt or reservation, from steps that read only the job's kind and the cycle's
+        state, and a backfill that failed for it fails for a job alike ending no earlier (`_known_wait`). A job
+        with held nodes or victims of its own decides differently and is not kept."""
+        if job.job_id in self.held_for or job.job_id in self.stopping_for:
+            return
+        token = (self.ledger.version, self._released_version, self._layout_version)
+        if token != self._alike_token:
+            self._alike_waits.clear()
+            self._alike_lending_refused.clear()
+            self._alike_wait_from.clear()
+            self._alike_token = token
+        key = alike_key(job)
+        self._alike_waits[key] = self.waits[job.job_id]
+        self._waits_from(key, self.now_s + job.duration_s)
 
     def consider_alike(self, item: PendingJob, models: tuple[str, ...], key: tuple[object, ...] | None = None) -> None:
         """`consider` once no preemption attempt or reservation is left (see `wait_alike`)."""
@@ -544,8 +563,16 @@ class _Cycle(CycleState):
         for item in in_order:
             considered.append(item)
             job = item.job
-            if self.attempts_left or self.reservations_left or not self.shortcuts:
+            if not self.shortcuts:
                 self.consider(item, models_for(job))
+            elif self.attempts_left or self.reservations_left:
+                # A job alike to one that waits for a node to wake waits for it too (`_remember_wake`): in a
+                # queue behind sleeping nodes that is most of the jobs asked while attempts are left.
+                wait = self._known_wait(job, alike_key(job))
+                if wait is not None and wait.reason is WaitReason.WAKE:
+                    waits[job.job_id] = wait
+                else:
+                    self.consider(item, models_for(job))
             else:
                 key = alike_key(job)
                 if waiting_kinds:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schedkit import Driver, job, make_cluster, node_type, placed
 
-from greengpu.model import ClusterSnapshot, GpuSlot, PendingJob, RunningJob, Tenant
+from greengpu.model import ClusterSnapshot, GpuSlot, NodeState, PendingJob, PowerState, RunningJob, Tenant
 from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
 from greengpu.sched import core
 from greengpu.sched.core import schedule_cycle
@@ -180,3 +180,30 @@ def test_a_job_waiting_for_its_victims_deep_in_the_queue_keeps_the_walk_going() 
 
     assert set(placed(result.actions)) == {"held"}
     assert len(result.waits) == 40 and {w.reason for w in result.waits.values()} == {WaitReason.CAPACITY}
+
+
+def test_jobs_alike_to_one_waiting_for_a_wake_are_not_asked_again_while_attempts_are_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind sleeping nodes every job that fits them waits for a wake, before any preemption attempt or
+    reservation is spent: a job alike to one that waits so (ending no earlier) waits so without being asked."""
+    asked: list[str] = []
+    consider = core._Cycle.consider
+
+    def counting(self, item, models):  # noqa: ANN001, ANN202
+        if self.shortcuts:
+            asked.append(item.job.job_id)
+        return consider(self, item, models)
+
+    monkeypatch.setattr(core._Cycle, "consider", counting)
+    driver = Driver(make_cluster([(4, node_type(8), "d0")]))  # the default policy: attempts and reservations
+    for n in range(2):
+        driver.start_running(_busy(f"r{n}", f"n{n:04d}", 8))
+    driver.snapshot = replace(driver.snapshot, node_states={f"n{n:04d}": NodeState(PowerState.ASLEEP)
+                                                            for n in (2, 3)})
+    driver.submit(*_queue(200))
+    result = driver.cycle(auto_finish=False)
+
+    assert not placed(result.actions)
+    # The first jobs get the sleeping nodes' room (the wake plan); the rest wait for capacity.
+    assert WaitReason.WAKE in {w.reason for w in result.waits.values()} and len(result.waits) == 200
+    assert len(asked) <= 8, len(asked)  # one per kind (four), not one per job
