@@ -274,12 +274,15 @@ def site_hours(path: Path, run_id: int, start_s: float, end_s: float) -> list[Ho
 
 
 def hours_span_s(path: Path, run_id: int) -> tuple[float, float] | None:
-    """The first and last metered hour's start of a run (None when it has none, or they are not numbers)."""
-    rows = _query(path, "SELECT MIN(hour_start_s), MAX(hour_start_s) FROM node_hours WHERE run_id = ?", (run_id,))
+    """The first and last metered hour's start of a run: None when it has none, or when they are not times
+    a date can be written for (a damaged ledger; the bill itself refuses such rows)."""
+    rows = _query(path, "SELECT MIN(hour_start_s), MAX(hour_start_s) FROM node_hours WHERE run_id = ? "
+                        "AND typeof(hour_start_s) IN ('integer', 'real')", (run_id,))
     first, last = rows[0] if rows else (None, None)
-    if isinstance(first, int | float) and isinstance(last, int | float) and math.isfinite(first) \
-            and math.isfinite(last):
-        return float(first), float(last)
+    low_s = dt.datetime(MIN_YEAR, 1, 1, tzinfo=dt.UTC).timestamp()
+    high_s = dt.datetime(MAX_YEAR, 12, 31, tzinfo=dt.UTC).timestamp()
+    if all(isinstance(v, int | float) and math.isfinite(v) and low_s <= v <= high_s for v in (first, last)):
+        return float(first), float(last)  # type: ignore[arg-type]
     return None
 
 

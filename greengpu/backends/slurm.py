@@ -50,11 +50,13 @@ BUSY_RETRY_DELAYS_S = (1.0, 3.0)
 """Pauses before the second and third try of a command slurmctld was too busy to answer."""
 
 
-def run(name: str, *args: str, timeout_s: float = 20.0) -> str:
+def run(name: str, *args: str, timeout_s: float = 20.0, retry_when_busy: bool = False) -> str:
     """Run a Slurm command and return its output; SlurmError with Slurm's last line when it fails.
-    A busy controller gets two more tries: every command greengpu sends is safe to repeat (a read, or an
-    update that sets a node's address, state or a job's features to a given value)."""
-    for delay_s in (*BUSY_RETRY_DELAYS_S, None):
+    `retry_when_busy`: a busy controller gets two more tries, for a command that is safe to repeat and whose
+    caller has the time (each try may take `MessageTimeout`): the hooks and the daemon tick run under time
+    budgets of their own (systemd's, Slurm's, the watchdog's) and fail at once, safe side first."""
+    delays = BUSY_RETRY_DELAYS_S if retry_when_busy else ()
+    for delay_s in (*delays, None):
         try:
             return _run_once(name, args, timeout_s)
         except SlurmError as error:

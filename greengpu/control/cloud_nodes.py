@@ -217,7 +217,9 @@ def _launch(context: CloudContext, node: str, jobs: Sequence[str]) -> bool:
     if address is not None:
         try:
             updates = [f"nodeaddr={address[0]}"] + ([f"nodehostname={address[1]}"] if address[1] else [])
-            slurm.run("scontrol", "update", f"nodename={node}", *updates)
+            # The instance is up and billing: a busy slurmctld's late answer is worth two more tries before
+            # it is released again (setting an address twice is harmless; the ResumeProgram has minutes).
+            slurm.run("scontrol", "update", f"nodename={node}", *updates, retry_when_busy=True)
         except slurm.SlurmError as error:
             message = f"launched at {address[0]}, but Slurm was not told: {error}"
             address = None

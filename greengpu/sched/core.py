@@ -42,7 +42,7 @@ from greengpu.sched.claims import Claimant, Claims, claimants_of
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.order import queue_order
 from greengpu.sched.pending_index import AlikeRestWaits, PendingIndex, QueueWaits, RestOfWalk
-from greengpu.sched.placement import chunks_for, place, warning_gpus_by_node
+from greengpu.sched.placement import chunks_for, needs_healthy_gpus, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimChoice
 from greengpu.sched.waits import (
     WAIT_CAPACITY,
@@ -65,8 +65,9 @@ _KIND_WAITS = frozenset({WaitReason.QUOTA, WaitReason.NO_MODEL})
 
 def alike_key(job: Job) -> tuple[object, ...]:
     """Everything a waiting job's quota verdict and wait depend on but its duration: jobs with the same key
-    are decided alike (the duration only decides whether they may backfill)."""
-    return (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible)
+    are decided alike (the duration only decides whether they may backfill). Placement keeps some classes off
+    warning GPUs (`needs_healthy_gpus`), so two jobs alike but for that may be placed apart."""
+    return (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible, needs_healthy_gpus(job))
 
 
 @dataclass(frozen=True)
@@ -417,7 +418,11 @@ class _Cycle(CycleState):
             return slots  # not borrowing: its tenant's own quota
         if not any(claims.owed_to_others(state.index[slot.node], job.tenant) for slot in slots):
             return slots
-        owed = claims.owed_nodes(job.tenant, self.models_for(job))
+        models = self.models_for(job)
+        owed = claims.owed_nodes(job.tenant, models)
+        own = {m for m in models if self.ledger.within_nominal_after(job, m, job.units)}
+        if own:  # a node of a model its tenant's own quota covers is never held back from it (not a borrower there)
+            owed = {node for node in owed if state.model[node] not in own}
         if only is not None:  # a backfill, placed as try_backfill places it
             return place(state, job, excluded=excluded | owed, only=only - owed)
         return place(state, job, excluded=excluded | owed, whole_node_reserve=self.policy.whole_node_reserve,

@@ -51,3 +51,21 @@ def test_a_month_the_run_has_no_hours_in_is_an_empty_bill_with_a_note(
     assert capsys.readouterr().err == ""
     assert main(["report", "--ledger", str(ledger), "--month", "2024-01", "--json"]) == 0
     assert capsys.readouterr().err == ""  # a month with hours: nothing to remark
+
+
+@pytest.mark.parametrize("damage", [9e18, 99999999999999999999, -1e15, "noon", b"\x00"])
+def test_the_empty_month_note_reads_a_damaged_ledger_without_a_traceback(
+        damage: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlite3
+
+    ledger = tmp_path / "lab.db"
+    assert main(["simulate", "--trace", str(ROOT / "examples/lab-a100.week.trace.csv"), "--cluster",
+                 str(ROOT / "examples/lab-a100.cluster.yaml"), "--policy", "always-on", "--ledger", str(ledger)]) == 0
+    with sqlite3.connect(ledger) as connection:
+        connection.execute("UPDATE node_hours SET hour_start_s = ? WHERE rowid = (SELECT MAX(rowid) FROM node_hours)",
+                           (str(damage) if isinstance(damage, int) and damage > 2**63 else damage,))
+    capsys.readouterr()
+    code = main(["report", "--ledger", str(ledger), "--month", "2031-01", "--json"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert code == 0 and ("has no metered hours" in err or "no hours in 2031-01" in err)

@@ -9,7 +9,17 @@ from dataclasses import replace
 
 from schedkit import job, make_cluster, node_type, placed
 
-from greengpu.model import ClusterSnapshot, GpuSlot, Job, PendingJob, PreemptJob, RunningJob, Tenant
+from greengpu.model import (
+    ClusterSnapshot,
+    GpuSlot,
+    Job,
+    NodeState,
+    PendingJob,
+    PowerState,
+    PreemptJob,
+    RunningJob,
+    Tenant,
+)
 from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
 from greengpu.sched.core import CycleResult, schedule_cycle
 from greengpu.sched.waits import WaitReason
@@ -134,3 +144,26 @@ def test_a_borrower_refused_lending_before_the_claimant_started_is_asked_again_a
         assert "first" not in starts and result.waits["first"].reason is WaitReason.CAPACITY
         # The claimant takes one node; nobody is owed the other, so the second borrower starts there.
         assert {s.node for s in starts["mine"].slots} != {s.node for s in starts["second"].slots}
+
+
+def test_a_node_of_a_model_the_tenants_own_quota_covers_is_not_held_back_from_it() -> None:
+    """Per-model quotas: a tenant guaranteed H100s is not borrowing there, so a node owed to another tenant's
+    claimant is held back from its jobs only where they would borrow (A100), and jobs alike are decided alike
+    whichever node best fit tries first (a training job may take warning GPUs, an inference job keeps off them)."""
+    tenants = [Tenant("owner", quota_gpus=8), Tenant("borrower", quota_gpus_by_model={"H100": 4.0}),
+               Tenant("keeper", quota_gpus=8)]
+    cl = make_cluster([(1, node_type(4, "A100"), "d"), (1, node_type(4, "H100"), "d"), (1, node_type(4, "A100"), "d")],
+                      tenants)
+    runs = (RunningJob(job("keep", gpus=1, tenant="keeper"), (GpuSlot("n0000", 0),), NOW_S - HOUR_S,
+                       NOW_S + 40 * HOUR_S),)
+    first = job("a", gpus=1, tenant="borrower", priority=5, submit_time_s=NOW_S - 900, duration_s=HOUR_S)
+    second = job("b", gpus=1, tenant="borrower", priority=4, submit_time_s=NOW_S - 800, duration_s=2 * HOUR_S,
+                 job_class="inference")
+    claimant = job("mine", gpus=3, tenant="owner", submit_time_s=NOW_S - 600)
+    states = {"n0000": NodeState(warning_gpus=frozenset({1, 2, 3})), "n0002": NodeState(PowerState.ASLEEP)}
+    for incremental in (True, False):
+        snap = ClusterSnapshot(time_s=NOW_S, cluster=cl, running=runs, node_states=states,
+                               pending=tuple(PendingJob(j) for j in (first, second, claimant)))
+        starts = placed(schedule_cycle(snap, POLICY, incremental=incremental).actions)
+        assert {s.node for s in starts["a"].slots} == {s.node for s in starts["b"].slots} == {"n0001"}
+        assert {s.node for s in starts["mine"].slots} == {"n0000"}

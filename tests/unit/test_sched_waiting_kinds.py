@@ -207,3 +207,21 @@ def test_jobs_alike_to_one_waiting_for_a_wake_are_not_asked_again_while_attempts
     # The first jobs get the sleeping nodes' room (the wake plan); the rest wait for capacity.
     assert WaitReason.WAKE in {w.reason for w in result.waits.values()} and len(result.waits) == 200
     assert len(asked) <= 8, len(asked)  # one per kind (four), not one per job
+
+
+def test_a_shorter_job_alike_to_one_waiting_for_a_wake_still_backfills() -> None:
+    """The wake a kind waits for is taken without asking only by jobs ending no earlier than the one asked: a
+    shorter one may still fit before a reservation starts, and backfills."""
+    driver = Driver(make_cluster([(2, node_type(8), "d0"), (1, node_type(4, name="small"), "d0")]))
+    driver.start_running(_busy("r0", "n0000", 4, end_s=7200.0))  # n0000: 4 free GPUs, whole at 7200 s
+    driver.start_running(_busy("r1", "n0001", 8, end_s=36_000.0))
+    driver.snapshot = replace(driver.snapshot, node_states={"n0002": NodeState(PowerState.ASLEEP)})
+    big = job("big", gpus=8, duration_s=3600, submit_time_s=1.0)  # no sleeping node holds it: it reserves n0000
+    long_one = job("long", gpus=1, duration_s=9000, submit_time_s=2.0)  # ends after 7200 s: waits for n0002
+    short_one = job("short", gpus=1, duration_s=3000, submit_time_s=3.0)  # ends before: backfills on n0000
+    driver.submit(big, long_one, short_one)
+    result = driver.cycle(auto_finish=False)
+
+    assert result.waits["big"].reason is WaitReason.RESERVATION
+    assert result.waits["long"].reason is WaitReason.WAKE
+    assert {s.node for s in placed(result.actions)["short"].slots} == {"n0000"}

@@ -39,7 +39,7 @@ echo "updated"
 def test_a_busy_controller_gets_another_try_with_the_same_request(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _stand_in(tmp_path, monkeypatch, [BUSY_LINE, BUSY_LINE])
-    assert slurm.run("scontrol", "update", "nodename=spot1", "nodeaddr=10.0.0.7") == "updated\n"
+    assert slurm.run("scontrol", "update", "nodename=spot1", "nodeaddr=10.0.0.7", retry_when_busy=True) == "updated\n"
     assert calls.read_text().splitlines() == ["update nodename=spot1 nodeaddr=10.0.0.7"] * 3
 
 
@@ -47,8 +47,17 @@ def test_a_controller_busy_three_times_running_is_a_failure_with_slurms_line(tmp
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _stand_in(tmp_path, monkeypatch, [BUSY_LINE] * 3)
     with pytest.raises(slurm.SlurmError, match="Socket timed out on send/recv operation"):
-        slurm.run("scontrol", "update", "nodename=spot1", "nodeaddr=10.0.0.7")
+        slurm.run("scontrol", "update", "nodename=spot1", "nodeaddr=10.0.0.7", retry_when_busy=True)
     assert len(calls.read_text().splitlines()) == 3
+
+
+def test_without_asking_for_tries_a_busy_controller_fails_at_once(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hooks and the daemon run under time budgets (systemd, Slurm, the watchdog): they fail safe at once."""
+    calls = _stand_in(tmp_path, monkeypatch, [BUSY_LINE])
+    with pytest.raises(slurm.SlurmError, match="Socket timed out"):
+        slurm.run("scontrol", "update", "nodename=node1", "state=power_down")
+    assert len(calls.read_text().splitlines()) == 1
 
 
 @pytest.mark.parametrize("line", [DEAD_LINE, "scontrol: error: Invalid node state specified"])
@@ -56,6 +65,6 @@ def test_an_unreachable_controller_or_a_refusal_fails_at_once(line: str, tmp_pat
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _stand_in(tmp_path, monkeypatch, [line])
     with pytest.raises(slurm.SlurmError) as raised:
-        slurm.run("scontrol", "update", "nodename=node1", "state=power_down")
+        slurm.run("scontrol", "update", "nodename=node1", "state=power_down", retry_when_busy=True)
     assert str(raised.value) == f"scontrol update nodename=node1 state=power_down: {line}"
     assert len(calls.read_text().splitlines()) == 1
