@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
 from fake_kube import FakeKube, node, pod
 from manual_clock import ManualClock
 from test_daemon import T0, make
@@ -83,3 +84,33 @@ def test_kubernetes_500s_are_retried_with_backoff_and_the_tick_succeeds(
         api = daemon.body.sleeper.api  # type: ignore[attr-defined]
         assert api.retries_done >= 3
         assert not [r for r in daemon.audit.records() if r.get("alert")]
+
+
+def test_a_release_that_fails_when_the_cluster_cannot_be_seen_is_an_error_not_a_note(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """GPUs may still be capped while nobody watches: that reaches stderr even under -q (errors only)."""
+    import logging
+
+    from inventories import a100_type, write_inventory
+
+    from greengpu.config.inventory import load_cluster
+
+    cluster = load_cluster(write_inventory(tmp_path / "c.yaml", {"g": a100_type(gpus=4)},
+                                           ['{name: "node[1-2]", type: g}']))
+
+    def run(name: str, *args: str) -> str:
+        raise SlurmError(f"{name} {' '.join(args)}: Unable to contact slurm controller (connect failure)")
+
+    class StuckBody(SlurmBody):
+        def release_gpus(self, reason: str) -> list[str]:
+            raise OSError("NVML: the driver is not loaded")
+
+    clock = ManualClock(T0 + 60)
+    audit = AuditLog(tmp_path / "state" / "audit.jsonl")
+    daemon = Daemon(StuckBody(cluster, run=run), load_policy("default"), DaemonStore(tmp_path / "state"), audit,
+                    Alerts(audit), clock=clock)
+    with caplog.at_level(logging.WARNING, logger="greengpu"):
+        assert not daemon.tick().ok
+    failed = [r for r in caplog.records if "releasing the GPUs failed too" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].levelno == logging.ERROR
+    assert "the driver is not loaded" in failed[0].getMessage()
