@@ -49,26 +49,16 @@ def cloud(ctx: click.Context, cluster_file: str, audit_file: str, others_program
 @contextmanager
 def _cloud_step(name: str) -> Iterator[None]:
     """Refusals and failures go to the log file too (Slurm discards the hooks' stderr); bad input exits 2
-    with one line, runtime failures (Slurm, the state of files) exit 1 with one line."""
+    with one line, runtime failures (Slurm, the state of files) exit 1 with one line: as the Slurm hooks'."""
     import logging
-    import sqlite3
-    import subprocess
 
-    from greengpu.backends.slurm import SlurmError
-    from greengpu.errors import BadInput
+    from greengpu.control.slurm_hooks import HookFailure, logged_outcome
 
-    log = logging.getLogger("greengpu.cloud")
-    logged = any(isinstance(h, logging.FileHandler) for h in logging.getLogger().handlers)
     try:
-        yield
-    except BadInput as error:
-        if logged:  # on stderr the command line's own line says it
-            log.error("greengpu cloud %s refused: %s", name, error)
-        raise
-    except (SlurmError, sqlite3.Error, OSError, subprocess.SubprocessError) as error:
-        if logged:
-            log.error("greengpu cloud %s failed: %s", name, error)
-        raise click.ClickException(f"cloud {name}: {error}") from None
+        with logged_outcome(f"greengpu cloud {name}", logging.getLogger("greengpu.cloud")):
+            yield
+    except HookFailure as error:
+        raise click.ClickException(str(error)) from None
 
 
 @cloud.command("resume")

@@ -59,7 +59,7 @@ class HookFailure(Exception):
 
 
 @contextmanager
-def logged_outcome(what: str) -> Iterator[None]:
+def logged_outcome(what: str, logger: logging.Logger = log) -> Iterator[None]:
     """Every refusal and failure also goes to the log (Slurm discards the hooks' stderr).
 
     Bad input stays `BadInput` (exit 2); Slurm, state-file and OS failures become `HookFailure`
@@ -71,11 +71,11 @@ def logged_outcome(what: str) -> Iterator[None]:
         yield
     except BadInput as error:
         if to_file:
-            log.error("%s refused: %s", what, error)
+            logger.error("%s refused: %s", what, error)
         raise
     except (slurm.SlurmError, sqlite3.Error, OSError, subprocess.SubprocessError) as error:
         if to_file:
-            log.error("%s failed: %s", what, error)
+            logger.error("%s failed: %s", what, error)
         raise HookFailure(f"{what.removeprefix('greengpu ')}: {error}") from None
 
 

@@ -299,6 +299,16 @@ class _Cycle(CycleState):
             self.reservations_left -= 1
             self.try_reserve(item, excluded)
 
+    def _sync_alike_memos(self) -> None:
+        """Drop the memos of jobs alike when what they were found under (quota usage, released GPUs, held and
+        reserved nodes) has changed since."""
+        token = (self.ledger.version, self._released_version, self._layout_version)
+        if token != self._alike_token:
+            self._alike_waits.clear()
+            self._alike_lending_refused.clear()
+            self._alike_wait_from.clear()
+            self._alike_token = token
+
     def _remember_wake(self, job: Job) -> None:
         """Keep a WAKE verdict of `consider` as its kind's, as `wait_alike` keeps its own: `consider` gives WAKE
         before any preemption attempt or reservation, from steps that read only the job's kind and the cycle's
@@ -306,12 +316,7 @@ class _Cycle(CycleState):
         with held nodes or victims of its own decides differently and is not kept."""
         if job.job_id in self.held_for or job.job_id in self.stopping_for:
             return
-        token = (self.ledger.version, self._released_version, self._layout_version)
-        if token != self._alike_token:
-            self._alike_waits.clear()
-            self._alike_lending_refused.clear()
-            self._alike_wait_from.clear()
-            self._alike_token = token
+        self._sync_alike_memos()
         key = alike_key(job)
         self._alike_waits[key] = self.waits[job.job_id]
         self._waits_from(key, self.now_s + job.duration_s)
@@ -337,12 +342,7 @@ class _Cycle(CycleState):
         job_id = job.job_id
         if job_id in self.held_for or job_id in self.stopping_for:
             return None
-        token = (self.ledger.version, self._released_version, self._layout_version)
-        if token != self._alike_token:
-            self._alike_waits.clear()
-            self._alike_lending_refused.clear()
-            self._alike_wait_from.clear()
-            self._alike_token = token
+        self._sync_alike_memos()
         if key is None:
             key = alike_key(job)
         wait = self._alike_waits.get(key)

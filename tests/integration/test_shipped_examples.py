@@ -13,11 +13,17 @@ from greengpu.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_report_settings_example_prices_a_lab_replay_at_the_virginia_rate(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def lab_ledger(tmp_path: Path, policy: str) -> Path:
+    """A ledger of the bundled lab week replayed under `policy` (run 1)."""
     ledger = tmp_path / "lab.db"
     assert main(["simulate", "--trace", str(ROOT / "examples/lab-a100.week.trace.csv"), "--cluster",
-                 str(ROOT / "examples/lab-a100.cluster.yaml"), "--policy", "default", "--ledger", str(ledger)]) == 0
+                 str(ROOT / "examples/lab-a100.cluster.yaml"), "--policy", policy, "--ledger", str(ledger)]) == 0
+    return ledger
+
+
+def test_the_report_settings_example_prices_a_lab_replay_at_the_virginia_rate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = lab_ledger(tmp_path, "default")
     capsys.readouterr()
     assert main(["report", "--ledger", str(ledger), "--run", "1", "--month", "2024-01", "--format", "json",
                  "--settings", str(ROOT / "examples/report-virginia.yaml")]) == 0
@@ -38,9 +44,7 @@ def test_the_agent_class_file_example_caps_gpu_0_as_inference(tmp_path: Path) ->
 
 def test_a_month_the_run_has_no_hours_in_is_an_empty_bill_with_a_note(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    ledger = tmp_path / "lab.db"
-    assert main(["simulate", "--trace", str(ROOT / "examples/lab-a100.week.trace.csv"), "--cluster",
-                 str(ROOT / "examples/lab-a100.cluster.yaml"), "--policy", "always-on", "--ledger", str(ledger)]) == 0
+    ledger = lab_ledger(tmp_path, "always-on")
     capsys.readouterr()
     assert main(["report", "--ledger", str(ledger), "--month", "2024-03", "--json"]) == 0
     captured = capsys.readouterr()
@@ -58,9 +62,7 @@ def test_the_empty_month_note_reads_a_damaged_ledger_without_a_traceback(
         damage: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import sqlite3
 
-    ledger = tmp_path / "lab.db"
-    assert main(["simulate", "--trace", str(ROOT / "examples/lab-a100.week.trace.csv"), "--cluster",
-                 str(ROOT / "examples/lab-a100.cluster.yaml"), "--policy", "always-on", "--ledger", str(ledger)]) == 0
+    ledger = lab_ledger(tmp_path, "always-on")
     with sqlite3.connect(ledger) as connection:
         connection.execute("UPDATE node_hours SET hour_start_s = ? WHERE rowid = (SELECT MAX(rowid) FROM node_hours)",
                            (str(damage) if isinstance(damage, int) and damage > 2**63 else damage,))
