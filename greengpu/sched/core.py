@@ -40,6 +40,7 @@ from greengpu.sched.backfill import Reservation, ends_by_node, reserve
 from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.claims import Claimant, Claims, claimants_of
 from greengpu.sched.cycle_state import CycleState
+from greengpu.sched.index_order import IndexOrder
 from greengpu.sched.order import queue_order
 from greengpu.sched.pending_index import AlikeRestWaits, PendingIndex, QueueWaits, RestOfWalk
 from greengpu.sched.placement import chunks_for, needs_healthy_gpus, place, warning_gpus_by_node
@@ -478,6 +479,7 @@ class _Cycle(CycleState):
         self.reservations_left = policy.backfill.reservations if policy.backfill.enabled else 0
         models_for = self.models_for
         index: PendingIndex | None = None
+        in_order: Iterator[PendingJob]
         if self.shortcuts:
             # The queue kept between cycles: its order is taken lazily, as far as the cycle goes.
             index = self.books.pending
@@ -522,7 +524,12 @@ class _Cycle(CycleState):
                 # None of them can start: their waits do not depend on their order, so they are ordered only if read.
                 then = lambda: tuple(queue_order(special(), self.now_s, policy, self.share_of))  # noqa: E731
             else:
-                special_order = queue_order(special(), self.now_s, policy, self.share_of)
+                special_order: Iterator[PendingJob]
+                if index is not None:  # the kept queue's order, as queue_order would give it, taken a run at a time
+                    special_order = index.ordered(self.now_s, policy, self.share_of,
+                                                  among={p.job.job_id for p in special()})
+                else:
+                    special_order = queue_order(special(), self.now_s, policy, self.share_of)
                 _, special_waits = self._walk(special_order, index, considered, full=True)
                 if special_waits is not None and index is not None:
                     then = self._rest_of_walk(special_order, index).jobs
@@ -559,11 +566,14 @@ class _Cycle(CycleState):
 
         Once no preemption attempt or reservation is left, the kinds whose every undecided job must wait are
         found once per change of the cycle's state (`_waiting_kinds`), and their jobs take that wait without
-        being asked again: the walk does Python work only for jobs that might start."""
+        being asked again, taken from the kept queue's order a run at a time (`_skip_known`): the walk does
+        Python work only for jobs that might start, and a step per job only to record its wait."""
         models_for = self.models_for
         waits = self.waits
+        runs = in_order if isinstance(in_order, IndexOrder) else None
         # Found only once no job with held nodes or victims of its own waits undecided (none gains any then).
         waiting_kinds: dict[Hashable, Wait] = {}
+        settled = False  # waiting_kinds is found for the cycle's state as it is now
         checked_token: tuple[int, int, int] | None = None
         for item in in_order:
             considered.append(item)
@@ -596,17 +606,57 @@ class _Cycle(CycleState):
                 continue
             token = (self.ledger.version, self._released_version, self._layout_version)
             if token != checked_token:
-                waiting_kinds = {}  # a start, release or hold: every kind is asked again
+                waiting_kinds, settled = {}, False  # a start, release or hold: every kind is asked again
             if job.job_id not in waits:
                 continue
             if not full and self._nothing_left_to_try():
                 return True, None
             if token != checked_token:
                 checked_token = token
-                waiting_kinds, every_kind = self._waiting_kinds(index)
-                if every_kind:
-                    return False, waiting_kinds
+                found = self._waiting_kinds(index)
+                if found is not None:
+                    waiting_kinds, every_kind = found
+                    if every_kind:
+                        return False, waiting_kinds
+                    settled = True
+            if settled and runs is not None:
+                self._skip_known(runs, index, waiting_kinds, considered)
         return False, None
+
+    def _skip_known(self, order: IndexOrder, index: PendingIndex, kind_waits: dict[Hashable, Wait],
+                    considered: list[PendingJob]) -> None:
+        """Take from `order`, up to the first job that might start, every job the walk would give a wait without
+        asking: its kind's (`kind_waits`, from `_waiting_kinds`) or the one `_known_wait` gives. Nothing changes
+        while jobs only wait (not the state, nor the shares the order reads, nor whether anything is left to
+        try), so they are taken a run of the order at a time: no Python step per job but its wait."""
+        token = (self.ledger.version, self._released_version, self._layout_version)
+        known: dict[Hashable, tuple[float, Wait]] = {}
+        if token == self._alike_token:
+            alike_waits = self._alike_waits
+            known = {key: (bound, alike_waits[key]) for key, bound in self._alike_wait_from.items()}
+        kind_of, waits, now_s = index.kind_of, self.waits, self.now_s
+        own = self.held_for.keys() | self.stopping_for.keys()  # decided on their own, never as their kind
+        while (run := order.run()) is not None:
+            entries, first, end = run
+            stop = first
+            while stop < end:
+                _, job_id, item = entries[stop]
+                if own and job_id in own:
+                    break
+                key = kind_of[job_id]
+                wait = kind_waits.get(key)
+                if wait is None:
+                    bound = known.get(key)
+                    if bound is None or now_s + item.job.duration_s < bound[0]:
+                        break  # it might start: the walk asks it
+                    wait = bound[1]
+                waits[job_id] = wait
+                stop += 1
+            if stop > first:
+                considered.extend([entry[2] for entry in entries[first:stop]])
+                order.skip(stop - first)
+            if stop < end:
+                return
 
     def _rest_of_walk(self, in_order: Iterator[PendingJob], index: PendingIndex) -> RestOfWalk:
         """The jobs `in_order` has not yet given, in its order, taken only if asked for (after the cycle, maybe)."""
@@ -614,10 +664,10 @@ class _Cycle(CycleState):
             self.share_of(tenant)  # remembered now: the ledger the shares read moves on after the cycle
         return RestOfWalk(in_order)
 
-    def _waiting_kinds(self, index: PendingIndex) -> tuple[dict[Hashable, Wait], bool]:
+    def _waiting_kinds(self, index: PendingIndex) -> tuple[dict[Hashable, Wait], bool] | None:
         """Once no preemption attempt or reservation is left: the kinds of job whose every undecided job would wait
         as the first of its kind (`wait_alike`), with that wait; and whether that is every job not yet decided.
-        Changes nothing but memos. Nothing while a job with held nodes or victims of its own waits undecided.
+        Changes nothing but memos. None while a job with held nodes or victims of its own waits undecided.
 
         Asks two jobs per kind, not every job: its longest waiting one (a job alike waits alike unless it
         can backfill) and its shortest one short enough to backfill (if it cannot, no job of its kind ending

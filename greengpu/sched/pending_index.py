@@ -18,13 +18,13 @@ Nothing is decided here: the cycle reads the index instead of re-walking the sna
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from greengpu.model import Job, PendingJob
 from greengpu.policy import SchedulerPolicy
+from greengpu.sched.index_order import IndexOrder
 from greengpu.sched.order import age_boost
 from greengpu.sched.waits import Wait
 
@@ -44,6 +44,8 @@ class PendingIndex:
         """The PendingJob objects held, by id() (kept alive, so ids stay unique while held)."""
         self.capacity_wait: dict[int, Wait] = {}
         self.by_job_id: dict[str, PendingJob] = {}
+        self.kind_of: dict[str, Hashable] = {}
+        """Each job's kind (`alike_key`), by job id."""
         self.by_priority: dict[tuple[float, str], list[_SubmitEntry]] = {}
         """(priority, tenant) -> jobs in (submit time, job id) order."""
         self.by_kind: dict[Hashable, list[_DurationEntry]] = {}
@@ -99,6 +101,7 @@ class PendingIndex:
         self.by_obj[obj_id] = item
         self.capacity_wait[obj_id] = capacity_wait(job)
         self.by_job_id[job.job_id] = item
+        self.kind_of[job.job_id] = self._alike_key(job)
         insort(self.by_priority.setdefault((job.priority, job.tenant), []), (job.submit_time_s, job.job_id, item))
         insort(self.by_kind.setdefault(self._alike_key(job), []), (job.duration_s, job.job_id, item))
 
@@ -108,6 +111,7 @@ class PendingIndex:
         del self.capacity_wait[obj_id]
         if self.by_job_id.get(job.job_id) is item:
             del self.by_job_id[job.job_id]
+            del self.kind_of[job.job_id]
         _discard(self.by_priority, (job.priority, job.tenant), (job.submit_time_s, job.job_id))
         _discard(self.by_kind, self._alike_key(job), (job.duration_s, job.job_id))
 
@@ -135,9 +139,11 @@ class PendingIndex:
             if count:
                 yield kind, entries, count
 
-    def ordered(self, now_s: float, policy: SchedulerPolicy, share_of: Callable[[str], float]) -> Iterator[PendingJob]:
-        """The pending jobs in `greengpu.sched.order.queue_order`'s order, taken lazily: work in
-        proportion to the jobs taken (and the priority levels and tenants met), not to the queue."""
+    def ordered(self, now_s: float, policy: SchedulerPolicy, share_of: Callable[[str], float],
+                among: Collection[str] | None = None) -> IndexOrder:
+        """The pending jobs (those of `among` only, when given) in `greengpu.sched.order.queue_order`'s order,
+        taken lazily: work in proportion to the jobs taken (and the priority levels and tenants met), not to
+        the queue; a run of jobs at a time if asked (greengpu.sched.index_order)."""
         boost_per_s = policy.age_boost_per_hour / 3600.0
         boost_max = policy.age_boost_max
 
@@ -146,41 +152,14 @@ class PendingIndex:
 
         # Copies: a cycle that stops early hands the rest of this walk to its waits (AlikeRestWaits), which may be
         # read after the next cycle has synced the index.
-        groups = [(priority, tenant, entries[:]) for (priority, tenant), entries in self.by_priority.items()
-                  if entries]
-        taken = [0] * len(groups)
-        while True:
-            # The next level: the highest effective priority left (each group's oldest job has its highest).
-            level: float | None = None
-            for g, (priority, _, entries) in enumerate(groups):
-                if taken[g] < len(entries):
-                    value = effective(priority, entries[taken[g]][0])
-                    if level is None or value > level:
-                        level = value
-            if level is None:
-                return
-            parts: dict[str, list[list[_SubmitEntry]]] = {}
-            for g, (priority, tenant, entries) in enumerate(groups):
-                start = taken[g]
-                if start >= len(entries) or effective(priority, entries[start][0]) != level:
-                    continue
-                # Effective priority falls along the list (older first): this level is a prefix of what is left.
-                end = bisect_left(entries, True, start, key=_below(effective, priority, level))
-                taken[g] = end
-                parts.setdefault(tenant, []).append(entries[start:end])
-            queues = {tenant: lists[0] if len(lists) == 1 else sorted(e for part in lists for e in part)
-                      for tenant, lists in parts.items()}
-            heads = dict.fromkeys(queues, 0)
-            heap = [(share_of(t), q[0][0], t) for t, q in queues.items()]
-            heapq.heapify(heap)
-            while heap:
-                _, _, tenant = heapq.heappop(heap)
-                queue = queues[tenant]
-                head = heads[tenant]
-                heads[tenant] = head + 1
-                yield queue[head][2]
-                if head + 1 < len(queue):
-                    heapq.heappush(heap, (share_of(tenant), queue[head + 1][0], tenant))
+        if among is None:
+            groups = [(priority, tenant, entries[:]) for (priority, tenant), entries in self.by_priority.items()
+                      if entries]
+        else:
+            kept = ((priority, tenant, [e for e in entries if e[1] in among])
+                    for (priority, tenant), entries in self.by_priority.items())
+            groups = [group for group in kept if group[2]]
+        return IndexOrder(groups, effective, share_of)
 
 
 def _common_run(new: tuple[int, ...], i: int, old: tuple[int, ...], j: int) -> int:
@@ -205,12 +184,6 @@ def _common_run(new: tuple[int, ...], i: int, old: tuple[int, ...], j: int) -> i
         else:
             high = middle
     return low
-
-
-def _below(effective: Callable[[float, float], float], priority: float, level: float
-           ) -> Callable[[_SubmitEntry], bool]:
-    """bisect key: whether an entry of base `priority` is below `level` (False for a prefix, then True)."""
-    return lambda entry: effective(priority, entry[0]) != level
 
 
 def _discard(groups: dict[Any, list[tuple[float, str, PendingJob]]], key: Hashable,

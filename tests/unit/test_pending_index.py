@@ -125,3 +125,65 @@ def test_a_requeued_job_in_place_of_its_old_object_is_replaced() -> None:
     assert index.sync((again, other), capacity_wait)
     assert index.by_job_id["j1"] is again
     assert_same(index, (again, other), 100.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(jobs=st.lists(JOBS, min_size=1, max_size=30), now_s=st.sampled_from([3600.0, 7200.0, 40000.0]),
+       choices=st.lists(st.tuples(st.booleans(), st.integers(1, 30), st.booleans()), min_size=60, max_size=60))
+def test_runs_of_the_kept_order_are_the_jobs_that_come_next_while_none_starts(jobs, now_s, choices) -> None:  # noqa: ANN001
+    """The core takes the jobs it gives its kind's wait a run at a time (`run`, `skip`), and the rest one at a
+    time, some of which start (raising their tenant's share): the jobs come in queue_order's order."""
+    pending = tuple(make_job(n, *values) for n, values in enumerate(jobs))
+    index = fresh(pending)
+    policy = SchedulerPolicy(age_boost_per_hour=1.0, age_boost_max=2.0)
+    weights = {"a": 1.0, "b": 2.0, "c": 0.5}
+    taken: dict[str, int] = {}
+    started: set[str] = set()
+
+    def share_of(tenant: str) -> float:
+        return taken.get(tenant, 0) / weights[tenant]
+
+    order = index.ordered(now_s, policy, share_of)
+    walked: list[str] = []
+    for by_run, count, starts in choices:
+        run = order.run()
+        if run is None:
+            break
+        entries, first, end = run
+        assert first < end <= len(entries)
+        if by_run:
+            count = min(count, end - first)
+            walked.extend(entry[1] for entry in entries[first:first + count])
+            order.skip(count)
+        else:
+            job = next(order).job
+            assert job.job_id == entries[first][1]
+            walked.append(job.job_id)
+            if starts:
+                started.add(job.job_id)
+                taken[job.tenant] = taken.get(job.tenant, 0) + 1
+    walked.extend(item.job.job_id for item in order)  # the rest, one at a time, none starting
+    assert sorted(walked) == sorted(p.job.job_id for p in pending)
+    taken.clear()
+    expected = []
+    for item in queue_order(pending, now_s, policy, share_of):
+        expected.append(item.job.job_id)
+        if item.job.job_id in started:
+            taken[item.job.tenant] = taken.get(item.job.tenant, 0) + 1
+    assert walked == expected
+
+
+def test_the_kept_order_among_some_jobs_is_their_queue_order() -> None:
+    pending = tuple(make_job(n, t, p, s, 60.0, 1) for n, (t, p, s) in
+                    enumerate([("a", 1, 0.0), ("b", 1, 600.0), ("a", 0, 0.0), ("c", 1, 7200.0), ("b", 2, 3600.0)]))
+    index = fresh(pending)
+    policy = SchedulerPolicy(age_boost_per_hour=1.0, age_boost_max=2.0)
+    among = {"j0", "j2", "j3"}
+
+    def share_of(tenant: str) -> float:
+        return 0.0
+
+    lazy = [p.job.job_id for p in index.ordered(7200.0, policy, share_of, among=among)]
+    assert lazy == [p.job.job_id for p in queue_order([p for p in pending if p.job.job_id in among], 7200.0,
+                                                      policy, share_of)]
+    assert sorted(lazy) == sorted(among)

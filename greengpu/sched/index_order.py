@@ -1,0 +1,127 @@
+"""The kept queue's order (greengpu.sched.pending_index), taken one job at a time or a run at a time.
+
+The order is greengpu.sched.order's: priority levels (base priority plus age boost) from the highest,
+and within a level the tenants' jobs merged by (fair share, submit time, tenant), the share read live
+after each job is decided (a start raises its tenant's share). Between starts the shares do not move, so
+the jobs come in runs: the tenant at the head of the merge keeps it for as long as its next job's
+(share, submit time) is below the best of the others. `run` names the next run, found by bisection,
+and `skip` takes some of it at once: a saturated cycle gives thousands of jobs the wait their kind
+already has without a Python step per job in the order itself.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator
+
+from greengpu.model import PendingJob
+
+_Entry = tuple[float, str, PendingJob]
+"""(submit time, job id, the job): the kept queue's entries."""
+
+
+class IndexOrder(Iterator[PendingJob]):
+    """One walk of the kept queue in queue order (see the module docstring).
+
+    `groups`: per (base priority, tenant), its jobs in (submit time, job id) order (copies: the walk may be
+    read after the queue has changed); `effective(priority, submit_s)`: a job's priority with its age boost."""
+
+    __slots__ = ("_groups", "_taken", "_effective", "_share_of", "_queues", "_heads", "_heap", "_returning")
+
+    def __init__(self, groups: list[tuple[float, str, list[_Entry]]],
+                 effective: Callable[[float, float], float], share_of: Callable[[str], float]) -> None:
+        self._groups = groups
+        self._taken = [0] * len(groups)
+        self._effective = effective
+        self._share_of = share_of
+        self._queues: dict[str, list[_Entry]] = {}
+        self._heads: dict[str, int] = {}
+        self._heap: list[tuple[float, float, str]] = []
+        self._returning: str | None = None
+        """The tenant whose job was taken last: it rejoins the merge with its share read when the next job
+        is asked for (after the caller has decided the last one, as a generator resumed would)."""
+
+    def __iter__(self) -> IndexOrder:
+        return self
+
+    def __next__(self) -> PendingJob:
+        if not self._ready():
+            raise StopIteration
+        tenant = heapq.heappop(self._heap)[2]
+        head = self._heads[tenant]
+        self._heads[tenant] = head + 1
+        self._returning = tenant
+        return self._queues[tenant][head][2]
+
+    def run(self) -> tuple[list[_Entry], int, int] | None:
+        """The jobs that come next, as long as none of them starts: (entries, first, end), all of one tenant's
+        queue at this level; None at the end of the queue. Takes nothing (see `skip`)."""
+        if not self._ready():
+            return None
+        heap = self._heap
+        tenant = heap[0][2]
+        queue, head = self._queues[tenant], self._heads[tenant]
+        if len(heap) == 1:
+            return queue, head, len(queue)
+        share = self._share_of(tenant)  # what it rejoins the merge with after each of its jobs
+        other_share, other_submit_s, other = min(heap[1:3])  # the best of the other tenants
+        if share < other_share:
+            return queue, head, len(queue)
+        if share > other_share:
+            return queue, head, head + 1
+        # Equal shares: its jobs come while submitted before the other's head (or at the same time, tenant first).
+        cut = bisect_right if tenant < other else bisect_left
+        return queue, head, max(head + 1, cut(queue, other_submit_s, head + 1, len(queue), key=_submit_s))
+
+    def skip(self, count: int) -> None:
+        """Take the first `count` jobs of `run` (at least one) without returning them."""
+        tenant = heapq.heappop(self._heap)[2]
+        self._heads[tenant] += count
+        self._returning = tenant
+
+    def _ready(self) -> bool:
+        """Bring the merge to the next job: the last tenant rejoins it, or the next level starts. False at the end."""
+        tenant = self._returning
+        if tenant is not None:
+            self._returning = None
+            queue, head = self._queues[tenant], self._heads[tenant]
+            if head < len(queue):
+                heapq.heappush(self._heap, (self._share_of(tenant), queue[head][0], tenant))
+        return bool(self._heap) or self._next_level()
+
+    def _next_level(self) -> bool:
+        groups, taken, effective = self._groups, self._taken, self._effective
+        # The highest effective priority left (each group's oldest job has its highest).
+        level: float | None = None
+        for g, (priority, _, entries) in enumerate(groups):
+            if taken[g] < len(entries):
+                value = effective(priority, entries[taken[g]][0])
+                if level is None or value > level:
+                    level = value
+        if level is None:
+            return False
+        parts: dict[str, list[list[_Entry]]] = {}
+        for g, (priority, tenant, entries) in enumerate(groups):
+            start = taken[g]
+            if start >= len(entries) or effective(priority, entries[start][0]) != level:
+                continue
+            # Effective priority falls along the list (older first): this level is a prefix of what is left.
+            end = bisect_left(entries, True, start, key=_below(effective, priority, level))
+            taken[g] = end
+            parts.setdefault(tenant, []).append(entries[start:end])
+        self._queues = {tenant: lists[0] if len(lists) == 1 else sorted(e for part in lists for e in part)
+                        for tenant, lists in parts.items()}
+        self._heads = dict.fromkeys(self._queues, 0)
+        self._heap = [(self._share_of(t), q[0][0], t) for t, q in self._queues.items()]
+        heapq.heapify(self._heap)
+        return True
+
+
+def _submit_s(entry: _Entry) -> float:
+    return entry[0]
+
+
+def _below(effective: Callable[[float, float], float], priority: float, level: float) -> Callable[[_Entry], bool]:
+    """bisect key: whether an entry of base `priority` is below `level` (False for a prefix, then True)."""
+    return lambda entry: effective(priority, entry[0]) != level
