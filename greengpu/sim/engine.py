@@ -159,7 +159,7 @@ class Simulation:
         if self.failures is not None:  # GPU health the scheduler sees (docs/HEALTH.md)
             node_states = self.failures.node_states(node_states)
         return ClusterSnapshot(time_s=self.clock.now_s, cluster=self.cluster, running=self.work.running_tuple(),
-                               pending=tuple(self.pending.values()), node_states=node_states,
+                               pending=self.work.pending.as_tuple(), node_states=node_states,
                                tenant_usage_gpu_s=self.usage.snapshot(self.clock.now_s))
 
     def _cycle(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from greengpu.accounting.attribution import Attribution
 from greengpu.model import KillJob, PendingJob, PlaceJob, PreemptionRecord, PreemptJob, RunningJob
@@ -22,6 +23,54 @@ from greengpu.sim.pace import Pacer
 from greengpu.sim.results import JobOutcomes
 from greengpu.sim.sleep_body import SleepBody
 from greengpu.sim.usage import TenantUsage
+
+
+class PendingJobs(dict[str, PendingJob]):
+    """The waiting jobs by id, with their snapshot tuple rebuilt only after a change (`as_tuple`): on a saturated
+    replay most cycles see the same queue, and the core's kept queue (greengpu.sched.pending_index) then knows
+    it by identity instead of comparing thousands of jobs. Every way of changing a dict counts as a change."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tuple: tuple[PendingJob, ...] | None = None
+
+    def as_tuple(self) -> tuple[PendingJob, ...]:
+        if self._tuple is None:
+            self._tuple = tuple(self.values())
+        return self._tuple
+
+    def __setitem__(self, job_id: str, pending: PendingJob) -> None:
+        self._tuple = None
+        super().__setitem__(job_id, pending)
+
+    def __delitem__(self, job_id: str) -> None:
+        self._tuple = None
+        super().__delitem__(job_id)
+
+    def pop(self, *args: Any) -> Any:
+        self._tuple = None
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[str, PendingJob]:
+        self._tuple = None
+        return super().popitem()
+
+    def clear(self) -> None:
+        self._tuple = None
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._tuple = None
+        super().update(*args, **kwargs)
+
+    def setdefault(self, *args: Any) -> Any:
+        self._tuple = None
+        return super().setdefault(*args)
+
+    def __ior__(self, other: Any) -> PendingJobs:  # type: ignore[override,misc]
+        self._tuple = None
+        super().__ior__(other)
+        return self
 
 
 class JobRunner:
@@ -38,7 +87,7 @@ class JobRunner:
         self.attribution = attribution
         self.grace_s = grace_s
         self.running: dict[str, RunningJob] = {}
-        self.pending: dict[str, PendingJob] = {}
+        self.pending = PendingJobs()
         self.stopping: set[str] = set()
         self.outcomes = JobOutcomes(first_start={}, run_s={}, completed=set())
         self.segment_start: dict[str, float] = {}
