@@ -43,6 +43,11 @@ class Books:
     """The RunningJob objects in `running` by id() (they are kept alive, so ids stay unique)."""
     wait_memo: dict[tuple[object, ...], Wait] = field(default_factory=dict)
     """Typed waits by everything they record (one object for jobs alike: the slack rule visits each once)."""
+    reserved_wait_memo: dict[tuple[Wait, frozenset[int]], Wait] = field(default_factory=dict)
+    """A reservation's wait (the job's capacity wait naming the reserved nodes) by that wait and those nodes: a
+    saturated queue's head is given the same reservation cycle after cycle."""
+    queue_ahead: list[object] = field(default_factory=list)
+    """The victim finder's view of the last queue it weighed (greengpu.sched.preemption `_ahead`)."""
     signalled: set[int] = field(default_factory=set)
     """id() of the held running jobs asked to stop (preempt_signalled_s set): most cycles have none."""
     pending: PendingIndex | None = None

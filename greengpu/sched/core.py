@@ -60,6 +60,7 @@ from greengpu.sched.wake import WakePlan
 __all__ = ["WAIT_CAPACITY", "WAIT_NO_MODEL", "WAIT_PREEMPTING", "WAIT_QUOTA", "WAIT_WAKE", "CycleResult",
            "schedule", "schedule_cycle"]
 WAKEABLE = (PowerState.ASLEEP, PowerState.WAKING, PowerState.SUSPENDING)
+_RESERVED_WAITS_KEPT = 4096
 _KIND_WAITS = frozenset({WaitReason.QUOTA, WaitReason.NO_MODEL})
 """Waits that hold for every job of a kind whatever its duration (no backfill changes them)."""
 
@@ -250,8 +251,15 @@ class _Cycle(CycleState):
         if reservation is None or reservation.start_s <= self.now_s:
             return  # a job that could start now is held back by policy (e.g. whole-node reserve), not capacity
         blocked = self.wait(pending.job, WaitReason.RESERVATION)
-        names = self.state.names
-        self.waits[pending.job.job_id] = replace(blocked, nodes=frozenset(names[n] for n in reservation.nodes))
+        memo = self.books.reserved_wait_memo
+        key = (blocked, reservation.nodes)
+        wait = memo.get(key)
+        if wait is None:
+            if len(memo) >= _RESERVED_WAITS_KEPT:
+                memo.clear()  # a long-lived daemon meets ever new node sets: keep the memo small
+            names = self.state.names
+            wait = memo[key] = replace(blocked, nodes=frozenset(names[n] for n in reservation.nodes))
+        self.waits[pending.job.job_id] = wait
         self.reservations.append(reservation)
         self._layout_changed()
         self._latest_reserved_start_s = max(self._latest_reserved_start_s, reservation.start_s)
@@ -514,8 +522,9 @@ class _Cycle(CycleState):
             # stopped) and jobs short enough to backfill reserved nodes can still start. Skip the rest.
             decided = self.waits.keys() | {a.job_id for a in self.actions if isinstance(a, PlaceJob)}
             later = lambda: [p for p in pending if p.job.job_id not in decided]  # noqa: E731
+            special_ids: Callable[[], set[str]] = set
             if index is not None:
-                special, verdicts = self._special_indexed(index, decided)
+                special, special_ids, verdicts = self._special_indexed(index, decided)
             else:
                 skipped_waits, special_list = self._skipped(pending, decided)
                 special = lambda: special_list  # noqa: E731
@@ -527,7 +536,7 @@ class _Cycle(CycleState):
                 special_order: Iterator[PendingJob]
                 if index is not None:  # the kept queue's order, as queue_order would give it, taken a run at a time
                     special_order = index.ordered(self.now_s, policy, self.share_of,
-                                                  among={p.job.job_id for p in special()})
+                                                  among=special_ids())
                 else:
                     special_order = queue_order(special(), self.now_s, policy, self.share_of)
                 _, special_waits = self._walk(special_order, index, considered, full=True)
@@ -730,23 +739,27 @@ class _Cycle(CycleState):
         return self.wait(job, WaitReason.CAPACITY)
 
     def _special_indexed(self, index: PendingIndex, decided: set[str]) -> tuple[
-            Callable[[], list[PendingJob]], list[tuple[Hashable, list[tuple[float, str, PendingJob]], Wait]] | None]:
-        """`_skipped`'s special jobs (built only if asked for) from the kept queue, and when none of them can
-        start or backfill now, their waits: per kind of job, its short jobs (a prefix, decided ones
-        included: they keep their own waits) and their wait; else None. One question per kind of job
+            Callable[[], list[PendingJob]], Callable[[], set[str]],
+            list[tuple[Hashable, list[tuple[float, str, PendingJob]], Wait]] | None]:
+        """`_skipped`'s special jobs and their ids (each built only if asked for) from the kept queue, and when
+        none of them can start or backfill now, their waits: per kind of job, its short jobs (a prefix, decided
+        ones included: they keep their own waits) and their wait; else None. One question per kind of job
         (only the shortest of a kind could backfill where the others cannot), not per job."""
         now_s, latest_s = self.now_s, self._latest_reserved_start_s
         held = [index.by_job_id[j] for j in self.held_for if j in index.by_job_id and j not in decided]
         short = list(index.short_enough(now_s, latest_s))  # (kind, its jobs shortest first, how many are short)
 
         def special() -> list[PendingJob]:
-            jobs = {e[1]: e[2] for _, entries, count in short for e in itertools.islice(entries, count)
-                    if e[1] not in decided}
-            jobs.update((p.job.job_id, p) for p in held)
-            return list(jobs.values())
+            return [index.by_job_id[job_id] for job_id in special_ids()]
+
+        def special_ids() -> set[str]:
+            ids = {e[1] for _, entries, count in short for e in itertools.islice(entries, count)}
+            ids -= decided
+            ids.update(p.job.job_id for p in held)
+            return ids
 
         if held or any(self._is_short(index, job_id, decided) for job_id in self.stopping_for):
-            return special, None  # a job with victims or held nodes of its own is decided on its own
+            return special, special_ids, None  # a job with victims or held nodes of its own is decided on its own
         verdicts: list[tuple[Hashable, list[tuple[float, str, PendingJob]], Wait]] = []
         for kind, entries, count in short:
             first = 0
@@ -757,9 +770,9 @@ class _Cycle(CycleState):
             item = entries[first][2]  # the shortest of its kind: if it cannot backfill, none of its kind can
             wait = self.wait_alike(item, self.models_for(item.job))
             if wait is None:
-                return special, None
+                return special, special_ids, None
             verdicts.append((kind, entries[:count], wait))
-        return special, verdicts
+        return special, special_ids, verdicts
 
     def _is_short(self, index: PendingIndex, job_id: str, decided: set[str]) -> bool:
         """Whether `job_id` waits undecided and is short enough to backfill reserved nodes."""

@@ -59,7 +59,8 @@ class CycleState:
         self.stopping_for: dict[str, list[RunningJob]] = {}
         self.finder = VictimFinder(self.state, self.ledger, policy.preemption, self.now_s, snapshot.running,
                                    snapshot.pending, memo_searches=shortcuts,
-                                   lowest_priority_anywhere=books.lowest_priority())
+                                   lowest_priority_anywhere=books.lowest_priority(),
+                                   ahead_memo=books.queue_ahead if shortcuts else None)
         self._shares: dict[str, float] = {}
         self._excluded_shared: set[int] | None = None
         self._latest_reserved_start_s = -1.0

@@ -12,10 +12,12 @@ already has without a Python step per job in the order itself.
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 
 from greengpu.model import PendingJob
+from greengpu.sched.order import age_boost
 
 _Entry = tuple[float, str, PendingJob]
 """(submit time, job id, the job): the kept queue's entries."""
@@ -25,15 +27,17 @@ class IndexOrder(Iterator[PendingJob]):
     """One walk of the kept queue in queue order (see the module docstring).
 
     `groups`: per (base priority, tenant), its jobs in (submit time, job id) order (copies: the walk may be
-    read after the queue has changed); `effective(priority, submit_s)`: a job's priority with its age boost."""
+    read after the queue has changed); the age boost's clock, steps per second and cap as greengpu.sched.order
+    applies them."""
 
-    __slots__ = ("_groups", "_taken", "_effective", "_share_of", "_queues", "_heads", "_heap", "_returning")
+    __slots__ = ("_groups", "_taken", "_now_s", "_boost_per_s", "_boost_max", "_share_of", "_queues", "_heads",
+                 "_heap", "_returning")
 
-    def __init__(self, groups: list[tuple[float, str, list[_Entry]]],
-                 effective: Callable[[float, float], float], share_of: Callable[[str], float]) -> None:
+    def __init__(self, groups: list[tuple[float, str, list[_Entry]]], now_s: float, boost_per_s: float,
+                 boost_max: float, share_of: Callable[[str], float]) -> None:
         self._groups = groups
         self._taken = [0] * len(groups)
-        self._effective = effective
+        self._now_s, self._boost_per_s, self._boost_max = now_s, boost_per_s, boost_max
         self._share_of = share_of
         self._queues: dict[str, list[_Entry]] = {}
         self._heads: dict[str, int] = {}
@@ -90,8 +94,21 @@ class IndexOrder(Iterator[PendingJob]):
                 heapq.heappush(self._heap, (self._share_of(tenant), queue[head][0], tenant))
         return bool(self._heap) or self._next_level()
 
+    def _below(self, priority: float, level: float) -> Callable[[_Entry], bool]:
+        """bisect key: whether an entry of base `priority` is below `level` (False for a prefix, then True).
+        `effective` inlined (this is asked about ten times per group and level): the two must stay the same."""
+        now_s, boost_per_s, boost_max = self._now_s, self._boost_per_s, self._boost_max
+        floor = math.floor
+        return lambda entry: priority + (0 if (w := (now_s - entry[0]) * boost_per_s) <= 0
+                                         else steps if (steps := floor(w)) < boost_max else boost_max) != level
+
     def _next_level(self) -> bool:
-        groups, taken, effective = self._groups, self._taken, self._effective
+        groups, taken = self._groups, self._taken
+        now_s, boost_per_s, boost_max = self._now_s, self._boost_per_s, self._boost_max
+
+        def effective(priority: float, submit_s: float) -> float:  # queue_order's expression
+            return priority + age_boost((now_s - submit_s) * boost_per_s, boost_max)
+
         # The highest effective priority left (each group's oldest job has its highest).
         level: float | None = None
         for g, (priority, _, entries) in enumerate(groups):
@@ -107,7 +124,7 @@ class IndexOrder(Iterator[PendingJob]):
             if start >= len(entries) or effective(priority, entries[start][0]) != level:
                 continue
             # Effective priority falls along the list (older first): this level is a prefix of what is left.
-            end = bisect_left(entries, True, start, key=_below(effective, priority, level))
+            end = bisect_left(entries, True, start, key=self._below(priority, level))
             taken[g] = end
             parts.setdefault(tenant, []).append(entries[start:end])
         self._queues = {tenant: lists[0] if len(lists) == 1 else sorted(e for part in lists for e in part)
@@ -120,8 +137,3 @@ class IndexOrder(Iterator[PendingJob]):
 
 def _submit_s(entry: _Entry) -> float:
     return entry[0]
-
-
-def _below(effective: Callable[[float, float], float], priority: float, level: float) -> Callable[[_Entry], bool]:
-    """bisect key: whether an entry of base `priority` is below `level` (False for a prefix, then True)."""
-    return lambda entry: effective(priority, entry[0]) != level

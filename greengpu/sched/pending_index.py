@@ -25,7 +25,6 @@ from typing import Any
 from greengpu.model import Job, PendingJob
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.index_order import IndexOrder
-from greengpu.sched.order import age_boost
 from greengpu.sched.waits import Wait
 
 _SubmitEntry = tuple[float, str, PendingJob]
@@ -144,12 +143,6 @@ class PendingIndex:
         """The pending jobs (those of `among` only, when given) in `greengpu.sched.order.queue_order`'s order,
         taken lazily: work in proportion to the jobs taken (and the priority levels and tenants met), not to
         the queue; a run of jobs at a time if asked (greengpu.sched.index_order)."""
-        boost_per_s = policy.age_boost_per_hour / 3600.0
-        boost_max = policy.age_boost_max
-
-        def effective(priority: float, submit_s: float) -> float:  # queue_order's expression
-            return priority + age_boost((now_s - submit_s) * boost_per_s, boost_max)
-
         # Copies: a cycle that stops early hands the rest of this walk to its waits (AlikeRestWaits), which may be
         # read after the next cycle has synced the index.
         if among is None:
@@ -159,7 +152,7 @@ class PendingIndex:
             kept = ((priority, tenant, [e for e in entries if e[1] in among])
                     for (priority, tenant), entries in self.by_priority.items())
             groups = [group for group in kept if group[2]]
-        return IndexOrder(groups, effective, share_of)
+        return IndexOrder(groups, now_s, policy.age_boost_per_hour / 3600.0, policy.age_boost_max, share_of)
 
 
 def _common_run(new: tuple[int, ...], i: int, old: tuple[int, ...], j: int) -> int:

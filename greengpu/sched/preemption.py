@@ -143,8 +143,11 @@ class VictimFinder:
 
     def __init__(self, state: PlacementState, ledger: QuotaLedger, policy: PreemptionPolicy, now_s: float,
                  running: Sequence[RunningJob], pending: Sequence[PendingJob] = (), memo_searches: bool = True,
-                 lowest_priority_anywhere: float | None = None) -> None:
+                 lowest_priority_anywhere: float | None = None, ahead_memo: list[object] | None = None) -> None:
         self.state = state
+        self._ahead_memo = ahead_memo
+        """[pending, submit times, cumulative units] of the last queue weighed, kept by the caller between cycles
+        (`_ahead`): the queue of a saturated cluster is mostly the same from one cycle to the next."""
         self.ledger = ledger
         self.policy = policy
         self.now_s = now_s
@@ -463,12 +466,7 @@ class VictimFinder:
         younger job goes first (higher priority, lower fair share) the estimate errs late, towards
         reclaiming as before. Built once per cycle, on the first reclaim weighed."""
         if self._queue is None:
-            ahead = sorted((p.job.submit_time_s, p.job.units) for p in self.pending)
-            submitted, cumulative, total = [], [], 0
-            for submit_s, units in ahead:
-                total += units
-                submitted.append(submit_s)
-                cumulative.append(total)
+            submitted, cumulative = self._ahead()
             freeing = sorted((r.expected_end_s, r.job.units) for r in self.running
                              if r.expected_end_s > self.now_s and r.preempt_signalled_s is None)
             free_units = sum(sum(self.state.gpu_free[n]) for n in range(len(self.state.names))
@@ -484,6 +482,21 @@ class VictimFinder:
             if demand <= 0:
                 return end_s
         return math.inf
+
+    def _ahead(self) -> tuple[list[float], list[int]]:
+        """The waiting jobs' submit times in order, and the milli-GPUs asked by those submitted up to each."""
+        memo = self._ahead_memo
+        if memo and memo[0] is self.pending:
+            return memo[1], memo[2]  # type: ignore[return-value]
+        ahead = sorted((p.job.submit_time_s, p.job.units) for p in self.pending)
+        submitted, cumulative, total = [], [], 0
+        for submit_s, units in ahead:
+            total += units
+            submitted.append(submit_s)
+            cumulative.append(total)
+        if memo is not None:
+            memo[:] = [self.pending, submitted, cumulative]
+        return submitted, cumulative
 
     def expected_start_s(self, job: Job, excluded: Collection[int], models: Sequence[str]) -> float:
         """When `job` could start if nobody were preempted: the earliest time the GPUs it needs come free on
