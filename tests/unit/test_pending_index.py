@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from greengpu.model import Job, PendingJob
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.core import alike_key
-from greengpu.sched.order import queue_order
+from greengpu.sched.order import age_boost, queue_order
 from greengpu.sched.pending_index import PendingIndex
 from greengpu.sched.waits import Wait, WaitReason
 
@@ -145,9 +145,11 @@ def test_runs_of_the_kept_order_are_the_jobs_that_come_next_while_none_starts(jo
 
     order = index.ordered(now_s, policy, share_of)
     walked: list[str] = []
+    whole_runs: list[int] = []  # where in `walked` a whole run ended
     for by_run, count, starts in choices:
         run = order.run()
         if run is None:
+            assert len(walked) == len(pending)  # nothing left
             break
         entries, first, end = run
         assert first < end <= len(entries)
@@ -155,6 +157,8 @@ def test_runs_of_the_kept_order_are_the_jobs_that_come_next_while_none_starts(jo
             count = min(count, end - first)
             walked.extend(entry[1] for entry in entries[first:first + count])
             order.skip(count)
+            if count == end - first:
+                whole_runs.append(len(walked))
         else:
             job = next(order).job
             assert job.job_id == entries[first][1]
@@ -171,6 +175,16 @@ def test_runs_of_the_kept_order_are_the_jobs_that_come_next_while_none_starts(jo
         if item.job.job_id in started:
             taken[item.job.tenant] = taken.get(item.job.tenant, 0) + 1
     assert walked == expected
+    # A run is as long as it can be: the job after a whole run is another tenant's, or of another priority level.
+    by_id = {p.job.job_id: p for p in pending}
+
+    def level(job_id: str) -> tuple[str, float]:
+        job = by_id[job_id].job
+        return job.tenant, job.priority + age_boost((now_s - job.submit_time_s) / 3600.0, 2.0)
+
+    for end in whole_runs:
+        if end < len(walked):
+            assert level(walked[end]) != level(walked[end - 1])
 
 
 def test_the_kept_order_among_some_jobs_is_their_queue_order() -> None:
