@@ -225,3 +225,47 @@ def test_a_shorter_job_alike_to_one_waiting_for_a_wake_still_backfills() -> None
     assert result.waits["big"].reason is WaitReason.RESERVATION
     assert result.waits["long"].reason is WaitReason.WAKE
     assert {s.node for s in placed(result.actions)["short"].slots} == {"n0000"}
+
+
+@pytest.fixture
+def one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The jobs the walk took from the kept queue's order one at a time (the rest it took a run at a time)."""
+    from greengpu.sched.index_order import IndexOrder
+
+    taken: list[str] = []
+    step = IndexOrder.__next__
+
+    def counting(self):  # noqa: ANN001, ANN202
+        item = step(self)
+        taken.append(item.job.job_id)
+        return item
+
+    monkeypatch.setattr(IndexOrder, "__next__", counting)
+    return taken
+
+
+def test_jobs_that_only_wait_are_taken_a_run_at_a_time_up_to_the_one_that_backfills(one_by_one: list[str]) -> None:
+    """n0000 has 4 GPUs free until its job ends at 10,000 s, and the 8-GPU head of the queue reserves it from
+    then. Tenant b's 4-GPU jobs could backfill it if they end by then: only `b-short` does. Tenant c's 6-GPU
+    jobs wait whatever their length. After the head and the first b job are asked, every job up to
+    `b-short` takes its wait without being asked (c's as its kind, b's others as the first b job's, which
+    ended no later): the walk takes them in runs, not one by one, and `b-short` still backfills."""
+    policy = SchedulerPolicy(preemption=PreemptionPolicy(enabled=False), backfill=BackfillPolicy(reservations=1))
+    driver = Driver(make_cluster([(2, node_type(8), "d0")]), policy)
+    driver.start_running(_busy("r0", "n0000", 4, end_s=10_000.0))
+    driver.start_running(_busy("r1", "n0001", 6))
+    queue = [job("head", gpus=8, tenant="a", priority=1)]
+    queue.append(job("b-first", gpus=4, tenant="b", duration_s=20_000, submit_time_s=1.0))
+    queue.append(job("b-twin", gpus=4, tenant="b", duration_s=20_000, submit_time_s=1.5))  # ends with b-first
+    for i in range(2, 200):  # b's and c's jobs, all too long or too big to backfill, in runs of ten
+        tenant = "b" if i // 10 % 2 else "c"
+        queue.append(job(f"{tenant}{i:03d}", gpus=4 if tenant == "b" else 6, tenant=tenant,
+                         duration_s=30_000 + i, submit_time_s=float(i)))
+    queue.append(job("b-short", gpus=4, tenant="b", duration_s=600, submit_time_s=300.0))
+    driver.submit(*queue)
+    result = driver.cycle(auto_finish=False)  # the Driver checks the same decisions without shortcuts
+
+    assert set(placed(result.actions)) == {"b-short"}
+    assert placed(result.actions)["b-short"].backfilled
+    assert len(result.waits) == 201
+    assert one_by_one == ["head", "b-first", "b-short"]
