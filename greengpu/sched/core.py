@@ -308,10 +308,13 @@ class _Cycle(CycleState):
             self.reservations_left -= 1
             self.try_reserve(item, excluded)
 
+    def _alike_state(self) -> tuple[int, int, int]:
+        """What the memos of jobs alike were found under: quota usage, released GPUs, held and reserved nodes."""
+        return (self.ledger.version, self._released_version, self._layout_version)
+
     def _sync_alike_memos(self) -> None:
-        """Drop the memos of jobs alike when what they were found under (quota usage, released GPUs, held and
-        reserved nodes) has changed since."""
-        token = (self.ledger.version, self._released_version, self._layout_version)
+        """Drop the memos of jobs alike when what they were found under (`_alike_state`) has changed since."""
+        token = self._alike_state()
         if token != self._alike_token:
             self._alike_waits.clear()
             self._alike_lending_refused.clear()
@@ -392,7 +395,7 @@ class _Cycle(CycleState):
         bound = self._alike_wait_from.get(key)
         if bound is None or self.now_s + job.duration_s < bound:
             return None
-        if (self.ledger.version, self._released_version, self._layout_version) != self._alike_token:
+        if self._alike_state() != self._alike_token:
             return None
         if job.job_id in self.held_for or job.job_id in self.stopping_for:
             return None
@@ -613,7 +616,7 @@ class _Cycle(CycleState):
                 if job.job_id in waits and not full and self._nothing_left_to_try():
                     return True, None
                 continue
-            token = (self.ledger.version, self._released_version, self._layout_version)
+            token = self._alike_state()
             if token != checked_token:
                 waiting_kinds, settled = {}, False  # a start, release or hold: every kind is asked again
             if job.job_id not in waits:
@@ -638,9 +641,8 @@ class _Cycle(CycleState):
         asking: its kind's (`kind_waits`, from `_waiting_kinds`) or the one `_known_wait` gives. Nothing changes
         while jobs only wait (not the state, nor the shares the order reads, nor whether anything is left to
         try), so they are taken a run of the order at a time: no Python step per job but its wait."""
-        token = (self.ledger.version, self._released_version, self._layout_version)
         known: dict[Hashable, tuple[float, Wait]] = {}
-        if token == self._alike_token:
+        if self._alike_state() == self._alike_token:
             alike_waits = self._alike_waits
             known = {key: (bound, alike_waits[key]) for key, bound in self._alike_wait_from.items()}
         kind_of, waits, now_s = index.kind_of, self.waits, self.now_s

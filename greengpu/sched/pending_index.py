@@ -100,9 +100,9 @@ class PendingIndex:
         self.by_obj[obj_id] = item
         self.capacity_wait[obj_id] = capacity_wait(job)
         self.by_job_id[job.job_id] = item
-        self.kind_of[job.job_id] = self._alike_key(job)
+        kind = self.kind_of[job.job_id] = self._alike_key(job)
         insort(self.by_priority.setdefault((job.priority, job.tenant), []), (job.submit_time_s, job.job_id, item))
-        insort(self.by_kind.setdefault(self._alike_key(job), []), (job.duration_s, job.job_id, item))
+        insort(self.by_kind.setdefault(kind, []), (job.duration_s, job.job_id, item))
 
     def _remove(self, obj_id: int) -> None:
         item = self.by_obj.pop(obj_id)
