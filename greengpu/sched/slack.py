@@ -23,7 +23,7 @@ apply the same rule to what they observe.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from greengpu.model import Cluster, RunningJob
@@ -31,6 +31,7 @@ from greengpu.sched.waits import Wait, WaitReason, distinct_of
 
 _SHAPED = (WaitReason.CAPACITY, WaitReason.GANG, WaitReason.WAKE)
 """Waits freed by any node of the right shape (models, GPUs per node)."""
+_GUARDS_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,10 @@ class _Shapes:
             self.model_of[node.name] = node_type.gpu_model
             self.size_of[node.name] = node_type.gpus
         self.memo: dict[tuple[tuple[str, ...], int], frozenset[str]] = {}
+        self.guards: dict[frozenset[int], tuple[Collection[Wait], QueueGuard]] = {}
+        """Guards found, by the ids of the distinct waits they were found from (kept alive with them, so the
+        ids stay theirs): the core shares Wait objects between cycles, and a saturated queue's waits
+        are mostly the same from one cycle to the next."""
 
     def nodes(self, models: tuple[str, ...], node_gpus: int) -> frozenset[str]:
         key = (models, node_gpus)
@@ -115,12 +120,25 @@ def queue_guard(waits: Mapping[str, Wait], cluster: Cluster) -> QueueGuard:
     if not waits:
         return NO_WAIT
     shapes = _shapes_of(cluster)
+    distinct = distinct_of(waits)
+    key = frozenset(map(id, distinct))
+    known = shapes.guards.get(key)
+    if known is not None:
+        return known[1]
+    guard = _guard_of(distinct, shapes)
+    if len(shapes.guards) >= _GUARDS_KEPT:
+        shapes.guards.clear()  # a long-lived daemon meets ever new waits: keep the memo small
+    shapes.guards[key] = (tuple(distinct), guard)
+    return guard
+
+
+def _guard_of(distinct: Collection[Wait], shapes: _Shapes) -> QueueGuard:
     blocked_nodes: set[str] = set()
     usable_nodes: set[str] = set()
     quota: set[tuple[str, str]] = set()
     # The core shares one Wait between jobs alike in everything it records: visit each once (a full
     # cycle's waits know theirs; otherwise the dedup runs in C).
-    for wait in distinct_of(waits):
+    for wait in distinct:
         reason = wait.reason
         if reason is WaitReason.QUOTA:
             quota.update((wait.tenant, model) for model in wait.models)

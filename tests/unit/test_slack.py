@@ -3,14 +3,18 @@ nodes stay awake (greengpu.sched.slack), on saturated toy clusters."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from schedkit import job, make_cluster, node_type
 
 from greengpu.energy.sleep import NodeView, plan_suspends
 from greengpu.model import Cluster, ClusterSnapshot, GpuSlot, PendingJob, PowerState, RunningJob, Tenant
 from greengpu.policy import BackfillPolicy, SchedulerPolicy, SleepPolicy
 from greengpu.sched.core import WAIT_CAPACITY, WAIT_QUOTA, CycleResult, schedule_cycle
-from greengpu.sched.slack import queue_guard
-from greengpu.sched.waits import WaitReason
+from greengpu.sched.slack import _GUARDS_KEPT, NO_WAIT, QueueGuard, queue_guard
+from greengpu.sched.waits import Wait, WaitReason
 
 X8 = node_type(8)
 X4 = node_type(4, name="a100x4")
@@ -134,3 +138,70 @@ def test_the_typed_reasons_that_block_the_levers_are_those_whose_text_says_capac
             wait = Wait(reason, "t", detail=detail)
             assert (wait.text in LEVER_BLOCKED_REASONS) == (reason in LEVER_BLOCKED_WAITS), (reason, detail)
     assert WaitReason.GANG in LEVER_BLOCKED_WAITS and WaitReason.QUOTA not in LEVER_BLOCKED_WAITS
+
+
+def _guard_by_the_rule(waits: list[Wait], cluster: Cluster) -> QueueGuard:
+    """The module docstring's rule, written out job by job (no memo, no dedup)."""
+    size = {n.name: cluster.node_types[n.type_name].gpus for n in cluster.nodes}
+    model = {n.name: cluster.node_types[n.type_name].gpu_model for n in cluster.nodes}
+
+    def shaped(wait: Wait) -> set[str]:
+        return {name for name in size if model[name] in wait.models and size[name] >= wait.node_gpus}
+
+    blocked: set[str] = set()
+    awake: set[str] = set()
+    quota: set[tuple[str, str]] = set()
+    for wait in waits:
+        if wait.reason is WaitReason.QUOTA:
+            quota |= {(wait.tenant, m) for m in wait.models}
+        elif wait.reason in (WaitReason.CAPACITY, WaitReason.GANG, WaitReason.WAKE):
+            blocked |= shaped(wait)
+            awake |= shaped(wait)
+        elif wait.reason is WaitReason.RESERVATION:
+            blocked |= wait.nodes
+            awake |= shaped(wait)
+    if not waits:
+        return NO_WAIT
+    return QueueGuard(frozenset(blocked), frozenset(quota), frozenset(awake), len(blocked) == len(size))
+
+
+_GUARD_CLUSTER = make_cluster([(2, X8, "r"), (2, X4, "r"), (1, H8, "r")])
+_WAIT_POOL = [
+    Wait(WaitReason.CAPACITY, "a", ("A100",), 1),
+    Wait(WaitReason.GANG, "b", ("A100",), 8),
+    Wait(WaitReason.WAKE, "a", ("H100",), 4),
+    Wait(WaitReason.QUOTA, "c", ("A100", "H100"), 1, detail="tenant at its quota plus borrowing limit"),
+    Wait(WaitReason.RESERVATION, "a", ("A100",), 4, nodes=frozenset({"n0002"})),
+    Wait(WaitReason.RESERVATION, "a", ("A100",), 4, nodes=frozenset({"n0000", "n0001"})),
+    Wait(WaitReason.PREEMPTING, "b", ("A100",), 8, nodes=frozenset({"n0001"})),
+    Wait(WaitReason.NO_MODEL, "d"),
+    Wait(WaitReason.CAPACITY, "a", ("A100", "H100"), 1),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, len(_WAIT_POOL) - 1), st.booleans()), max_size=6),
+                min_size=1, max_size=12))
+def test_a_guard_remembered_between_cycles_is_always_the_one_its_waits_give(
+        cycles: list[list[tuple[int, bool]]]) -> None:
+    """`queue_guard` keeps guards by the Wait objects they came from (the core shares them between cycles):
+    cycle after cycle, with the same objects again, some of them, or new objects alike, each guard is the one
+    the rule gives for that cycle's waits."""
+    for cycle in cycles:
+        # A fresh object alike (as a new cycle's memo might make) or the pooled one.
+        waits = [replace(_WAIT_POOL[i]) if fresh else _WAIT_POOL[i] for i, fresh in cycle]
+        by_job = {f"j{position}": wait for position, wait in enumerate(waits)}
+        guard = queue_guard(by_job, _GUARD_CLUSTER)
+        assert guard == _guard_by_the_rule(waits, _GUARD_CLUSTER)
+        # The same objects again (the next cycle of a queue whose kinds wait as before): the guard kept.
+        assert queue_guard(dict(reversed(by_job.items())), _GUARD_CLUSTER) is guard
+
+
+def test_guards_are_right_after_more_distinct_waits_than_are_kept() -> None:
+    reservations = [Wait(WaitReason.RESERVATION, "a", ("A100",), 4, nodes=frozenset({f"n000{i % 4}"}))
+                    for i in range(3 * _GUARDS_KEPT)]
+    for wait in reservations:
+        assert queue_guard({"j": wait}, _GUARD_CLUSTER).blocked_nodes == wait.nodes
+    first = reservations[0]
+    assert queue_guard({"j": first, "k": _WAIT_POOL[0]}, _GUARD_CLUSTER) == \
+        _guard_by_the_rule([first, _WAIT_POOL[0]], _GUARD_CLUSTER)
