@@ -151,6 +151,25 @@ def reserve(state: PlacementState, job: Job, ends: NodeEnds,
     return best
 
 
+def reservation_unchanged_until_s(state: PlacementState, job: Job, ends: NodeEnds, now_s: float,
+                                  interval_s: float) -> float:
+    """Until when `reserve` would give `job` the same nodes with nothing changed but the clock: a node's time is
+    its raw one or the next cycle (now + `interval_s`), whichever is later, so the order of the nodes stands
+    until that floor reaches the next raw time above it (greengpu.sched.steady)."""
+    soonest_s = now_s + interval_s
+    until = math.inf
+    for model in allowed_models(state, job):
+        chunks = chunks_for(job, state.node_size_by_model[model])
+        if chunks is None:
+            continue
+        count = max(chunks)
+        raw_times = _scan(state, ends, model, count) if state is ends.state else _fresh_scan(state, ends, model, count)
+        later = [raw for raw in raw_times.values() if raw > soonest_s]
+        if later:
+            until = min(until, min(later) - interval_s)
+    return until
+
+
 def _free_times(state: PlacementState, ends: NodeEnds, model: str, count: int, excluded: Collection[int],
                 now_s: float, soonest_s: float) -> list[tuple[float, int]]:
     """(when `count` GPUs come free, node) for each usable node of `model`, in no particular order; an

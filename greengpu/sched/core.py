@@ -36,7 +36,7 @@ from greengpu.model import (
     WakeNode,
 )
 from greengpu.policy import SchedulerPolicy
-from greengpu.sched.backfill import Reservation, ends_by_node, reserve
+from greengpu.sched.backfill import Reservation, ends_by_node, reservation_unchanged_until_s, reserve
 from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.claims import Claimant, Claims, claimants_of
 from greengpu.sched.cycle_state import CycleState
@@ -45,6 +45,8 @@ from greengpu.sched.order import queue_order
 from greengpu.sched.pending_index import AlikeRestWaits, PendingIndex, QueueWaits, RestOfWalk
 from greengpu.sched.placement import chunks_for, needs_healthy_gpus, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimChoice
+from greengpu.sched.steady import MARGIN_S as STEADY_MARGIN_S
+from greengpu.sched.steady import order_unchanged_until_s
 from greengpu.sched.waits import (
     WAIT_CAPACITY,
     WAIT_NO_MODEL,
@@ -82,6 +84,10 @@ class CycleResult:
     withdrawn: tuple[str, ...] = ()
     """Running jobs asked to checkpoint and stop for a job that no longer waits: they keep running,
     and the body clears their preemption signal (a checkpoint taken meanwhile costs nothing)."""
+    unchanged_until_s: float = -math.inf
+    """A cycle before this time on the same running jobs, queue and node states, the clock the only change,
+    would decide exactly as this one did: nothing, with the same waits (greengpu.sched.steady). -inf: no
+    such promise (the cycle acted, or read the clock where it moves at any time)."""
 
     @property
     def waiting(self) -> dict[str, str]:
@@ -95,6 +101,8 @@ class _Cycle(CycleState):
     claims: Claims
     """The nodes owed to waiting jobs that may reclaim lent GPUs (greengpu.sched.claims)."""
     _lending_checked = False
+    _wakes_claimed = False
+    """Whether plan_wakes gave a job room on a waking or asleep node (which jobs get it follows the order)."""
 
     def expire_grace(self, pending: tuple[PendingJob, ...]) -> None:
         if self.shortcuts and not self.books.signalled:
@@ -567,7 +575,26 @@ class _Cycle(CycleState):
                     skipped_waits.pop(job_id, None)
                 waits_out = self.waits = skipped_waits
         waits_out = self.plan_wakes(considered, then, later, models_for, waits_out)
-        return CycleResult(tuple(self.actions), waits_out, tuple(self.reservations), tuple(self.withdrawn))
+        return CycleResult(tuple(self.actions), waits_out, tuple(self.reservations), tuple(self.withdrawn),
+                           self._unchanged_until_s(index))
+
+    def _unchanged_until_s(self, index: PendingIndex | None) -> float:
+        """`CycleResult.unchanged_until_s` for this cycle (greengpu.sched.steady)."""
+        if not self.shortcuts or index is None or self.actions or self.withdrawn:
+            return -math.inf
+        if self.books.signalled or self.finder.stopping or self.finder.read_clock or self._wakes_claimed:
+            return -math.inf
+        policy = self.policy
+        if policy.fair_share.usage_weight:
+            return -math.inf  # shares read decayed past usage, which the clock moves
+        until = order_unchanged_until_s(index, self.head, self.now_s, policy, self.share_of)
+        for reservation in self.reservations:
+            item = index.by_job_id.get(reservation.job_id)
+            if item is None or self.books.ends is None:
+                return -math.inf
+            until = min(until, reservation_unchanged_until_s(self.state, item.job, self.books.ends, self.now_s,
+                                                             self.interval_s))
+        return until - STEADY_MARGIN_S
 
     def _walk(self, in_order: Iterator[PendingJob], index: PendingIndex | None, considered: list[PendingJob],
               full: bool = False) -> tuple[bool, dict[Hashable, Wait] | None]:
@@ -593,6 +620,7 @@ class _Cycle(CycleState):
             if not self.shortcuts:
                 self.consider(item, models_for(job))
             elif self.attempts_left or self.reservations_left:
+                self.head.append(item)
                 # A job alike to one that waits for a node to wake waits for it too (`_remember_wake`): in a
                 # queue behind sleeping nodes that is most of the jobs asked while attempts are left.
                 wait = self._known_wait(job, alike_key(job))
@@ -831,6 +859,7 @@ class _Cycle(CycleState):
                 continue
             if room and plan.claim(item.job, models_for(item.job), excluded):
                 changed[job_id] = self.wait(item.job, WaitReason.WAKE)
+                self._wakes_claimed = True
             else:
                 if wait.reason is WaitReason.WAKE:  # no room after all: blocked for capacity
                     changed[job_id] = self.wait(item.job, WaitReason.CAPACITY)

@@ -53,6 +53,9 @@ class CycleState:
         self._wait_memo = books.wait_memo
         self._models_of: dict[frozenset[str] | None, tuple[str, ...]] = {}
         self.reservations: list[Reservation] = []
+        self.head: list[PendingJob] = []
+        """The jobs decided while preemption attempts or reservations were left, in order: the part of the
+        queue whose order the decisions depend on (greengpu.sched.steady)."""
         self.reserved_nodes: dict[int, float] = {}
         self.held_for: dict[str, set[int]] = {}
         self.holder_of: dict[int, str] = {}

@@ -164,6 +164,9 @@ class VictimFinder:
         """Per tenant, the lowest priority among its running jobs (filled with _by_tenant)."""
         self._lowest_any = lowest_priority_anywhere
         """The lowest priority among `running` (given by a caller that keeps it, else found when first asked)."""
+        self.read_clock = False
+        """Whether a search went past the checks that read no clock (victims' ages and lost work, the time a
+        claimant has waited): its answer may differ a moment later (greengpu.sched.steady)."""
         self.memo_searches = memo_searches
         """Whether searches are remembered for claimants alike (see _search_key)."""
         self._searched: dict[Hashable, tuple[tuple[RunningJob, ...], frozenset[int]] | None] = {}
@@ -325,6 +328,7 @@ class VictimFinder:
         reclaiming = self.policy.reclaim and any(self.reclaims_within_nominal(job, m) for m in models)
         if not reclaiming and (not self.policy.priority_preemption or job.priority <= self._lowest_priority_anywhere()):
             return None  # no job yields to it by priority and it reclaims nothing: a saturated queue's usual search
+        self.read_clock = True
         key = self._search_key(pending, excluded)
         if key is not None and key in self._searched:
             found = self._searched[key]
@@ -550,6 +554,7 @@ class VictimFinder:
         by_tenant = self._running_by_tenant()
         if job.tenant not in by_tenant or job.priority <= self._lowest_running_priority(job.tenant):
             return False  # the second: no job of its tenant is below it, whichever may yield
+        self.read_clock = True  # which of them may yield moves with the clock (min_runtime_s, the hour's preemptions)
         return bool(self._yielding(job.tenant, by_tenant)) and job.priority > self._lowest_priority[job.tenant]
 
     def find_for_quota(self, pending: PendingJob, excluded: Collection[int]) -> VictimChoice | None:
@@ -563,6 +568,7 @@ class VictimFinder:
         job = pending.job
         if not self.outranks_own(job) or not allowed_models(self.state, job):
             return None
+        self.read_clock = True
         by_tenant = self._running_by_tenant()
         banned = {r.by_job_id for r in pending.preemptions}
         candidates = sorted((r for r in self._yielding(job.tenant, by_tenant)

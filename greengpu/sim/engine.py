@@ -49,7 +49,7 @@ from greengpu.sim.pace import Pacer
 from greengpu.sim.results import CloudFigures, SimResult, deadline_misses, wait_stats
 from greengpu.sim.sleep_body import SleepBody
 from greengpu.sim.usage import TenantUsage
-from greengpu.tick.tick import schedule
+from greengpu.tick.tick import Scheduled, schedule
 from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
 
 __all__ = ["Simulation", "SimResult", "simulate", "wait_stats"]
@@ -61,7 +61,7 @@ class Simulation:
     def __init__(self, cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
                  check_every_cycle: bool = True, progress: Callable[[int, int], None] | None = None,
                  attribute: bool = False, never_wake: Collection[str] = (),
-                 failures: FailureReplay | None = None, seed: int = 0) -> None:
+                 failures: FailureReplay | None = None, seed: int = 0, check_known_cycles: bool = False) -> None:
         self.cluster = cluster
         self.failures = failures
         """The optional GPU failure model (None: GPUs never fail; every figure as without it)."""
@@ -107,6 +107,13 @@ class Simulation:
         self._dirty = False
         self._sleep_check = False
         self._tick_pending = False
+        self._known: tuple[float, ClusterSnapshot, Scheduled] | None = None
+        """The last cycle's result while it stands (`CycleResult.unchanged_until_s`), with its snapshot."""
+        self.known_cycles = 0
+        """Cycles whose result was known without asking the core: the same jobs and nodes as a cycle that
+        promised to stand until after them."""
+        self.check_known_cycles = check_known_cycles
+        """Ask the core anyway at every known cycle and fail if it decides otherwise (tests)."""
 
     # ------------------------------------------------------------------ views kept for callers
 
@@ -164,7 +171,12 @@ class Simulation:
 
     def _cycle(self) -> None:
         self.cycles += 1
-        scheduled = schedule(self._snapshot(), self.policy)
+        snapshot = self._snapshot()
+        scheduled = self._known_result(snapshot)
+        if scheduled is None:
+            scheduled = schedule(snapshot, self.policy)
+            until_s = scheduled.cycle.unchanged_until_s
+            self._known = (until_s, snapshot, scheduled) if until_s > snapshot.time_s else None
         actions = scheduled.cycle.actions
         guard = self.waiting.guard
         for action in actions:
@@ -199,6 +211,22 @@ class Simulation:
             self.stalled = True  # every later cycle would be this one: the pending jobs never start
         elif self.pending:
             self._ensure_tick()  # retry: age boost, grace expiry, backfill windows
+
+    def _known_result(self, snapshot: ClusterSnapshot) -> Scheduled | None:
+        """The last cycle's result when it stands for `snapshot`: the same running jobs, queue and node states
+        (the same objects: the bodies rebuild them on any change), before the time it promised; else None.
+        A saturated queue's periodic cycles are mostly these (greengpu.sched.steady)."""
+        known = self._known
+        if known is None or self.cloud is not None:
+            return None
+        until_s, was, scheduled = known
+        if not (snapshot.time_s < until_s and snapshot.running is was.running and snapshot.pending is was.pending
+                and snapshot.node_states is was.node_states):
+            return None
+        self.known_cycles += 1
+        if self.check_known_cycles:
+            _check_same(scheduled, schedule(snapshot, self.policy), snapshot.time_s)
+        return scheduled
 
     def _follow_slack(self, guard_was: QueueGuard) -> None:
         """Lift or restore caps when the waiting jobs' guard changed or the cluster's slack came or went
@@ -404,3 +432,21 @@ def simulate(cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: 
              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Replay `jobs` under `policy`; the result keys of docs/SIMULATOR.md."""
     return Simulation(cluster, policy, jobs, until_s=until_s, progress=progress).run().to_json()
+
+
+def _check_same(known: Scheduled, asked: Scheduled, time_s: float) -> None:
+    """Fail unless the core, asked again at `time_s`, decided what the known result says (check_known_cycles)."""
+    cycle = asked.cycle
+    problems = []
+    if cycle.actions or cycle.withdrawn:
+        problems.append(f"actions {cycle.actions[:3]} withdrawn {cycle.withdrawn[:3]}")
+    if dict(cycle.waits) != dict(known.cycle.waits):
+        differ = [j for j in cycle.waits if cycle.waits[j] != known.cycle.waits.get(j)]
+        examples = [(j, known.cycle.waits.get(j), cycle.waits[j]) for j in differ[:2]]
+        problems.append(f"{len(differ)} waits differ, e.g. {examples}")
+    if asked.waiting != known.waiting:
+        problems.append("the waiting work differs")
+    if {(r.job_id, r.nodes) for r in cycle.reservations} != {(r.job_id, r.nodes) for r in known.cycle.reservations}:
+        problems.append(f"reservations {cycle.reservations} != {known.cycle.reservations}")
+    if problems:
+        raise AssertionError(f"a known cycle at {time_s} decided otherwise when asked: {'; '.join(problems)}")
