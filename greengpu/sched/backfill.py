@@ -155,7 +155,8 @@ def reservation_unchanged_until_s(state: PlacementState, job: Job, ends: NodeEnd
                                   interval_s: float) -> float:
     """Until when `reserve` would give `job` the same nodes with nothing changed but the clock: a node's time is
     its raw one or the next cycle (now + `interval_s`), whichever is later, so the order of the nodes stands
-    until that floor reaches the next raw time above it (greengpu.sched.steady)."""
+    until that floor reaches the next raw time above it (greengpu.sched.steady). `ends` are those kept for
+    `state` (`ends_by_node(state, ...)`), as a cycle keeps them."""
     soonest_s = now_s + interval_s
     until = math.inf
     for model in allowed_models(state, job):
@@ -163,8 +164,7 @@ def reservation_unchanged_until_s(state: PlacementState, job: Job, ends: NodeEnd
         if chunks is None:
             continue
         count = max(chunks)
-        raw_times = _scan(state, ends, model, count) if state is ends.state else _fresh_scan(state, ends, model, count)
-        later = [raw for raw in raw_times.values() if raw > soonest_s]
+        later = [raw for raw in _scan(state, ends, model, count).values() if raw > soonest_s]
         if later:
             until = min(until, min(later) - interval_s)
     return until

@@ -567,8 +567,7 @@ class VictimFinder:
         victims are taken by rank until the job passes its quota and fits, then pruned."""
         job = pending.job
         if not self.outranks_own(job) or not allowed_models(self.state, job):
-            return None
-        self.read_clock = True
+            return None  # (outranks_own has marked the clock read when it looked at the jobs that may yield)
         by_tenant = self._running_by_tenant()
         banned = {r.by_job_id for r in pending.preemptions}
         candidates = sorted((r for r in self._yielding(job.tenant, by_tenant)

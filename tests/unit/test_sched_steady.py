@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from schedkit import job, make_cluster, node_type
 
@@ -33,34 +33,39 @@ def _index_of(pending: list[PendingJob]) -> PendingIndex:
     return index
 
 
-queued_jobs = st.lists(st.tuples(st.integers(0, 2), st.sampled_from("abc"), st.integers(0, 30_000)),
+# (base priority, tenant, seconds waited): some jobs just submitted, or stamped a little after now (a body's
+# clock behind the scheduler's), which earn no boost yet.
+queued_jobs = st.lists(st.tuples(st.integers(0, 2), st.sampled_from("abc"), st.integers(-1_800, 30_000)),
                        min_size=1, max_size=25)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(queued_jobs, st.integers(1, 12), st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=3, max_size=3),
-       st.lists(st.floats(0.0, 1.0), min_size=6, max_size=6))
+       st.lists(st.floats(0.0, 1.0), min_size=6, max_size=6), st.integers(1, 3))
+@example([(0, "a", 3_600), (0, "b", 1_800)], 1, [0.0, 0.0, 0.0], [0.5] * 6, 3)  # a job exactly one step old
 def test_the_head_of_the_queue_order_stands_until_the_promise_ends(
-        spec: list[tuple[int, str, int]], head_length: int, shares: list[float], probes: list[float]) -> None:
+        spec: list[tuple[int, str, int]], head_length: int, shares: list[float], probes: list[float],
+        boost_max: int) -> None:
+    policy = SchedulerPolicy(age_boost_per_hour=1, age_boost_max=boost_max)
     pending = [PendingJob(Job(f"j{n}", tenant, 1, 3600.0, NOW - age_s, priority=priority))
                for n, (priority, tenant, age_s) in enumerate(spec)]
     share = dict(zip("abc", shares, strict=True))
     index = _index_of(pending)
-    head = list(itertools.islice(queue_order(pending, NOW, BOOSTS, share.__getitem__), head_length))
-    until = order_unchanged_until_s(index, head, NOW, BOOSTS, share.__getitem__)
-    assert until > NOW or until == -math.inf or any(
-        age_boost((until - p.job.submit_time_s) / 3600, 3) != age_boost((NOW - p.job.submit_time_s) / 3600, 3)
-        for p in pending)
+    head = list(itertools.islice(queue_order(pending, NOW, policy, share.__getitem__), head_length))
+    until = order_unchanged_until_s(index, head, NOW, policy, share.__getitem__)
+
+    def boosts(at: float) -> list[float]:
+        return [age_boost((at - p.job.submit_time_s) / 3600, boost_max) for p in pending]
+
     horizon = min(until, NOW + 5 * 3600.0)
     for fraction in [*probes, 0.999999]:
         at = NOW + fraction * (horizon - NOW)
         if at >= until - 1.0:
             continue
-        again = list(itertools.islice(queue_order(pending, at, BOOSTS, share.__getitem__), head_length))
+        again = list(itertools.islice(queue_order(pending, at, policy, share.__getitem__), head_length))
         assert [p.job.job_id for p in again] == [p.job.job_id for p in head], at
     if until < math.inf:  # never shorter than needed: some job takes a boost step just at the promise's end
-        assert any(age_boost((until - p.job.submit_time_s) / 3600, 3) > age_boost((NOW - p.job.submit_time_s) / 3600, 3)
-                   for p in pending)
+        assert until > NOW and boosts(until) != boosts(NOW)
 
 
 def test_the_promise_ends_when_a_job_behind_the_head_reaches_its_level_and_place() -> None:
@@ -91,6 +96,7 @@ def _holding(job_id: str, node: str, gpus: int, end_s: float) -> RunningJob:
 @settings(max_examples=120, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 8), st.integers(-3_000, 20_000)), max_size=8),
        st.integers(1, 16), st.lists(st.floats(0.0, 1.0), min_size=5, max_size=5))
+@example([(0, 8, 30), (1, 8, 60), (2, 8, 5_000)], 8, [0.5] * 5)  # ends within the next cycle, and just at it
 def test_a_reservation_keeps_its_nodes_until_the_promise_ends(
         spec: list[tuple[int, int, int]], gpus: int, probes: list[float]) -> None:
     cluster = make_cluster([(4, node_type(8), "r")])
@@ -108,6 +114,9 @@ def test_a_reservation_keeps_its_nodes_until_the_promise_ends(
     wanted = job("w", gpus=gpus)
     first = reserve(state, wanted, ends, set(), NOW, 60.0)
     until = reservation_unchanged_until_s(state, wanted, ends, NOW, 60.0)
+    # Never shorter than needed: the promise ends when the next cycle's time reaches a node's own time.
+    raw_ends = {r.expected_end_s for r in running}
+    assert until == math.inf or (until > NOW and until + 60.0 in raw_ends)
     for fraction in probes:
         at = NOW + fraction * (min(until, NOW + 30_000.0) - NOW)
         if at >= until - 1.0:
@@ -116,6 +125,17 @@ def test_a_reservation_keeps_its_nodes_until_the_promise_ends(
         assert (again is None) == (first is None)
         if first is not None and again is not None:
             assert again.nodes == first.nodes and (again.start_s <= at) == (first.start_s <= NOW)
+
+
+def test_a_reservation_promise_reads_every_model_that_could_take_the_job() -> None:
+    # The 4-GPU nodes cannot hold an 8-GPU-per-node job: the H100 nodes that can are the ones that count.
+    cluster = make_cluster([(2, node_type(4, name="a100x4"), "r"), (2, node_type(8, model="H100", name="h100x8"), "r")])
+    running = [_holding("h", "n0002", 8, NOW + 5_000.0), _holding("i", "n0003", 8, NOW + 9_000.0),
+               _holding("s", "n0000", 4, NOW + 100.0)]
+    state = PlacementState(ClusterSnapshot(time_s=NOW, cluster=cluster, running=tuple(running)))
+    wanted = Job("w", "t", 8, 3_600.0, NOW, gpus_per_node=8)
+    assert reserve(state, wanted, ends_by_node(state, running), set(), NOW, 60.0).nodes == {2}
+    assert reservation_unchanged_until_s(state, wanted, ends_by_node(state, running), NOW, 60.0) == NOW + 4_940.0
 
 
 def _saturated(tenants_borrow: bool = True) -> tuple[object, list[Job]]:
@@ -165,7 +185,9 @@ def _one_cycle(policy: SchedulerPolicy, running: list[RunningJob], pending: list
 def test_no_promise_where_the_clock_moves_a_decision_at_any_time() -> None:
     full = [_holding("r", "n0000", 8, NOW + 7_200.0), _holding("s", "n0001", 8, NOW + 9_000.0)]
     waiting = [Job("w", "a", 4, 3_600.0, NOW - 600.0)]
-    assert _one_cycle(SchedulerPolicy(), full, waiting) > NOW  # a full node, a job waiting: it stands
+    # A full cluster, a job waiting: it stands until just before the job's next boost step (600 s waited, the
+    # step at 3,600 s) could reorder the queue, not at it (a step due at a cycle's time may round either way).
+    assert NOW < _one_cycle(SchedulerPolicy(), full, waiting) < NOW + 3_000.0
     # It started something: the next cycle meets other jobs.
     assert _one_cycle(SchedulerPolicy(), [], waiting) == -math.inf
     # A job asked to stop: its grace runs out with the clock.
