@@ -17,10 +17,11 @@ inputs would decide exactly as it did (`CycleResult.unchanged_until_s`):
   (greengpu.sched.backfill.reservation_unchanged_until_s);
 - a backfill that failed fails later too: a job ending later fits before fewer reservations, whose
   starts move with the clock at most as fast as the job's end does;
-- everything else a cycle decides on a full cluster reads no clock, with three exceptions that give no
-  promise at all: a victim search past its cheap checks (victims age past `min_runtime_s` and their
-  lost work grows), a job asked to stop (its grace runs out), and a fair share read from decayed past
-  usage.
+- everything else a cycle decides on a full cluster reads no clock, except what gives no promise at
+  all: a victim search past its cheap checks (victims age past `min_runtime_s` and their lost work
+  grows), a job above one of its own tenant's jobs (the same), a job asked to stop (its grace runs out),
+  a fair share read from decayed past usage, and a wake planned for a job (which jobs get the room
+  follows the order).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 from greengpu.model import PendingJob
 from greengpu.policy import SchedulerPolicy
+from greengpu.sched.order import age_boost
 from greengpu.sched.pending_index import PendingIndex
 
 MARGIN_S = 1.0
@@ -47,8 +49,7 @@ def order_unchanged_until_s(index: PendingIndex, head: Sequence[PendingJob], now
         return math.inf
 
     def steps_at_now(submit_s: float) -> float:
-        waited = (now_s - submit_s) * rate_per_s
-        return 0 if waited <= 0 else min(math.floor(waited), boost_max)
+        return age_boost((now_s - submit_s) * rate_per_s, boost_max)
 
     until = math.inf
     for item in head:  # a job of the head that steps up may pass another job of it
@@ -80,6 +81,6 @@ def order_unchanged_until_s(index: PendingIndex, head: Sequence[PendingJob], now
 def _first_below(entries: list[tuple[float, str, PendingJob]], steps: float,
                  steps_at_now: Callable[[float], float]) -> tuple[float, str, PendingJob] | None:
     """The oldest entry (entries are by submit time) with fewer than `steps` boost steps now: the first of
-    its list to reach `steps`. Found by bisection, then checked with the boost itself (rounding)."""
+    its list to reach `steps`. Found by bisection with the boost itself as the key (no rounding to disagree)."""
     position = bisect.bisect_left(entries, True, key=lambda e: steps_at_now(e[0]) < steps)
     return entries[position] if position < len(entries) else None
