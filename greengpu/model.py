@@ -207,7 +207,7 @@ class Job:
         """The request in milli-GPUs."""
         return gpus_to_units(self.gpus)
 
-    @property
+    @cached_property
     def is_fractional(self) -> bool:
         """True when the job asks for a share of one GPU."""
         return self.gpus < 1.0

@@ -25,7 +25,7 @@ Pure: reads the cycle's free-GPU index, quota ledger and jobs.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 from greengpu.model import GPU_UNITS, Job, RunningJob
@@ -60,11 +60,13 @@ def claimants_of(jobs: Iterable[Job], first_submit_s: dict[str, float] | None = 
 
 class Claims:
     """Which nodes are owed to claimants in this cycle (judged per node when a borrower would use it, again
-    after each start: a claimant that started claims no more)."""
+    after each start, stop or promise: a claimant that started claims no more). Every answer is found anew;
+    greengpu.sched.claims_kept.KeptClaims gives the same answers for the cost of what changed."""
 
     def __init__(self, state: PlacementState, ledger: QuotaLedger, claimants: Callable[[], dict[str, Claimant]],
                  may_reclaim: Callable[[Job, str], bool], running_on_node: Mapping[int, Mapping[str, RunningJob]],
-                 started: list[RunningJob], stopping: set[str]) -> None:
+                 started: list[RunningJob], stopping: set[str],
+                 changes: Callable[[], Hashable] = lambda: None) -> None:
         self.state = state
         self.ledger = ledger
         self._claimants_of = claimants
@@ -82,21 +84,26 @@ class Claims:
         self._started_on_node: dict[int, list[RunningJob]] = {}
         self._owed: dict[tuple[int, str], bool] = {}
         self._owed_sets: dict[tuple[str, tuple[str, ...]], set[int]] = {}
-        self._as_of = 0
-        """How many jobs the cycle had started when the claimants and answers were found."""
+        self._changes = changes
+        """What else the answers read that the cycle changes: jobs asked to stop, GPUs promised to reclaims, GPUs
+        released (greengpu.sched.core `_claims_token`)."""
+        self._as_of: tuple[int, Hashable] = (0, changes())
+        """How many jobs the cycle had started, and `changes()`, when the claimants and answers were found."""
 
     def _refresh(self) -> None:
-        """Forget the claimants and the answers once the cycle has started another job: a claimant may have
-        started (the next of its tenant's jobs claims, if any still fits its quota) and free GPUs changed."""
-        if self._as_of != len(self._started):
-            self._as_of = len(self._started)
+        """Forget the claimants and the answers once the cycle has started another job (a claimant may have
+        started, the next of its tenant's jobs claims, if any still fits its quota, and free GPUs changed), asked
+        one to stop, promised GPUs to a reclaim or released GPUs."""
+        as_of = (len(self._started), self._changes())
+        if self._as_of != as_of:
+            self._as_of = as_of
             self._claimants = None
             self._owed.clear()
             self._owed_sets.clear()
 
     def owed_to_others(self, node: int, tenant: str) -> bool:
         """Whether `node` is owed to a claimant of a tenant other than `tenant` (remembered until the cycle
-        starts another job)."""
+        changes what it reads)."""
         self._refresh()
         key = (node, tenant)
         found = self._owed.get(key)

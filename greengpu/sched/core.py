@@ -21,6 +21,7 @@ import itertools
 import math
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from greengpu.model import (
     Action,
@@ -39,6 +40,7 @@ from greengpu.policy import SchedulerPolicy
 from greengpu.sched.backfill import Reservation, ends_by_node, reservation_unchanged_until_s, reserve
 from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.claims import Claimant, Claims, claimants_of
+from greengpu.sched.claims_kept import KeptClaims
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.index_order import IndexOrder
 from greengpu.sched.order import queue_order
@@ -65,6 +67,8 @@ WAKEABLE = (PowerState.ASLEEP, PowerState.WAKING, PowerState.SUSPENDING)
 _RESERVED_WAITS_KEPT = 4096
 _KIND_WAITS = frozenset({WaitReason.QUOTA, WaitReason.NO_MODEL})
 """Waits that hold for every job of a kind whatever its duration (no backfill changes them)."""
+EVERYWHERE = "every free node is owed"
+"""A kind's memo read only that every free node is owed to another tenant's claimant (`_CycleState._claims_read`)."""
 
 
 def alike_key(job: Job) -> tuple[object, ...]:
@@ -98,7 +102,7 @@ class CycleResult:
 class _Cycle(CycleState):
     """The decisions of one cycle, in the order of the module docstring."""
 
-    claims: Claims
+    claims: Claims | KeptClaims
     """The nodes owed to waiting jobs that may reclaim lent GPUs (greengpu.sched.claims)."""
     _lending_checked = False
     _wakes_claimed = False
@@ -161,15 +165,14 @@ class _Cycle(CycleState):
     def quota_blocked(self, job: Job, models: tuple[str, ...]) -> Wait | None:
         if not self.shortcuts:
             return self._quota_blocked(job, models)
-        ledger_version = self.ledger.version
-        if ledger_version != self._quota_memo_version:
-            self._quota_memo.clear()
-            self._quota_memo_version = ledger_version
+        # The verdict reads only the job's own tenant's usage: kept until that tenant's usage changes.
+        version = self.ledger.tenant_version.get(job.tenant, 0)
         key = alike_key(job)
-        memo = self._quota_memo
-        if key in memo:
-            return memo[key]
-        blocked = memo[key] = self._quota_blocked(job, models)
+        found = self._quota_memo.get(key)
+        if found is not None and found[0] == version:
+            return found[1]
+        blocked = self._quota_blocked(job, models)
+        self._quota_memo[key] = (version, blocked)
         return blocked
 
     def _quota_blocked(self, job: Job, models: tuple[str, ...]) -> Wait | None:
@@ -199,6 +202,8 @@ class _Cycle(CycleState):
         True) when its shape fits on none of them (remembered for the shape: backfill_failed); (None, False) when
         only GPUs owed to claimants would take it (not a failure of its shape: others may use them)."""
         usable = self._backfill_nodes(ends_at_s)
+        if usable and self._lending_refuses(item.job, models):
+            return None, False
         slots = place(self.state, item.job, excluded=excluded - usable, only=usable) if usable else None
         if slots is None:
             self.backfill_failed(item.job, models, ends_at_s)
@@ -279,6 +284,7 @@ class _Cycle(CycleState):
     def consider(self, item: PendingJob, models: tuple[str, ...]) -> None:
         """Decide one pending job: place, backfill, wait for victims, preempt, or reserve and wait."""
         job = item.job
+        self._claims_probe = None  # what of the lending rule it reads (kept with a WAKE verdict: _remember_wake)
         blocked = self.quota_blocked(job, models)
         if blocked is not None:
             # Its own tenant's lower-priority jobs in the way of its quota yield as they would for GPUs.
@@ -292,10 +298,11 @@ class _Cycle(CycleState):
             self.waits[job.job_id] = blocked
             return
         excluded = self._excluded_for(job.job_id)
-        slots = self._lendable(item, excluded, self._place(item, models, excluded))
-        if slots is not None:
-            self.admit(item, slots, backfilled=False)
-            return
+        if not self._lending_refuses(job, models):
+            slots = self._lendable(item, excluded, self._place(item, models, excluded))
+            if slots is not None:
+                self.admit(item, slots, backfilled=False)
+                return
         if self.try_backfill(item, excluded, models):
             return
         if self.waits_for_victims(item, excluded):
@@ -316,9 +323,12 @@ class _Cycle(CycleState):
             self.reservations_left -= 1
             self.try_reserve(item, excluded)
 
-    def _alike_state(self) -> tuple[int, int, int]:
-        """What the memos of jobs alike were found under: quota usage, released GPUs, held and reserved nodes."""
-        return (self.ledger.version, self._released_version, self._layout_version)
+    def _alike_state(self) -> tuple[int, int]:
+        """What every memo of jobs alike was found under: released GPUs, held and reserved nodes. Each kind's memo
+        also carries what else it read (`_alike_marks`): its tenant's quota usage, and the lending rule's answers
+        where it asked them. A start changes only its own tenant's usage and takes free GPUs (a job that did not
+        fit fits no better), so the other kinds keep their memos (`_kind_valid`)."""
+        return (self._released_version, self._layout_version)
 
     def _sync_alike_memos(self) -> None:
         """Drop the memos of jobs alike when what they were found under (`_alike_state`) has changed since."""
@@ -327,7 +337,50 @@ class _Cycle(CycleState):
             self._alike_waits.clear()
             self._alike_lending_refused.clear()
             self._alike_wait_from.clear()
+            self._alike_marks.clear()
+            self._valid_at.clear()
             self._alike_token = token
+
+    def _claims_read(self, everywhere: bool) -> None:
+        """Note that the step being decided read the lending rule's answers: that every free node is owed
+        (`everywhere`: it holds again as long as that does), or anything else (it holds until the next start)."""
+        if not everywhere:
+            self._claims_probe = (len(self.started), self._claims_token())
+        elif self._claims_probe is None:
+            self._claims_probe = EVERYWHERE
+
+    def _mark(self, key: tuple[object, ...], tenant: str) -> None:
+        """Record what the memos of `key` read, merged with what they had read before (still valid: see
+        `_kind_valid`)."""
+        probe = self._claims_probe
+        before = self._alike_marks.get(key)
+        if before is not None and probe is None:
+            return
+        if before is not None and before[1] is not None and (probe is EVERYWHERE or probe is None):
+            probe = before[1]
+        self._alike_marks[key] = (self.ledger.tenant_version.get(tenant, 0), probe)
+
+    def _kind_valid(self, key: tuple[object, ...], job: Job, models: tuple[str, ...]) -> bool:
+        """Whether the memos of `key` (a kind of job like `job`) still hold; when not, they are dropped."""
+        mark = self._alike_marks.get(key)
+        if mark is None:
+            return False
+        version, claims = mark
+        if self.ledger.tenant_version.get(job.tenant, 0) == version:
+            if claims is None or claims == (len(self.started), self._claims_token()):
+                return True
+            if claims is EVERYWHERE:
+                probe = self._claims_probe
+                refused = self._lending_refuses(job, models)
+                self._claims_probe = probe  # a look, not a step of a decision
+                if refused:
+                    return True
+        del self._alike_marks[key]
+        self._valid_at.pop(key, None)
+        self._alike_waits.pop(key, None)
+        self._alike_lending_refused.pop(key, None)
+        self._alike_wait_from.pop(key, None)
+        return False
 
     def _remember_wake(self, job: Job) -> None:
         """Keep a WAKE verdict of `consider` as its kind's, as `wait_alike` keeps its own: `consider` gives WAKE
@@ -338,8 +391,11 @@ class _Cycle(CycleState):
             return
         self._sync_alike_memos()
         key = alike_key(job)
+        if key in self._alike_marks:
+            self._kind_valid(key, job, self.models_for(job))
         self._alike_waits[key] = self.waits[job.job_id]
         self._waits_from(key, self.now_s + job.duration_s)
+        self._mark(key, job.tenant)
 
     def consider_alike(self, item: PendingJob, models: tuple[str, ...], key: tuple[object, ...] | None = None) -> None:
         """`consider` once no preemption attempt or reservation is left (see `wait_alike`)."""
@@ -359,12 +415,25 @@ class _Cycle(CycleState):
         shorter job of its shape failed: a saturated queue's thousands of jobs are not re-decided one by one.
         `key`: the job's `alike_key`, when the caller has it already."""
         job = item.job
-        job_id = job.job_id
-        if job_id in self.held_for or job_id in self.stopping_for:
+        if job.job_id in self.held_for or job.job_id in self.stopping_for:
             return None
         self._sync_alike_memos()
         if key is None:
             key = alike_key(job)
+        if key in self._alike_marks:
+            self._kind_valid(key, job, models)
+        outer, self._claims_probe = self._claims_probe, None
+        try:
+            return self._wait_alike(item, models, key)
+        finally:
+            if key in self._alike_waits or key in self._alike_lending_refused:
+                self._mark(key, job.tenant)
+            if outer is not None and (self._claims_probe is None or outer is not EVERYWHERE):
+                self._claims_probe = outer
+
+    def _wait_alike(self, item: PendingJob, models: tuple[str, ...], key: tuple[object, ...]) -> Wait | None:
+        job = item.job
+        job_id = job.job_id
         wait = self._alike_waits.get(key)
         if wait is not None and wait.reason in _KIND_WAITS:
             return wait
@@ -381,15 +450,19 @@ class _Cycle(CycleState):
             return wait
         # The steps of `consider` that change nothing, in its order.
         wait = self.quota_blocked(job, models)
+        everywhere = False  # refused by the lending rule wherever it went, whatever its length
         if wait is None:
             excluded = self._excluded_for(job_id)
-            if self._lendable(item, excluded, self._place(item, models, excluded)) is not None:
+            everywhere = self._lending_refuses(job, models)
+            if not everywhere and self._lendable(item, excluded, self._place(item, models, excluded)) is not None:
                 return None
             if may_backfill and self._backfills_now(item, key, models, ends_at_s):
                 return None
             wait = self.wait(job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
         self._alike_waits[key] = wait
-        self._waits_from(key, -math.inf if wait.reason in _KIND_WAITS else ends_at_s)
+        # A quota wait, or a refusal on every free node (a backfill would be refused too), holds for every job of
+        # the kind however short, while the kind's memos hold.
+        self._waits_from(key, -math.inf if wait.reason in _KIND_WAITS or everywhere else ends_at_s)
         return wait
 
     def _waits_from(self, key: tuple[object, ...], ends_at_s: float) -> None:
@@ -406,6 +479,8 @@ class _Cycle(CycleState):
         if self._alike_state() != self._alike_token:
             return None
         if job.job_id in self.held_for or job.job_id in self.stopping_for:
+            return None
+        if not self._valid_now(key, job, self._epoch()):
             return None
         return self._alike_waits[key]
 
@@ -436,6 +511,7 @@ class _Cycle(CycleState):
         state, claims = self.state, self.claims
         if self.ledger.within_nominal_after(job, state.model[state.index[slots[0].node]], job.units):
             return slots  # not borrowing: its tenant's own quota
+        self._claims_read(everywhere=False)
         if not any(claims.owed_to_others(state.index[slot.node], job.tenant) for slot in slots):
             return slots
         models = self.models_for(job)
@@ -447,6 +523,20 @@ class _Cycle(CycleState):
             return place(state, job, excluded=excluded | owed, only=only - owed)
         return place(state, job, excluded=excluded | owed, whole_node_reserve=self.policy.whole_node_reserve,
                      warning=warning_gpus_by_node(state, self.snapshot.node_states))
+
+    def _lending_refuses(self, job: Job, models: tuple[str, ...]) -> bool:
+        """True when `_lendable` would refuse any placement of the job: its tenant borrows on every model it may
+        use, and every free node of those models is owed to another tenant's claimant (KeptClaims.owed_everywhere).
+        A saturated queue's borrowers are then not placed first only to be refused."""
+        if not self._lending_checked or job.job_id in self.held_for or not isinstance(self.claims, KeptClaims):
+            return False
+        within = self.ledger.within_nominal_after
+        if any(within(job, model, job.units) for model in models):
+            return False
+        if self.claims.owed_everywhere(job.tenant, models):
+            self._claims_read(everywhere=True)
+            return True
+        return False
 
     def fits_after_wake(self, job: Job, models: tuple[str, ...]) -> bool:
         """Whether nodes that are asleep or on their way (all idle, by construction) could hold the job."""
@@ -513,9 +603,14 @@ class _Cycle(CycleState):
             in_order = queue_order(pending, self.now_s, policy, self.share_of)
         preemption = policy.preemption
         self._lending_checked = preemption.enabled and preemption.reclaim
-        self.claims = Claims(self.state, self.ledger, self._claimants_reader(index),
-                             self.finder.reclaims_within_nominal, self.books.on_node, self.started,
-                             self.finder.stopping)
+        if index is None:
+            self.claims = Claims(self.state, self.ledger, self._claimants_reader(index),
+                                 self.finder.reclaims_within_nominal, self.books.on_node, self.started,
+                                 self.finder.stopping, self._claims_token)
+        else:  # the same answers, kept between starts (cross-checked by the path above)
+            self.claims = KeptClaims(self.state, self.ledger, index, self.finder.reclaims_within_nominal,
+                                     self.books.on_node, self.started, self.finder.stopping, self._claims_token,
+                                     self.books.running, self.finder.promised_now)
         considered: list[PendingJob] = []
         full, kind_waits = self._walk(in_order, index, considered)
         then: Callable[[], Sequence[PendingJob]] = tuple  # waiting jobs after `considered`, in queue order
@@ -575,6 +670,9 @@ class _Cycle(CycleState):
                     skipped_waits.pop(job_id, None)
                 waits_out = self.waits = skipped_waits
         waits_out = self.plan_wakes(considered, then, later, models_for, waits_out)
+        # The claims read this cycle's changes token (a reference back to it): dropped now, so that reference
+        # counting frees both (a replay runs with the cyclic collector off, and would keep every cycle).
+        del self.claims
         return CycleResult(tuple(self.actions), waits_out, tuple(self.reservations), tuple(self.withdrawn),
                            self._unchanged_until_s(index))
 
@@ -610,10 +708,20 @@ class _Cycle(CycleState):
         models_for = self.models_for
         waits = self.waits
         runs = in_order if isinstance(in_order, IndexOrder) else None
-        # Found only once no job with held nodes or victims of its own waits undecided (none gains any then).
-        waiting_kinds: dict[Hashable, Wait] = {}
-        settled = False  # waiting_kinds is found for the cycle's state as it is now
-        checked_token: tuple[int, int, int] | None = None
+        # Each job's alike_key, found when the kept queue took the job in.
+        kind_of = cast(Mapping[str, tuple[object, ...]], index.kind_of) if index is not None else None
+        # Found only once no job with held nodes or victims of its own waits undecided (none gains any then). Each
+        # kind's entry holds while its memos do (`_valid_now`): a start drops only the kinds it could change.
+        waiting_kinds: dict[Hashable, tuple[Wait, object]] = {}
+        seen_token: tuple[int, int] | None = None
+        asked = False  # _waiting_kinds was asked since the state last changed
+        asked_kinds = 0  # how many kinds it found waiting then
+        waited_since = 0  # jobs that waited since the state last changed, or since the kinds were last asked
+        # Asking every kind costs about one question per kind; the walk asks a job only when its kind's
+        # memo is gone. So the kinds are asked once as many jobs have waited as there are kinds: a queue where
+        # jobs start often pays per job, never per kind per start, and a queue where nothing starts is skipped
+        # after one round of questions (at most twice the job-by-job cost).
+        ask_after = len(index.by_kind) if index is not None else 0
         for item in in_order:
             considered.append(item)
             job = item.job
@@ -623,57 +731,80 @@ class _Cycle(CycleState):
                 self.head.append(item)
                 # A job alike to one that waits for a node to wake waits for it too (`_remember_wake`): in a
                 # queue behind sleeping nodes that is most of the jobs asked while attempts are left.
-                wait = self._known_wait(job, alike_key(job))
+                wait = self._known_wait(job, kind_of[job.job_id] if kind_of is not None else alike_key(job))
                 if wait is not None and wait.reason is WaitReason.WAKE:
                     waits[job.job_id] = wait
                 else:
                     self.consider(item, models_for(job))
             else:
-                key = alike_key(job)
-                if waiting_kinds:
-                    wait = waiting_kinds.get(key)
+                key = kind_of[job.job_id] if kind_of is not None else alike_key(job)
+                entry = waiting_kinds.get(key) if waiting_kinds else None
+                if entry is not None and not (self._alike_marks.get(key) is entry[1]
+                                              and self._valid_now(key, job, self._epoch())):
+                    del waiting_kinds[key]
+                    entry = None
+                if entry is not None:
+                    waits[job.job_id] = entry[0]  # and on to the checks below: a start may have filled the cluster
+                else:
+                    wait = self._known_wait(job, key)
                     if wait is not None:
                         waits[job.job_id] = wait
-                        continue
-                wait = self._known_wait(job, key)
-                if wait is not None:
-                    waits[job.job_id] = wait
-                else:
-                    self.consider_alike(item, models_for(job), key)
+                    else:
+                        self.consider_alike(item, models_for(job), key)
             if index is None or self.attempts_left or self.reservations_left:
                 if job.job_id in waits and not full and self._nothing_left_to_try():
                     return True, None
                 continue
             token = self._alike_state()
-            if token != checked_token:
-                waiting_kinds, settled = {}, False  # a start, release or hold: every kind is asked again
+            if token != seen_token:
+                waiting_kinds = {}  # GPUs released or nodes held: every kind is asked again
+                seen_token, asked, waited_since = token, False, 0
             if job.job_id not in waits:
                 continue
             if not full and self._nothing_left_to_try():
                 return True, None
-            if token != checked_token:
-                checked_token = token
+            waited_since += 1
+            if waited_since >= ask_after and (not asked or len(waiting_kinds) < asked_kinds):
+                asked, waited_since = True, 0
                 found = self._waiting_kinds(index)
                 if found is not None:
-                    waiting_kinds, every_kind = found
+                    kinds, every_kind = found
                     if every_kind:
-                        return False, waiting_kinds
-                    settled = True
-            if settled and runs is not None:
+                        return False, kinds
+                    marks = cast(dict[Hashable, tuple[int, object]], self._alike_marks)
+                    waiting_kinds = {key: (wait, marks.get(key)) for key, wait in kinds.items()}
+                    asked_kinds = len(waiting_kinds)
+            if asked and runs is not None:
                 self._skip_known(runs, index, waiting_kinds, considered)
         return False, None
 
-    def _skip_known(self, order: IndexOrder, index: PendingIndex, kind_waits: dict[Hashable, Wait],
+    def _epoch(self) -> tuple[int, tuple[int, int, int]]:
+        """Changes with every start, job asked to stop, promise and release: what a kind found valid at one epoch
+        is valid for the whole of it."""
+        return (len(self.started), self._claims_token())
+
+    def _valid_now(self, key: tuple[object, ...], job: Job, epoch: tuple[int, tuple[int, int, int]]) -> bool:
+        """`_kind_valid`, remembered for the epoch."""
+        if self._valid_at.get(key) == epoch:
+            return True
+        if self._kind_valid(key, job, self.models_for(job)):
+            self._valid_at[key] = epoch
+            return True
+        return False
+
+    def _skip_known(self, order: IndexOrder, index: PendingIndex, kind_waits: dict[Hashable, tuple[Wait, object]],
                     considered: list[PendingJob]) -> None:
         """Take from `order`, up to the first job that might start, every job the walk would give a wait without
-        asking: its kind's (`kind_waits`, from `_waiting_kinds`) or the one `_known_wait` gives. Nothing changes
-        while jobs only wait (not the state, nor the shares the order reads, nor whether anything is left to
-        try), so they are taken a run of the order at a time: no Python step per job but its wait."""
-        known: dict[Hashable, tuple[float, Wait]] = {}
-        if self._alike_state() == self._alike_token:
-            alike_waits = self._alike_waits
-            known = {key: (bound, alike_waits[key]) for key, bound in self._alike_wait_from.items()}
+        asking: its kind's (`kind_waits`, from `_waiting_kinds`, while its memos hold) or the one `_known_wait`
+        gives. Nothing changes while jobs only wait (not the state, nor the shares the order reads, nor whether
+        anything is left to try), so they are taken a run of the order at a time: no Python step per job but
+        its wait."""
+        if self._alike_state() != self._alike_token:
+            return
         kind_of, waits, now_s = index.kind_of, self.waits, self.now_s
+        marks, alike_waits, wait_from = self._alike_marks, self._alike_waits, self._alike_wait_from
+        epoch = self._epoch()
+        valid_at = self._valid_at
         own = self.held_for.keys() | self.stopping_for.keys()  # decided on their own, never as their kind
         while (run := order.run()) is not None:
             entries, first, end = run
@@ -682,13 +813,18 @@ class _Cycle(CycleState):
                 _, job_id, item = entries[stop]
                 if own and job_id in own:
                     break
-                key = kind_of[job_id]
-                wait = kind_waits.get(key)
-                if wait is None:
-                    bound = known.get(key)
-                    if bound is None or now_s + item.job.duration_s < bound[0]:
+                key = cast(tuple[object, ...], kind_of[job_id])
+                if valid_at.get(key) != epoch and not self._valid_now(key, item.job, epoch):
+                    kind_waits.pop(key, None)
+                    break  # its kind's memos no longer hold: the walk asks it
+                entry = kind_waits.get(key)
+                if entry is not None and marks.get(key) is entry[1]:
+                    wait = entry[0]
+                else:
+                    bound = wait_from.get(key)
+                    if bound is None or now_s + item.job.duration_s < bound:
                         break  # it might start: the walk asks it
-                    wait = bound[1]
+                    wait = alike_waits[key]
                 waits[job_id] = wait
                 stop += 1
             if stop > first:
@@ -764,6 +900,11 @@ class _Cycle(CycleState):
                         for entries in index.by_kind.values())
             return claimants_of((job for job in shortest if job is not None), first)
         return from_index
+
+    def _claims_token(self) -> tuple[int, int, int]:
+        """What the lending rule's kept answers read besides starts: jobs asked to stop, GPUs promised to
+        reclaims, GPUs released (greengpu.sched.claims_kept)."""
+        return (len(self.finder.stopping), self.finder.promises, self._released_version)
 
     def _capacity_wait(self, job: Job) -> Wait:
         return self.wait(job, WaitReason.CAPACITY)

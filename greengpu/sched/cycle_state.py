@@ -77,13 +77,12 @@ class CycleState:
         # subset of those the earlier one could use), until GPUs are released or holds/reservations change.
         self._backfill_failed: dict[tuple[object, ...], list[tuple[int, float]]] = {}
         self._layout_version = 0  # bumped whenever the nodes held or reserved change
-        # Quota verdicts per kind of request, valid while the ledger's version is unchanged: a saturated
-        # queue asks the same few questions thousands of times per cycle.
-        self._quota_memo: dict[tuple[object, ...], Wait | None] = {}
-        self._quota_memo_version = -1
+        # Quota verdicts per kind of request, with the version of its tenant's usage they were found under: a
+        # saturated queue asks the same few questions thousands of times per cycle.
+        self._quota_memo: dict[tuple[object, ...], tuple[int, Wait | None]] = {}
         # The waits of jobs decided once nothing but placement is left (see _Cycle.consider_alike).
         self._alike_waits: dict[tuple[object, ...], Wait] = {}
-        self._alike_token: tuple[int, int, int] = (-1, -1, -1)
+        self._alike_token: tuple[int, int] = (-1, -1)
         # Per kind of job, the earliest end for which a backfill was refused only because the nodes it could use
         # are owed to claimants (greengpu.sched.claims): valid with the same token.
         self._alike_lending_refused: dict[tuple[object, ...], float] = {}
@@ -91,6 +90,13 @@ class CycleState:
         # token: a job of the kind ending no earlier waits alike (every reason a backfill fails holds for a later
         # end as well). The walk gives it that wait without asking.
         self._alike_wait_from: dict[tuple[object, ...], float] = {}
+        # Per kind of job, what its memos above read besides `_alike_state`: its tenant's usage version, and None,
+        # EVERYWHERE or the claims' state when it read the lending rule (greengpu.sched.core `_kind_valid`).
+        self._alike_marks: dict[tuple[object, ...], tuple[int, object]] = {}
+        self._claims_probe: object = None
+        self._valid_at: dict[tuple[object, ...], object] = {}
+        """Per kind, the epoch at which its memos were last found to hold (greengpu.sched.core `_valid_now`)."""
+        """What of the lending rule the step being decided read (greengpu.sched.core `_claims_read`)."""
         self.attempts_left = 0
         self.reservations_left = 0
         self._wakeable: dict[str, list[int]] | None = None

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -185,6 +185,16 @@ class VictimFinder:
         """Per node, the running jobs' expected ends still to come (built on the first reclaim weighed)."""
         self._queue: tuple[list[float], list[int], list[tuple[float, int]], int] | None = None
         """The waiting jobs' submit times and cumulative GPUs, the running jobs' ends and GPUs, the free GPUs."""
+
+    @property
+    def promised_now(self) -> Mapping[tuple[str, str], int]:
+        """Per (tenant, quota key), milli-GPUs promised by this cycle's preemptions (read-only view)."""
+        return self._promised_now
+
+    @property
+    def promises(self) -> int:
+        """How many times this cycle's preemptions promised GPUs to their beneficiaries' tenants."""
+        return self._promises
 
     def _model_of(self, victim: RunningJob) -> str:
         node = self.state.index.get(victim.slots[0].node) if victim.slots else None

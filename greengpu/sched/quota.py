@@ -32,6 +32,8 @@ class QuotaLedger:
         self._nominal: dict[tuple[str, str], int] = {}
         self.version = 0
         """Bumped on every charge, so callers can cache figures derived from usage."""
+        self.tenant_version: dict[str, int] = {}
+        """Per tenant, bumped on every charge of its jobs (figures derived from one tenant's usage)."""
 
     def tenant(self, name: str) -> Tenant:
         """The tenant (cached); unknown tenants have no quota."""
@@ -119,6 +121,7 @@ class QuotaLedger:
         self.version += 1
         job = running.job
         name = job.tenant
+        self.tenant_version[name] = self.tenant_version.get(name, 0) + 1
         tenant = self.tenant(name)
         by_node = running.units_by_node
         used = self.used_units

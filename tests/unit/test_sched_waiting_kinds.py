@@ -247,9 +247,11 @@ def one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_jobs_that_only_wait_are_taken_a_run_at_a_time_up_to_the_one_that_backfills(one_by_one: list[str]) -> None:
     """n0000 has 4 GPUs free until its job ends at 10,000 s, and the 8-GPU head of the queue reserves it from
     then. Tenant b's 4-GPU jobs could backfill it if they end by then: only `b-short` does. Tenant c's 6-GPU
-    jobs wait whatever their length. After the head and the first b job are asked, every job up to
-    `b-short` takes its wait without being asked (c's as its kind, b's others as the first b job's, which
-    ended no later): the walk takes them in runs, not one by one, and `b-short` still backfills."""
+    jobs wait whatever their length. The walk asks jobs one by one until as many have waited since the
+    cycle's state last changed as the queue has kinds (three: the head's, b's and c's), then asks each kind
+    once: after the head, `b-first` and `b-twin`, every job up to `b-short` takes its wait without being asked
+    (c's as its kind, b's others as the first b job's, which ended no later): the walk takes them in runs,
+    not one by one, and `b-short` still backfills."""
     policy = SchedulerPolicy(preemption=PreemptionPolicy(enabled=False), backfill=BackfillPolicy(reservations=1))
     driver = Driver(make_cluster([(2, node_type(8), "d0")]), policy)
     driver.start_running(_busy("r0", "n0000", 4, end_s=10_000.0))
@@ -268,4 +270,4 @@ def test_jobs_that_only_wait_are_taken_a_run_at_a_time_up_to_the_one_that_backfi
     assert set(placed(result.actions)) == {"b-short"}
     assert placed(result.actions)["b-short"].backfilled
     assert len(result.waits) == 201
-    assert one_by_one == ["head", "b-first", "b-short"]
+    assert one_by_one == ["head", "b-first", "b-twin", "b-short"]

@@ -1,0 +1,512 @@
+"""The lending rule's answers kept from one start to the next: the answers of greengpu.sched.claims.Claims for the
+cost of what a start changed.
+
+`Claims` forgets every answer after each start of the cycle, so a cycle that starts thousands of jobs while
+borrowers wait asked every free node against every claimant again after each of them: a cycle's cost grew with
+starts x free nodes x tenants (a 2,000-node cluster with 100 tenants and 10,000 waiting jobs spent 90% of a 23 s
+cycle there). But a start changes little of what an answer reads:
+
+- the free GPUs and jobs of the nodes it used: each node's kept answers carry the node's version;
+- its own tenant's quota ledger, so that tenant's claimant (its smallest waiting job, its oldest job's submit
+  time, the models it may reclaim on) and whether the tenant is above its nominal quota (which makes its running
+  jobs reclaimable). Only when one of these differs from before are all kept answers stale (`claims_version`,
+  `over_version`).
+
+Anything else the answers read (a job asked to stop, GPUs promised by a preemption, GPUs released) drops
+everything kept (the cycle's `changes` token). `schedule_cycle(incremental=False)` uses `Claims` and
+cross-checks the results.
+
+Whole sets are found from the free-GPU indexes rather than node by node: a node where another tenant's claimant
+fits on the free GPUs alone is owed whatever running jobs it has, and those nodes are unions of the indexes'
+buckets (the smallest request among the other claimants decides which). Only nodes holding a job some claimant
+could take back are judged one by one. The same figures tell when every free node is owed (`owed_everywhere`):
+a saturated queue's borrowers are then refused without being placed first.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Protocol
+
+from greengpu.model import GPU_UNITS, Job, PendingJob, RunningJob
+from greengpu.sched.claims import Claimant
+from greengpu.sched.quota import QuotaLedger
+from greengpu.sched.state import PlacementState
+
+_Entry = tuple[float, str, PendingJob]
+_Profile = tuple[Claimant, tuple[str, ...], tuple[object, ...]]
+"""A tenant's claimant, the models it may reclaim on, and all of it an answer reads (compared for changes)."""
+
+
+class _Needs:
+    """What a model's claimants need of a node on its free GPUs alone, kept sorted as claimants come and go:
+    whole-GPU needs (GPUs, tenant), the tenants whose need is capped by the node's size (no per-node count),
+    fractional requests (milli-GPUs, tenant)."""
+
+    def __init__(self) -> None:
+        self.whole: list[tuple[int, str]] = []
+        self.capped: set[str] = set()
+        self.shares: list[tuple[int, str]] = []
+
+    @staticmethod
+    def _entry(tenant: str, job: Job) -> tuple[int, str]:
+        if job.is_fractional:
+            return (job.units, tenant)
+        return (job.whole_gpus if job.gpus_per_node is None else job.gpus_per_node, tenant)
+
+    def add(self, tenant: str, job: Job) -> None:
+        insort(self.shares if job.is_fractional else self.whole, self._entry(tenant, job))
+        if not job.is_fractional and job.gpus_per_node is None:
+            self.capped.add(tenant)
+
+    def remove(self, tenant: str, job: Job) -> None:
+        entries = self.shares if job.is_fractional else self.whole
+        del entries[bisect_left(entries, self._entry(tenant, job))]
+        self.capped.discard(tenant)
+
+    def others(self, tenant: str) -> tuple[int | None, bool, int | None]:
+        """Of the claimants of tenants other than `tenant`: the smallest whole-GPU need, whether one's need is
+        capped by the node's size, and the smallest fractional request."""
+        need = next((gpus for gpus, other in self.whole[:2] if other != tenant), None)
+        units = next((share for share, other in self.shares[:2] if other != tenant), None)
+        capped = self.capped
+        return need, len(capped) > 1 or (len(capped) == 1 and tenant not in capped), units
+
+
+class QueueByTenant(Protocol):
+    """What the kept pending queue offers (greengpu.sched.pending_index.PendingIndex)."""
+
+    @property
+    def by_kind(self) -> Mapping[Hashable, list[_Entry]]: ...
+
+    @property
+    def by_priority(self) -> Mapping[tuple[float, str], list[_Entry]]: ...
+
+
+class KeptClaims:
+    """Which nodes are owed to claimants, kept between starts (see the module docstring)."""
+
+    def __init__(self, state: PlacementState, ledger: QuotaLedger, queue: QueueByTenant,
+                 may_reclaim: Callable[[Job, str], bool], running_on_node: Mapping[int, Mapping[str, RunningJob]],
+                 started: list[RunningJob], stopping: set[str], changes: Callable[[], Hashable],
+                 running_by_id: Mapping[str, RunningJob], promised: Mapping[tuple[str, str], int]) -> None:
+        self.state = state
+        self.ledger = ledger
+        self._queue = queue
+        self._may_reclaim = may_reclaim
+        self._running_on_node = running_on_node
+        self._started = started
+        self._stopping = stopping
+        self._changes = changes
+        """Moves when a job is asked to stop, GPUs are promised to a reclaim or GPUs are released (`_follow`)."""
+        self._running_by_id = running_by_id
+        self._promised = promised
+        """Milli-GPUs promised to tenants' waiting jobs by this cycle's preemptions, per (tenant, quota key)."""
+        self._seen_stopping = set(stopping)
+        self._seen_promised = dict(promised)
+        self._log_epoch, self._log_at = state.changes.epoch, len(state.changes.nodes)
+        """Where the free-GPU index's change log was last read (greengpu.sched.state.ChangeLog)."""
+        self._model_at = {model: at for at, model in enumerate(state.models)}
+        self._gone: set[str] = set()
+        """The waiting jobs the cycle started (no longer claimants)."""
+        self._started_on_node: dict[int, list[RunningJob]] = {}
+        self._seen_started = 0
+        self._token: Hashable = changes()
+        self._as_of: tuple[int, Hashable] = (0, self._token)
+        # Per tenant: its kinds' and its priority levels' job lists in the kept queue (built when first needed).
+        self._lists: tuple[dict[str, list[list[_Entry]]], dict[str, list[list[_Entry]]]] | None = None
+        self._profiles: dict[str, _Profile] | None = None
+        self._active: dict[str, dict[str, Claimant]] | None = None
+        """Per model, the claimants that may reclaim on it, by tenant."""
+        self._needs: dict[str, _Needs] | None = None
+        """Per model, what the claimants that may reclaim on it need (kept with _active)."""
+        self._over_seen: dict[str, tuple[bool, ...]] = {}
+        """Per tenant whose running jobs an answer looked at: whether it is above nominal quota, per model."""
+        self._takeable: dict[str, set[int]] | None = None
+        """Per model, nodes with a running job some claimant might take back (a superset: see _takeable_by_model)."""
+        self._interruptible_nodes: dict[str, set[int]] = {}
+        """Per tenant, the nodes of its running jobs that may be stopped (kept with _takeable)."""
+        self.claims_version = 0
+        self.over_version = 0
+        self._node_version: dict[int, int] = {}
+        self._kept: dict[tuple[int, str], tuple[tuple[int, int, int], bool]] = {}
+        self._sets: dict[tuple[str, tuple[str, ...]], set[int]] = {}
+        """owed_nodes' answers, until anything changes."""
+        self._everywhere: dict[tuple[str, tuple[str, ...]], bool] = {}
+        """owed_everywhere's answers, until anything changes."""
+
+    # ------------------------------------------------------------------ upkeep
+
+    def _refresh(self) -> None:
+        """Bring what is kept up to date with the cycle's starts and other changes since the last question."""
+        as_of = (len(self._started), self._changes())
+        if as_of == self._as_of:
+            return
+        self._as_of = as_of
+        self._sets.clear()
+        self._everywhere.clear()
+        new = self._started[self._seen_started:]
+        self._seen_started = len(self._started)
+        index = self.state.index
+        for running in new:
+            self._gone.add(running.job.job_id)
+            for name in running.nodes:
+                where = index.get(name)
+                if where is not None:
+                    self._started_on_node.setdefault(where, []).append(running)
+                    self._node_version[where] = self._node_version.get(where, 0) + 1
+        if as_of[1] != self._token and not self._follow(as_of[1]):
+            self._forget_all(as_of[1])
+            return
+        for running in new:
+            self._note_takeable(running)
+        by_tenant: dict[str, list[Job]] = {}
+        for running in new:
+            by_tenant.setdefault(running.job.tenant, []).append(running.job)
+        for tenant, jobs in by_tenant.items():
+            self._retake_tenant(tenant, jobs)
+
+    def _follow(self, token: Hashable) -> bool:
+        """Bring what is kept up to date with jobs asked to stop, GPUs promised and GPUs released since the last
+        look: the nodes whose free GPUs or jobs changed, and the tenants whose quota standing or reclaims did (the
+        victims' tenants, and the tenants promised GPUs). False when that cannot be told (drop everything)."""
+        log = self.state.changes
+        if log.epoch != self._log_epoch:
+            return False
+        affected: set[str] = set()
+        touched = list(log.nodes[self._log_at:])
+        for job_id in self._stopping - self._seen_stopping:
+            victim = self._running_by_id.get(job_id)
+            if victim is None:
+                return False
+            affected.add(victim.job.tenant)
+            index = self.state.index
+            touched.extend(index[name] for name in victim.nodes if name in index)
+        for key, units in self._promised.items():
+            if self._seen_promised.get(key) != units:
+                affected.add(key[0])
+        self._token = token
+        self._seen_stopping = set(self._stopping)
+        self._seen_promised = dict(self._promised)
+        self._log_at = len(log.nodes)
+        versions = self._node_version
+        for node in touched:
+            versions[node] = versions.get(node, 0) + 1
+        for tenant in affected:
+            self._retake_tenant(tenant, [])
+        return True
+
+    def _forget_all(self, token: Hashable) -> None:
+        log = self.state.changes
+        self._log_epoch, self._log_at = log.epoch, len(log.nodes)
+        self._seen_stopping = set(self._stopping)
+        self._seen_promised = dict(self._promised)
+        self._token = token
+        self._profiles = None
+        self._active = None
+        self._needs = None
+        self._takeable = None
+        self._interruptible_nodes.clear()
+        self._over_seen.clear()
+        self._kept.clear()
+        self.claims_version += 1
+        self.over_version += 1
+
+    def _retake_tenant(self, tenant: str, started: list[Job]) -> None:
+        """Jobs of `tenant` started: its claimant and its standing above nominal quota may have changed."""
+        if self._profiles is not None:
+            before = self._profiles.get(tenant)
+            after: _Profile | None
+            if before is None:
+                after = self._profile_of(tenant)
+            else:
+                claimant = before[0]
+                smallest_left = all(job is not claimant.job for job in started)
+                oldest_left = all(job.submit_time_s > claimant.first_submit_s for job in started)
+                if smallest_left and oldest_left:  # only where it may reclaim can have changed
+                    after = self._with_models(claimant)
+                elif smallest_left:  # its oldest waiting job started: only its age changed
+                    after = self._with_models(Claimant(claimant.job, self._first_submit_s(tenant)))
+                else:
+                    after = self._profile_of(tenant)
+            if after is None:
+                self._profiles.pop(tenant, None)
+            else:
+                self._profiles[tenant] = after
+            if (before[2] if before is not None else None) != (after[2] if after is not None else None):
+                self.claims_version += 1
+                if self._active is not None and self._needs is not None:
+                    if before is not None:
+                        for model in before[1]:
+                            del self._active[model][tenant]
+                            self._needs[model].remove(tenant, before[0].job)
+                    if after is not None:
+                        claimant, models, _ = after
+                        for model in models:
+                            self._active[model][tenant] = claimant
+                            self._needs[model].add(tenant, claimant.job)
+        seen = self._over_seen.get(tenant)
+        if seen is not None:
+            now = self._over_flags(tenant)
+            if now != seen:
+                self._over_seen[tenant] = now
+                self.over_version += 1
+                if self._takeable is not None:  # its jobs may be taken back now
+                    self._add_takeable(tenant, self._interruptible_nodes.get(tenant, ()))
+
+    def _over_flags(self, tenant: str) -> tuple[bool, ...]:
+        ledger = self.ledger
+        return tuple(ledger.over_nominal_units(tenant, model) > 0 for model in self.state.models)
+
+    def _is_over(self, tenant: str, model: str) -> bool:
+        flags = self._over_seen.get(tenant)
+        if flags is None:
+            flags = self._over_seen[tenant] = self._over_flags(tenant)
+        return flags[self._model_at[model]]
+
+    def _note_takeable(self, running: RunningJob) -> None:
+        """A started job that may be stopped: its nodes hold a job a claimant may take back once its tenant is
+        above nominal quota."""
+        if self._takeable is None or not running.job.interruptible:
+            return
+        index = self.state.index
+        nodes = {index[name] for name in running.nodes if name in index}
+        self._interruptible_nodes.setdefault(running.job.tenant, set()).update(nodes)
+        self._add_takeable(running.job.tenant, nodes)
+
+    def _add_takeable(self, tenant: str, nodes: Iterable[int]) -> None:
+        assert self._takeable is not None
+        model_of = self.state.model
+        for node in nodes:
+            if self._is_over(tenant, model_of[node]):
+                self._takeable[model_of[node]].add(node)
+
+    def _takeable_by_model(self) -> dict[str, set[int]]:
+        """Nodes where a claimant might take a job back: a running job that may be stopped and is not stopping, of
+        a tenant above nominal quota. Starts only add to it until something drops everything kept, so it is kept
+        as a superset (a node that no longer qualifies is judged exactly, and found not owed by a take-back)."""
+        if self._takeable is None:
+            tenant_nodes: dict[str, set[int]] = {}
+            for node, jobs in self._running_on_node.items():
+                for running in jobs.values():
+                    if running.job.interruptible and running.job.job_id not in self._stopping:
+                        tenant_nodes.setdefault(running.job.tenant, set()).add(node)
+            for node, started in self._started_on_node.items():
+                for running in started:
+                    if running.job.interruptible:
+                        tenant_nodes.setdefault(running.job.tenant, set()).add(node)
+            self._takeable = {model: set() for model in self.state.models}
+            self._interruptible_nodes = tenant_nodes
+            for tenant, nodes in tenant_nodes.items():
+                self._add_takeable(tenant, nodes)
+        return self._takeable
+
+    # ------------------------------------------------------------------ claimants
+
+    def _tenant_lists(self) -> tuple[dict[str, list[list[_Entry]]], dict[str, list[list[_Entry]]]]:
+        if self._lists is None:
+            kinds: dict[str, list[list[_Entry]]] = {}
+            for entries in self._queue.by_kind.values():
+                if entries:
+                    kinds.setdefault(entries[0][2].job.tenant, []).append(entries)
+            submits: dict[str, list[list[_Entry]]] = {}
+            for (_, tenant), entries in self._queue.by_priority.items():
+                submits.setdefault(tenant, []).append(entries)
+            self._lists = (kinds, submits)
+        return self._lists
+
+    def _profile_of(self, tenant: str) -> _Profile | None:
+        """The tenant's claimant as greengpu.sched.claims.claimants_of finds it among the jobs not started."""
+        kinds, _ = self._tenant_lists()
+        gone = self._gone
+        smallest: Job | None = None
+        for entries in kinds.get(tenant, ()):
+            entry = next((e for e in entries if e[1] not in gone), None)
+            if entry is None:
+                continue
+            job = entry[2].job
+            if smallest is None or (job.units, job.duration_s, job.job_id) < \
+                    (smallest.units, smallest.duration_s, smallest.job_id):
+                smallest = job
+        if smallest is None:
+            return None
+        return self._with_models(Claimant(smallest, self._first_submit_s(tenant)))
+
+    def _first_submit_s(self, tenant: str) -> float:
+        """When the tenant's oldest job not started came."""
+        gone = self._gone
+        first_s = math.inf
+        for entries in self._tenant_lists()[1].get(tenant, ()):
+            first_s = min(first_s, next((e[0] for e in entries if e[1] not in gone), math.inf))
+        return first_s
+
+    def _with_models(self, claimant: Claimant) -> _Profile:
+        job = claimant.job
+        models = tuple(m for m in self.state.models
+                       if (job.gpu_types is None or m in job.gpu_types) and self._may_reclaim(job, m))
+        shape = (job.units, job.whole_gpus, job.gpus_per_node, job.is_fractional, claimant.first_submit_s, models)
+        return (claimant, models, shape)
+
+    def _active_by_model(self) -> dict[str, dict[str, Claimant]]:
+        if self._profiles is None:
+            kinds, submits = self._tenant_lists()
+            profiles: dict[str, _Profile] = {}
+            for tenant in kinds.keys() | submits.keys():
+                found = self._profile_of(tenant)
+                if found is not None:
+                    profiles[tenant] = found
+            self._profiles = profiles
+            self._active = None
+        if self._active is None or self._needs is None:
+            active: dict[str, dict[str, Claimant]] = {m: {} for m in self.state.models}
+            needs = {m: _Needs() for m in self.state.models}
+            for tenant, (claimant, models, _) in self._profiles.items():
+                for model in models:
+                    active[model][tenant] = claimant
+                    needs[model].add(tenant, claimant.job)
+            self._active = active
+            self._needs = needs
+        return self._active
+
+    def _others(self, model: str, tenant: str) -> tuple[int | None, bool, int | None]:
+        """Of the claimants of tenants other than `tenant` that may reclaim on `model`: the smallest whole-GPU
+        need, whether one's need is capped by the node's size, and the smallest fractional request."""
+        self._active_by_model()
+        assert self._needs is not None
+        return self._needs[model].others(tenant)
+
+    # ------------------------------------------------------------------ answers
+
+    def owed_to_others(self, node: int, tenant: str) -> bool:
+        """Whether `node` is owed to a claimant of a tenant other than `tenant` (greengpu.sched.claims.Claims)."""
+        self._refresh()
+        active = self._active_by_model()  # brings the versions up to date first
+        stamp = (self.claims_version, self.over_version, self._node_version.get(node, 0))
+        kept = self._kept.get((node, tenant))
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        found = self._owed_now(node, tenant, active[self.state.model[node]].values())
+        self._kept[(node, tenant)] = (stamp, found)
+        return found
+
+    def owed_nodes(self, tenant: str, models: tuple[str, ...]) -> set[int]:
+        """The nodes of `models` with free GPUs that are owed to claimants of tenants other than `tenant`: the
+        nodes where another claimant fits on the free GPUs alone (unions of the free-GPU buckets), and those of
+        the nodes with a job a claimant could take back where it fits once it has (judged one by one)."""
+        self._refresh()
+        key = (tenant, models)
+        found = self._sets.get(key)
+        if found is not None:
+            return found
+        state = self.state
+        owed: set[int] = set()
+        for model in models:
+            if model not in state.buckets:
+                continue
+            need, capped, units = self._others(model, tenant)
+            buckets = state.buckets[model]
+            if need is not None:
+                if need <= 0:
+                    owed |= state.nodes_with_free_gpus(model)
+                for bucket in buckets[need:]:
+                    owed |= bucket
+            if capped:  # min(its GPUs, the node's size): any node with every GPU free
+                for nodes in state.whole_by_domain[model].values():
+                    owed |= nodes
+            if units is not None:  # a whole free GPU takes any share
+                for bucket in buckets[1:]:
+                    owed |= bucket
+                shared = state.shared[model]
+                owed.update(node for _, node, _ in shared[bisect_left(shared, (units, -1, -1)):])
+            takeable = self._takeable_by_model()[model]
+            if takeable:
+                for node in takeable & state.nodes_with_free_gpus(model):
+                    if node not in owed and self.owed_to_others(node, tenant):
+                        owed.add(node)
+        self._sets[key] = owed
+        return owed
+
+    def owed_everywhere(self, tenant: str, models: tuple[str, ...]) -> bool:
+        """True when every node of `models` with free GPUs is owed to another tenant's claimant on its free GPUs
+        alone (so a borrower of `tenant` could start nowhere); False when that is not so or not shown that way."""
+        self._refresh()
+        key = (tenant, models)
+        found = self._everywhere.get(key)
+        if found is None:
+            found = self._everywhere[key] = self._owed_everywhere(tenant, models)
+        return found
+
+    def _owed_everywhere(self, tenant: str, models: tuple[str, ...]) -> bool:
+        state = self.state
+        for model in models:
+            if model not in state.buckets:
+                continue
+            need, _, units = self._others(model, tenant)
+            buckets = state.buckets[model]
+            if units is None:
+                fewest = next((gpus for gpus in range(1, len(buckets)) if buckets[gpus]), None)
+                if fewest is not None and (need is None or need > fewest):
+                    return False  # a node with fewer free GPUs than any other claimant needs
+            shared = state.shared[model]
+            if shared:  # GPUs partly free: a node with no whole free GPU takes only a small enough share
+                most: dict[int, int] = {}
+                for free, node, _ in shared:
+                    if not state.free_whole[node]:
+                        most[node] = max(free, most.get(node, 0))
+                if most and (units is None or min(most.values()) < units):
+                    return False
+        return True
+
+    def _owed_now(self, node: int, tenant: str, claimants: Iterable[Claimant]) -> bool:
+        """Claims._owed_now over the claimants that may reclaim on the node's model."""
+        state = self.state
+        free_whole = state.free_whole[node]
+        most_free = max(state.gpu_free[node], default=0)
+        size = state.size[node]
+        model = state.model[node]
+        # The running jobs some claimant could take back at no cost (of a tenant above nominal quota, that may be
+        # stopped and is not stopping already); which of them one claimant may take depends on its tenant and age.
+        takeable = [running for running in self._jobs_on(node)
+                    if running.job.interruptible and running.job.job_id not in self._stopping
+                    and self._is_over(running.job.tenant, model)]
+        for claimant in claimants:
+            job = claimant.job
+            if job.tenant == tenant:
+                continue
+            need = 0
+            if job.is_fractional:
+                if most_free >= job.units:
+                    return True
+            else:
+                need = min(job.whole_gpus, size) if job.gpus_per_node is None else job.gpus_per_node
+                if free_whole >= need:
+                    return True
+            if takeable and self._fits_once_reclaimed(node, claimant, takeable, need):
+                return True
+        return False
+
+    def _fits_once_reclaimed(self, node: int, claimant: Claimant, takeable: list[RunningJob], need: int) -> bool:
+        job = claimant.job
+        state = self.state
+        free = list(state.gpu_free[node])
+        name = state.names[node]
+        added = False
+        for running in takeable:
+            if running.job.tenant == job.tenant or running.start_time_s < claimant.first_submit_s:
+                continue
+            added = True
+            for slot in running.slots:
+                if slot.node == name:
+                    free[slot.gpu_index] += slot.units
+        if not added:
+            return False  # the free GPUs alone were judged already
+        if job.is_fractional:
+            return any(f >= job.units for f in free)
+        return sum(1 for f in free if f >= GPU_UNITS) >= need
+
+    def _jobs_on(self, node: int) -> Iterable[RunningJob]:
+        there = self._running_on_node.get(node, {})
+        started = self._started_on_node.get(node)
+        return [*there.values(), *started] if started else there.values()
