@@ -369,12 +369,11 @@ class _Cycle(CycleState):
         if self.ledger.tenant_version.get(job.tenant, 0) == version:
             if claims is None or claims == (len(self.started), self._claims_token()):
                 return True
-            if claims is EVERYWHERE:
-                probe = self._claims_probe
-                refused = self._lending_refuses(job, models)
-                self._claims_probe = probe  # a look, not a step of a decision
-                if refused:
-                    return True
+            # Refused everywhere before: its tenant's usage is the same, so only whether every free node is still
+            # owed can have changed (greengpu.sched.claims_kept.KeptClaims.owed_everywhere).
+            if claims is EVERYWHERE and isinstance(self.claims, KeptClaims) and \
+                    self.claims.owed_everywhere(job.tenant, models):
+                return True
         del self._alike_marks[key]
         self._valid_at.pop(key, None)
         self._alike_waits.pop(key, None)
@@ -530,13 +529,21 @@ class _Cycle(CycleState):
         A saturated queue's borrowers are then not placed first only to be refused."""
         if not self._lending_checked or job.job_id in self.held_for or not isinstance(self.claims, KeptClaims):
             return False
-        within = self.ledger.within_nominal_after
-        if any(within(job, model, job.units) for model in models):
-            return False
-        if self.claims.owed_everywhere(job.tenant, models):
+        # The answer reads the tenant's usage and the lending rule's answers: kept per (tenant, models, request)
+        # until either changes (a saturated replay asks it about a million times).
+        key = (job.tenant, models, job.units)
+        stamp = (self.ledger.tenant_version.get(job.tenant, 0), self._epoch())
+        found = self._refuses.get(key)
+        if found is not None and found[0] == stamp:
+            refused = found[1]
+        else:
+            within = self.ledger.within_nominal_after
+            refused = not any(within(job, model, job.units) for model in models) and \
+                self.claims.owed_everywhere(job.tenant, models)
+            self._refuses[key] = (stamp, refused)
+        if refused:
             self._claims_read(everywhere=True)
-            return True
-        return False
+        return refused
 
     def fits_after_wake(self, job: Job, models: tuple[str, ...]) -> bool:
         """Whether nodes that are asleep or on their way (all idle, by construction) could hold the job."""
