@@ -248,7 +248,7 @@ def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None
     series, settings = demand.series, loaded.settings
     phase("backtest and plan")
     started = time.perf_counter()
-    result = make_plan(series, loaded.installed_gpus, settings, loaded.inputs)
+    result = make_plan(series, loaded.installed_gpus, settings, loaded.inputs, progress=phase)
     plan_s = time.perf_counter() - started
     payload: dict[str, Any] = {"forecast": result.forecast, "capacity": result.capacity, "months": result.months,
                                "growth": result.growth, "flags": result.flags, "inputs": result.inputs,

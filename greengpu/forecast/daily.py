@@ -18,6 +18,7 @@ peaks. Otherwise the plan keeps its rule and says why.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -99,7 +100,8 @@ class DailyForecast:
 
 
 def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int | None,
-                         with_candidates: bool = True) -> DailyForecast:
+                         with_candidates: bool = True, workers: int = 1,
+                         progress: Callable[[int, int], None] | None = None) -> DailyForecast:
     """Backtest the daily models on `daily_peaks` (freq D) and, if a candidate ships, its path."""
     days = len(daily_peaks)
     if days < MIN_TRAIN_D + HORIZON_D:
@@ -107,7 +109,8 @@ def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int
                                              f"{MIN_TRAIN_D + HORIZON_D}, so the plan's trend rule stands")
     models = DAILY_BASELINES + (DAILY_CANDIDATES if with_candidates else ())
     backtest = run_backtest(daily_peaks, horizon_h=HORIZON_D, origins=origins, min_train_h=MIN_TRAIN_D,
-                            models=models, season=WEEK_D, candidate_window=None, spacing=1)
+                            models=models, season=WEEK_D, candidate_window=None, spacing=1, workers=workers,
+                            progress=progress)
     choice = choose(backtest)  # 42 days or more always leave at least one origin
     mase = {m.name: m.mase for m in backtest.models.values()}
     note = f"daily peaks ({len(backtest.origins)} origins, {HORIZON_D}-day horizon): {choice.reason}"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,11 +37,13 @@ import pandas as pd
 from greengpu.forecast.backtest import (
     CANDIDATE_WINDOW_H,
     Calibration,
+    available_cpus,
     calibrate,
     conformal_upper,
     prepare,
     run_backtest,
 )
+from greengpu.forecast.blas import one_blas_thread
 from greengpu.forecast.capacity import gpus_needed, servers_for_wait
 from greengpu.forecast.daily import DailyForecast, forecast_daily_peaks, theil_sen_slope
 from greengpu.forecast.demand import ANY_MODEL
@@ -59,7 +62,9 @@ class PlanSettings:
     redundancy_gpus: int = 0
     max_wait_probability: float = 0.10
     origins: int | None = None
-    """Backtest origins; None: one a day with two weeks of history before it, at most MAX_ORIGINS."""
+    """Backtest origins; None: every day with two weeks of history before it (the last MAX_ORIGINS)."""
+    workers: int | None = None
+    """Worker processes for the backtests' fits; None: one per CPU this process may use."""
     growth_window_days: int = 28
     allow_decline: bool = False
     models: tuple[ModelSpec, ...] = BASELINES + CANDIDATES
@@ -209,15 +214,36 @@ def run_out_day(planned: list[PlannedDay], installed_gpus: int | None) -> pd.Tim
     return next((d.day for d in planned if d.required > installed_gpus), None)
 
 
+Progress = Callable[[str], None]
+"""Hears what the plan is doing, in a few words, as it goes (for a display on stderr)."""
+
+
 def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSettings,
-              inputs: PlanInputs | None = None) -> PlanResult:
-    inputs = inputs or PlanInputs()
+              inputs: PlanInputs | None = None, progress: Progress | None = None) -> PlanResult:
+    """The capacity plan (docs/FORECAST.md), with one BLAS thread per process for the many small fits."""
+    with one_blas_thread():
+        return _make_plan(history, installed_gpus, settings, inputs or PlanInputs(), progress or (lambda text: None))
+
+
+def _backtest_progress(say: Progress, what: str) -> Callable[[int, int], None]:
+    started = time.perf_counter()
+
+    def heard(done: int, total: int) -> None:
+        say(f"{what}: {done} of {total} tasks ({time.perf_counter() - started:.0f} s)")
+
+    return heard
+
+
+def _make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSettings, inputs: PlanInputs,
+               say: Progress) -> PlanResult:
     prepared = prepare(history, capacity=float(installed_gpus) if installed_gpus else None)
     series = prepared.series
     flags = list(prepared.flags)
+    workers = settings.workers if settings.workers is not None else available_cpus()
     started = time.perf_counter()
     backtest = run_backtest(series, horizon_h=DAY_H, origins=settings.origins, min_train_h=14 * DAY_H,
-                            models=settings.models)
+                            models=settings.models, workers=workers,
+                            progress=_backtest_progress(say, "day-ahead backtest"))
     backtest_s = time.perf_counter() - started
     flags += backtest.notes
     choice = choose(backtest)
@@ -236,7 +262,8 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
     offsets = {q: peak_upper_offset(peak_values, level=q) for q in SCENARIO_QUANTILES}
     upper_offset = offsets[0.95]
     daily = forecast_daily_peaks(history_peaks.daily_peaks, settings.horizon_days, settings.origins,
-                                 settings.daily_candidates)
+                                 settings.daily_candidates, workers=workers,
+                                 progress=_backtest_progress(say, "long-horizon backtest"))
     path = daily.path if inputs.growth_gpus_per_month is None else None
     peaks = PeakModel(level, slope, history_peaks.mean_ratio, path)
 

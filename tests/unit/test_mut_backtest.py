@@ -324,3 +324,33 @@ def test_no_origins_give_zero_bands_and_no_coverage() -> None:
     calibration = calibrate(backtest_with_errors(np.zeros((0, 3))), "m")
     assert calibration.lower[0.8].tolist() == [0.0] * 3 and calibration.upper[0.95].tolist() == [0.0] * 3
     assert math.isnan(calibration.coverage[0.8]) and math.isnan(calibration.pinball_upper)
+
+
+def test_past_a_year_of_days_the_last_year_is_backtested_and_the_notes_say_so() -> None:
+    model = [ModelSpec("naive", "baseline", naive)]
+    # 400 days, a week of training: (400 x 24 - 24 - 168) // 24 + 1 = 393 daily origins; the last 365 run.
+    result = run_backtest(hourly(np.arange(400 * 24)), models=model)
+    assert len(result.origins) == 365 and result.origins[-1] == 400 * 24 - 24
+    assert result.notes == ["365 origins backtested, the last 365 of the 393 the history holds (at most 365 by "
+                            "default; --origins asks for another count)"]
+    assert len(run_backtest(hourly(np.arange(400 * 24)), origins=393, models=model).origins) == 393
+
+
+def test_the_fits_run_with_one_blas_thread_even_in_libraries_loaded_later() -> None:
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    # A fresh interpreter where OpenBLAS would use four threads: numpy's loaded before the limit, scipy's
+    # (which statsmodels' fits use) only by the first fit, after it.
+    script = ("import numpy\nfrom threadpoolctl import threadpool_info\n"
+              "from greengpu.forecast.blas import one_blas_thread\n"
+              "with one_blas_thread():\n"
+              "    import statsmodels.tsa.statespace.sarimax\n"
+              "    blas = [i for i in threadpool_info() if i['user_api'] == 'blas']\n"
+              "    print(sorted({(i['filepath'], i['num_threads']) for i in blas}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "4"})
+    libraries = ast.literal_eval(done.stdout)  # the (path, threads) pairs printed above
+    assert len(libraries) >= 1 and {threads for _, threads in libraries} == {1}
