@@ -97,6 +97,15 @@ class DailyForecast:
     path: np.ndarray | None
     """The shipped candidate's peaks for each day of the horizon; None when a baseline ships."""
     note: str
+    origins_needed: int = MIN_SHIP_ORIGINS
+    """Origins a daily model must pass the gate on to ship."""
+    can_ship: bool = False
+    """Whether this history holds enough origins for a candidate to ship at all."""
+
+    @property
+    def days_needed(self) -> int:
+        """The days of history that give `origins_needed` origins."""
+        return self.origins_needed + MIN_TRAIN_D + HORIZON_D - 1
 
 
 def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int | None,
@@ -107,27 +116,35 @@ def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int
     if days < MIN_TRAIN_D + HORIZON_D:
         return DailyForecast(None, {}, None, f"daily peaks: {days} days of history; the daily backtest needs "
                                              f"{MIN_TRAIN_D + HORIZON_D}, so the plan's trend rule stands")
+    needed = MIN_SHIP_ORIGINS if origins is None else min(MIN_SHIP_ORIGINS, origins)
     models = DAILY_BASELINES + (DAILY_CANDIDATES if with_candidates else ())
     backtest = run_backtest(daily_peaks, horizon_h=HORIZON_D, origins=origins, min_train_h=MIN_TRAIN_D,
                             models=models, season=WEEK_D, candidate_window=None, spacing=1, workers=workers,
                             progress=progress)
     choice = choose(backtest)  # 42 days or more always leave at least one origin
     mase = {m.name: m.mase for m in backtest.models.values()}
-    note = f"daily peaks ({len(backtest.origins)} origins, {HORIZON_D}-day horizon): {choice.reason}"
-    needed = MIN_SHIP_ORIGINS if origins is None else min(MIN_SHIP_ORIGINS, origins)
-    if choice.shipped_candidate and len(backtest.origins) < needed:
-        # A few origins can crown a model by luck; months of capacity should not ride on that.
-        note = (f"daily peaks: {choice.model} passed the gate on only {len(backtest.origins)} origins "
-                f"(a daily model needs {needed}, so {needed + MIN_TRAIN_D + HORIZON_D - 1} days of history)")
-        choice = replace(choice, model=choice.baseline, mase=choice.baseline_mase, shipped_candidate=False)
+    found = len(backtest.origins)
+    note = f"daily peaks ({found} origins, {HORIZON_D}-day horizon): {choice.reason}"
+    can_ship = found >= needed and choice.power.can_pass
+    if found < needed:
+        # A few origins can crown a model by luck; months of capacity should not ride on that. Say so
+        # first, with the history that would do, so the verdict below it does not read as a judgement.
+        days_needed = needed + MIN_TRAIN_D + HORIZON_D - 1
+        best = choice.evidence
+        seen = f"; meanwhile the best candidate, {best.model}: {best.summary()}" if best is not None else ""
+        note = (f"daily peaks ({found} origins, {HORIZON_D}-day horizon): the long-horizon gate cannot ship a "
+                f"model on {found} origins; it needs {needed}, so {days_needed} days of history (this one has "
+                f"{days}: {days_needed - days} more days would do){seen}")
+        if choice.shipped_candidate:
+            choice = replace(choice, model=choice.baseline, mase=choice.baseline_mase, shipped_candidate=False)
     if not choice.shipped_candidate:
         rule = f"the plan keeps its trend rule (peak_trend, MASE {mase['peak_trend']:.3f})"
         if not with_candidates:
-            return DailyForecast(choice, mase, None, f"daily peaks: candidates not run; {rule}")
-        return DailyForecast(choice, mase, None, f"{note}; {rule}")
+            return DailyForecast(choice, mase, None, f"daily peaks: candidates not run; {rule}", needed, can_ship)
+        return DailyForecast(choice, mase, None, f"{note}; {rule}", needed, can_ship)
     spec = next(m for m in models if m.name == choice.model)
     result = guarded(spec, daily_peaks, horizon_days, WEEK_D)
     if result.fell_back:
         return DailyForecast(choice, mase, None, f"{note}; its fit on the whole history failed ({result.reason}), "
-                                                 "so the plan's trend rule stands")
-    return DailyForecast(choice, mase, np.maximum(result.values, 0.0), note)
+                                                 "so the plan's trend rule stands", needed, can_ship)
+    return DailyForecast(choice, mase, np.maximum(result.values, 0.0), note, needed, can_ship)

@@ -344,7 +344,9 @@ def _daily_summary(daily: DailyForecast, used: bool) -> dict[str, Any]:
             "baseline_mase": _round(choice.baseline_mase) if choice else None,
             "origins": choice.origins if choice else 0,
             "gate": gate_summary(choice),
-            "models": {name: _round(value) for name, value in daily.mase.items()}, "note": daily.note}
+            "models": {name: _round(value) for name, value in daily.mase.items()}, "note": daily.note,
+            "can_ship": daily.can_ship, "origins_needed": daily.origins_needed,
+            "history_days_needed": daily.days_needed}
 
 
 def _months(planned: list[PlannedDay]) -> list[dict[str, Any]]:

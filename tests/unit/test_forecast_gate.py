@@ -5,6 +5,7 @@ places on noise, and the backtest's origins, kept parameters and ensemble do wha
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -293,8 +294,12 @@ def test_baselines_only_ship_the_simplest_and_say_so() -> None:
     assert (choice.mase, choice.baseline_mase) == (2.0, 2.0)
     assert choice.reason == "shipping the baseline naive: no candidates"
     assert choice.evidence is None and choice.to_change == ""
-    assert gate_summary(choice) == {"max_ratio": 0.95, "alpha": 0.05, "test": "one-sided sign test",
-                                    "interval_level": 0.9, "shipped_candidate": False, "to_change": ""}
+    assert gate_summary(choice) == {
+        "max_ratio": 0.95, "alpha": 0.05, "test": "one-sided sign test", "interval_level": 0.9,
+        "shipped_candidate": False, "to_change": "", "can_pass": False,
+        "power": {"level": 0.8, "untied_origins": 3, "wins_needed": None, "detectable_win_rate": None,
+                  "text": "the gate cannot pass on 3 untied origins: even 3 wins of 3 give p = 0.125 > 0.05; "
+                          "the sign test needs at least 5 untied origins"}}
     assert gate_summary(None) is None
 
 
@@ -314,7 +319,15 @@ def test_the_verdict_reads_as_written_by_hand() -> None:
                        "shipped_candidate": True, "to_change": choice.to_change, "candidate": "cand",
                        "baseline": "naive", "median_ratio": 0.5, "ratio_interval": [0.5, 0.5], "wins": 11,
                        "losses": 1, "ties": 0, "win_share": round(11 / 12, 4), "p_value": round(13 / 4096, 4),
-                       "wins_needed": 10}
+                       "wins_needed": 10, "can_pass": True, "power": summary["power"]}
+    # 12 untied origins: 10 wins needed; a candidate better on a share w of them wins 10 or more with
+    # probability sum_k>=10 C(12, k) w^k (1 - w)^(12 - k), which reaches 0.8 at w = 0.869 (checked on both sides).
+    assert summary["power"]["wins_needed"] == 10 and summary["power"]["untied_origins"] == 12
+    w = summary["power"]["detectable_win_rate"]
+    tail = [sum(math.comb(12, k) * x ** k * (1 - x) ** (12 - k) for k in range(10, 13)) for x in (w - 1e-3, w + 1e-3)]
+    assert tail[0] < 0.8 <= tail[1] and round(w, 3) == 0.869
+    assert summary["power"]["text"] == ("on 12 untied origins the sign test needs 10 wins (83%); it detects, 80% of "
+                                        "the time, a candidate better on 87% of origins or more")
     per_origin["cand"] = [1.2] * 6 + [0.9] * 6  # median ratio 1.05 against naive, 6 of 12 better
     choice = choose(backtest_of(per_origin))
     assert choice.reason == ("shipping the baseline naive: no candidate passed the gate against every baseline "

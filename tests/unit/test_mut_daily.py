@@ -117,9 +117,11 @@ def test_a_winner_on_too_few_origins_does_not_ship(monkeypatch: pytest.MonkeyPat
     assert result.choice is not None and not result.choice.shipped_candidate and result.path is None
     assert result.choice.model == result.choice.baseline and result.choice.mase == result.choice.baseline_mase
     assert result.choice.shipped_candidate is False
-    assert result.note.startswith("daily peaks: perfect passed the gate on only 7 origins (a daily model needs 10, "
-                                  "so 51 days of history); the plan keeps its trend rule (peak_trend, MASE ")
-    assert result.note.endswith(f"{result.mase['peak_trend']:.3f})")
+    assert result.note.startswith("daily peaks (7 origins, 14-day horizon): the long-horizon gate cannot ship a "
+                                  "model on 7 origins; it needs 10, so 51 days of history (this one has 48: 3 more "
+                                  "days would do); meanwhile the best candidate, perfect: median MASE ratio 0.000 ")
+    assert result.note.endswith(f"the plan keeps its trend rule (peak_trend, MASE {result.mase['peak_trend']:.3f})")
+    assert not result.can_ship and result.origins_needed == 10 and result.days_needed == 51
     asked = forecast_daily_peaks(peaks(48), 5, 6)  # 6 asked for and found: enough when fewer are asked for
     assert asked.choice is not None and asked.choice.shipped_candidate
 
@@ -165,7 +167,26 @@ def test_growth_counts_only_the_last_28_days() -> None:
 def test_a_loser_on_few_origins_is_judged_as_a_loser(monkeypatch: pytest.MonkeyPatch) -> None:
     with_candidates(monkeypatch, ModelSpec("useless", "candidate", useless))
     result = forecast_daily_peaks(peaks(48), 5, None)
-    assert result.note.startswith("daily peaks (7 origins, 14-day horizon): ")
+    assert result.note.startswith("daily peaks (7 origins, 14-day horizon): the long-horizon gate cannot ship")
+    assert "meanwhile the best candidate, useless: median MASE ratio " in result.note
+
+
+def test_the_long_horizon_gate_on_four_origins_says_it_cannot_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 45 days of peaks, like the bundled example: origins on days 28 to 31 (each leaves 14 to test).
+    with_candidates(monkeypatch, ModelSpec("perfect", "candidate", perfect))
+    result = forecast_daily_peaks(peaks(45), 5, None)
+    assert result.choice is not None and result.choice.origins == 4 and not result.choice.shipped_candidate
+    assert result.path is None and not result.can_ship
+    # Even a perfect candidate wins 4 of 4: p = 1/16 > 0.05. The note says so before any verdict, and names
+    # the history that would let it: 10 origins need 10 + 28 + 14 - 1 = 51 days.
+    assert result.note.startswith("daily peaks (4 origins, 14-day horizon): the long-horizon gate cannot ship a "
+                                  "model on 4 origins; it needs 10, so 51 days of history (this one has 45: 6 more "
+                                  "days would do); meanwhile the best candidate, perfect: ")
+    assert "better on 4 of 4 origins (0 worse, 0 tied; sign test p = 0.0625)" in result.note
+    assert result.choice.power.text() == ("the gate cannot pass on 4 untied origins: even 4 wins of 4 give "
+                                          "p = 0.0625 > 0.05; the sign test needs at least 5 untied origins")
+    assert result.choice.reason.startswith("shipping the baseline ")
+    assert "the gate cannot pass on 4 untied origins" in result.choice.reason
 
 
 def test_origins_are_every_day_and_the_fallback_is_last_weeks_peaks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -190,7 +190,7 @@ def test_daily_summary_without_a_daily_backtest() -> None:
     summary = _daily_summary(DailyForecast(None, {"naive": 1.23456}, None, "too short"), False)
     assert summary == {"model": "peak_trend", "shipped_candidate": False, "mase": None, "baseline": None,
                        "baseline_mase": None, "origins": 0, "gate": None, "models": {"naive": 1.2346},
-                       "note": "too short"}
+                       "note": "too short", "can_ship": False, "origins_needed": 10, "history_days_needed": 51}
 
 
 def test_size_by_model_sizes_pinned_models_and_reports_the_rest() -> None:
@@ -327,6 +327,7 @@ def test_a_shipped_daily_model_sets_the_plans_peaks_unless_growth_is_given(monke
     assert summary["baseline"] in ("naive", "weekly_naive", "peak_trend")
     assert summary["baseline_mase"] == summary["models"][summary["baseline"]] > 0.0
     assert summary["gate"] is not None and summary["gate"]["shipped_candidate"] is True
+    assert summary["can_ship"] is True and summary["origins_needed"] == 5 and summary["history_days_needed"] == 46
     # Day 60 peaks at 40 by the model; the trend rule would say 38.5 (the median of days 53..59 plus 0.5).
     assert [d["peak_gpus"] for d in result.days] == [40.0, 40.5, 41.0, 41.5, 42.0]
     growth = make_plan(climbing(days=60), None, settings, PlanInputs(growth_gpus_per_month=0.5 * DAYS_PER_MONTH))
