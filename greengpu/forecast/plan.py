@@ -38,7 +38,7 @@ from greengpu.forecast.backtest import (
     CANDIDATE_WINDOW_H,
     Calibration,
     available_cpus,
-    calibrate,
+    calibrate_best,
     conformal_upper,
     prepare,
     run_backtest,
@@ -247,7 +247,7 @@ def _make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSet
     backtest_s = time.perf_counter() - started
     flags += backtest.notes
     choice = choose(backtest)
-    calibration = calibrate(backtest, choice.model)
+    calibration = calibrate_best(backtest, choice.model)
 
     history_peaks = peak_history(series, settings)
     level, measured_slope = history_peaks.level, history_peaks.slope_per_day
@@ -280,6 +280,8 @@ def _make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSet
                   "baseline_mase": _round(choice.baseline_mase), "origins": choice.origins,
                   "wins": choice.wins, "shipped_candidate": choice.shipped_candidate, "reason": choice.reason,
                   "coverage_80": _round(calibration.coverage[0.8]), "coverage_95": _round(calibration.coverage[0.95]),
+                  "bands": {"scale": calibration.scale, "interval_score": _round(calibration.interval_score),
+                            "interval_scores": {k: _round(v) for k, v in calibration.compared.items()}},
                   "models": {m.name: _round(m.mase) for m in backtest.models.values()},
                   "fit_s": {m.name: _round(m.fit_s) for m in backtest.models.values()},
                   "backtest_s": round(backtest_s, 2),
@@ -394,14 +396,15 @@ def _day_ahead(series: pd.Series, model: str, models: tuple[ModelSpec, ...],
     spec = next(m for m in models if m.name == model)
     history = series.iloc[-CANDIDATE_WINDOW_H:] if spec.kind == "candidate" else series
     point = guarded(spec, history, DAY_H).values
+    bands = {level: calibration.band(point, level) for level in calibration.levels}
     times = pd.date_range(series.index[-1] + pd.Timedelta(hours=1), periods=DAY_H, freq="h")
     rows = []
     for step, when in enumerate(times):
         row: dict[str, Any] = {"time": when.isoformat(), "gpus": round(max(0.0, float(point[step])), 1)}
-        for level in calibration.levels:
+        for level, (lower, upper) in bands.items():
             tag = int(round(level * 100))
-            row[f"lower_{tag}"] = round(max(0.0, float(point[step] + calibration.lower[level][step])), 1)
-            row[f"upper_{tag}"] = round(max(0.0, float(point[step] + calibration.upper[level][step])), 1)
+            row[f"lower_{tag}"] = round(max(0.0, float(lower[step])), 1)
+            row[f"upper_{tag}"] = round(max(0.0, float(upper[step])), 1)
         rows.append(row)
     return rows
 

@@ -234,7 +234,11 @@ def test_make_plan_end_to_end_with_the_baselines() -> None:
     forecast = result.forecast
     assert set(forecast) == {"model", "mase", "baseline", "baseline_mase", "origins", "wins", "shipped_candidate",
                              "reason", "coverage_80", "coverage_95", "models", "fit_s", "backtest_s", "gate",
-                             "per_origin", "daily"}
+                             "per_origin", "daily", "bands"}
+    bands = forecast["bands"]
+    assert set(bands["interval_scores"]) == {"additive", "sqrt", "log1p"}
+    assert bands["interval_score"] == min(bands["interval_scores"].values())
+    assert bands["interval_scores"][bands["scale"]] == bands["interval_score"]
     assert forecast["origins"] == 3 and set(forecast["models"]) == {"naive", "seasonal_naive", "drift"}
     assert forecast["shipped_candidate"] is False and forecast["baseline"] == forecast["model"]
     assert len(forecast["per_origin"]["times"]) == 3 and set(forecast["per_origin"]["mase"]) == set(forecast["models"])
@@ -400,7 +404,7 @@ def test_size_by_model_rounds_its_figures_and_plans_no_days_as_no_gpus() -> None
 
 @pytest.mark.parametrize("scale", [0.06, 1.0])  # small values: some bands reach below zero
 def test_the_day_ahead_is_the_shipped_models_forecast_with_its_calibrated_bands(scale: float) -> None:
-    from greengpu.forecast.backtest import calibrate, prepare, run_backtest
+    from greengpu.forecast.backtest import calibrate_best, from_scale, prepare, run_backtest, to_scale
     from greengpu.forecast.models import guarded
 
     series = climbing(slope=1 / 3) * scale
@@ -408,14 +412,17 @@ def test_the_day_ahead_is_the_shipped_models_forecast_with_its_calibrated_bands(
     model = result.forecast["model"]
     hourly = prepare(series).series
     backtest = run_backtest(hourly, horizon_h=24, origins=3, min_train_h=14 * 24, models=BASELINES)
-    calibration = calibrate(backtest, model)
+    calibration = calibrate_best(backtest, model)
+    assert result.forecast["bands"]["scale"] == calibration.scale
     point = guarded(next(m for m in BASELINES if m.name == model), hourly, 24).values
+    centre = to_scale(point, calibration.scale)
     expected = []
     for step, when in enumerate(pd.date_range("2026-01-31", periods=24, freq="h", tz="UTC")):
         row = {"time": when.isoformat(), "gpus": round(max(0.0, float(point[step])), 1)}
         for level, tag in ((0.8, 80), (0.95, 95)):
-            row[f"lower_{tag}"] = round(max(0.0, float(point[step] + calibration.lower[level][step])), 1)
-            row[f"upper_{tag}"] = round(max(0.0, float(point[step] + calibration.upper[level][step])), 1)
+            for side, offsets in (("lower", calibration.lower[level]), ("upper", calibration.upper[level])):
+                edge = from_scale(np.array([centre[step] + offsets[step]]), calibration.scale)[0]
+                row[f"{side}_{tag}"] = round(max(0.0, float(edge)), 1)
         expected.append(row)
     assert result.day_ahead == expected
 
