@@ -218,6 +218,45 @@ Progress = Callable[[str], None]
 """Hears what the plan is doing, in a few words, as it goes (for a display on stderr)."""
 
 
+@dataclass(frozen=True)
+class OrderDates:
+    """When to order the GPUs that run-out needs, given the lead time, never before the plan's first day."""
+    lead_time_date: pd.Timestamp | None
+    """Run-out minus the lead time: may lie in the past, even before the history."""
+    order_by: pd.Timestamp | None
+    """The later of that and the plan's first day (today: order now)."""
+    arrival: pd.Timestamp | None
+    """When GPUs ordered on `order_by` arrive."""
+    late_days: int
+    """Days after run-out that they arrive (0: in time)."""
+    already_short: bool
+    """Run-out is the plan's first day: more GPUs are needed now than are installed."""
+
+
+def order_dates(run_out: pd.Timestamp | None, first_day: pd.Timestamp | None, lead_time_days: int) -> OrderDates:
+    """The order-by date for `run_out`, clamped to `first_day`, with the arrival and how late it is."""
+    if run_out is None or first_day is None:
+        return OrderDates(None, None, None, 0, False)
+    lead = pd.Timedelta(days=lead_time_days)
+    by_lead_time = run_out - lead
+    order_by = max(by_lead_time, first_day)
+    arrival = order_by + lead
+    return OrderDates(by_lead_time, order_by, arrival, max(0, (arrival - run_out).days), run_out <= first_day)
+
+
+def order_note(order: OrderDates, run_out: pd.Timestamp | None, lead_time_days: int,
+               history_start: pd.Timestamp) -> str:
+    """The note for an order-by date that is today or has passed: order now, and how late the GPUs come."""
+    assert order.lead_time_date is not None and order.arrival is not None and run_out is not None
+    before = f" (before the history starts on {history_start.date()})" if order.lead_time_date < history_start else ""
+    if order.late_days == 0:
+        return (f"order today: with a lead time of {lead_time_days} days the GPUs needed from {run_out.date()} must "
+                f"be ordered by {order.lead_time_date.date()}, the plan's first day")
+    return (f"order now: with a lead time of {lead_time_days} days the GPUs needed from {run_out.date()} had to be "
+            f"ordered by {order.lead_time_date.date()}{before}; ordered now they arrive {order.arrival.date()}, "
+            f"{order.late_days} day{'s' if order.late_days != 1 else ''} after they are needed")
+
+
 def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSettings,
               inputs: PlanInputs | None = None, progress: Progress | None = None) -> PlanResult:
     """The capacity plan (docs/FORECAST.md), with one BLAS thread per process for the many small fits."""
@@ -255,8 +294,8 @@ def _make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSet
     if inputs.growth_gpus_per_month is not None:
         slope = inputs.growth_gpus_per_month / DAYS_PER_MONTH
     elif slope < 0 and not settings.allow_decline:
-        flags.append(f"demand peaks fell {-slope:.2f} GPUs/day over the last {history_peaks.window_days} days; "
-                     "planned flat")
+        flags.append(f"demand peaks fell {-slope:.2f} GPUs/day ({-slope * DAYS_PER_MONTH:,.0f} GPUs/month) over the "
+                     f"last {history_peaks.window_days} days; planned flat at {level:,.1f} GPUs rather than falling")
         slope = 0.0
     peak_values = history_peaks.daily_peaks.to_numpy(dtype=float)
     offsets = {q: peak_upper_offset(peak_values, level=q) for q in SCENARIO_QUANTILES}
@@ -270,10 +309,9 @@ def _make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSet
     days = horizon_days(series, settings)
     planned = plan_days(days, peaks, upper_offset, settings.target_utilisation, settings, inputs)
     run_out = run_out_day(planned, installed_gpus)
-    order_by = run_out - pd.Timedelta(days=settings.lead_time_days) if run_out is not None else None
-    if order_by is not None and run_out is not None and order_by <= days[0]:
-        flags.append(f"order-by date {order_by.date()} has passed: with a {settings.lead_time_days}-day lead time "
-                     f"the GPUs needed from {run_out.date()} cannot arrive in time")
+    order = order_dates(run_out, days[0] if len(days) else None, settings.lead_time_days)
+    if order.lead_time_date is not None and order.lead_time_date <= days[0]:
+        flags.append(order_note(order, run_out, settings.lead_time_days, series.index[0].normalize()))
     required = max((d.required for d in planned), default=0)
     return PlanResult(
         forecast={"model": choice.model, "mase": _round(choice.mase), "baseline": choice.baseline,
@@ -291,7 +329,11 @@ def _make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSet
                                           for m in backtest.models.values()}},
                   "daily": _daily_summary(daily, path is not None)},
         capacity={"installed_gpus": installed_gpus, "required_gpus": required,
-                  "run_out_date": _iso(run_out), "order_by_date": _iso(order_by),
+                  "run_out_date": _iso(run_out), "order_by_date": _iso(order.order_by),
+                  "order_by_lead_time_date": _iso(order.lead_time_date), "arrival_date": _iso(order.arrival),
+                  "late_days": order.late_days, "already_short": order.already_short,
+                  "plan_start_date": _iso(days[0]) if len(days) else None,
+                  "required_now_gpus": planned[0].required if planned else 0,
                   "target_utilisation": settings.target_utilisation, "redundancy_gpus": settings.redundancy_gpus,
                   "lead_time_days": settings.lead_time_days, "horizon_days": settings.horizon_days,
                   "max_wait_probability": settings.max_wait_probability},

@@ -223,12 +223,17 @@ def test_make_plan_end_to_end_with_the_baselines() -> None:
                              "measured_growth_gpus_per_day": 0.5, "upper_offset_gpus": 2.0, "window_days": 28.0}
     first = result.days[0]
     assert first == {"day": "2026-01-31", "peak_gpus": 23.5, "upper_peak_gpus": 25.5, "required_gpus": 52}
-    # Run-out: 2 x (25 + 0.5 k) + 1 > 40 from the first day; order-by 10 days before: already past.
+    # Run-out: 2 x (25 + 0.5 k) + 1 > 40 from the first day: already short. By the lead time the order was due
+    # 10 days before, 2026-01-21, which has passed: order now (the first planned day), arriving 10 days late.
     capacity = result.capacity
     assert capacity == {"installed_gpus": 40, "required_gpus": 2 * math.ceil(25 + 15) + 1,
-                        "run_out_date": "2026-01-31", "order_by_date": "2026-01-21", "target_utilisation": 0.5,
-                        "redundancy_gpus": 1, "lead_time_days": 10, "horizon_days": 30, "max_wait_probability": 1.0}
-    assert any(f.startswith("order-by date 2026-01-21 has passed: with a 10-day lead time") for f in result.flags)
+                        "run_out_date": "2026-01-31", "order_by_date": "2026-01-31",
+                        "order_by_lead_time_date": "2026-01-21", "arrival_date": "2026-02-10", "late_days": 10,
+                        "already_short": True, "plan_start_date": "2026-01-31", "required_now_gpus": 52,
+                        "target_utilisation": 0.5, "redundancy_gpus": 1, "lead_time_days": 10, "horizon_days": 30,
+                        "max_wait_probability": 1.0}
+    assert ("order now: with a lead time of 10 days the GPUs needed from 2026-01-31 had to be ordered by 2026-01-21; "
+            "ordered now they arrive 2026-02-10, 10 days after they are needed") in result.flags
     assert [m["month"] for m in result.months] == ["2026-01", "2026-02", "2026-03"]
     assert len(result.scenarios) == 3 * 3 and result.inputs["buffer_factor"] == 1.0
     forecast = result.forecast
@@ -265,7 +270,9 @@ def test_falling_peaks_are_planned_flat_and_flagged_unless_decline_is_allowed() 
     falling = climbing(slope=-0.25)  # peaks 10 .. 2.75
     result = make_plan(falling, 100, FAST)
     assert result.growth["peak_growth_gpus_per_day"] == 0.0 and result.growth["measured_growth_gpus_per_day"] == -0.25
-    assert "demand peaks fell 0.25 GPUs/day over the last 28 days; planned flat" in result.flags
+    # 0.25 a day is 0.25 x 365.25 / 12 = 7.6 a month; the level, the median of the last week's peaks, 3.5.
+    assert ("demand peaks fell 0.25 GPUs/day (8 GPUs/month) over the last 28 days; planned flat at 3.5 GPUs rather "
+            "than falling") in result.flags
     assert result.capacity["run_out_date"] is None
     allowed = make_plan(falling, 100, PlanSettings(**{**FAST.__dict__, "allow_decline": True}))
     assert allowed.growth["peak_growth_gpus_per_day"] == -0.25
@@ -351,11 +358,13 @@ def test_the_order_by_date_is_flagged_only_once_it_is_the_first_planned_day_or_e
     def flags(lead_time_days: int) -> list[str]:
         result = make_plan(climbing(), 70, PlanSettings(**{**FAST.__dict__, "lead_time_days": lead_time_days}))
         assert result.capacity["run_out_date"] == "2026-02-19"
-        return [f for f in result.flags if f.startswith("order-by")]
+        return [f for f in result.flags if f.startswith("order")]
 
     assert flags(18) == []  # order by 2026-02-01, the second planned day
-    assert flags(19) == ["order-by date 2026-01-31 has passed: with a 19-day lead time the GPUs needed from "
-                         "2026-02-19 cannot arrive in time"]
+    assert flags(19) == ["order today: with a lead time of 19 days the GPUs needed from 2026-02-19 must be ordered by "
+                         "2026-01-31, the plan's first day"]
+    assert flags(20) == ["order now: with a lead time of 20 days the GPUs needed from 2026-02-19 had to be ordered by "
+                         "2026-01-30; ordered now they arrive 2026-02-20, 1 day after they are needed"]
 
 
 def test_a_plan_of_no_days_needs_no_gpus() -> None:
