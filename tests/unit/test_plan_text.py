@@ -6,6 +6,10 @@ chart that starts where the data starts."""
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -148,3 +152,22 @@ def test_the_capacity_chart_starts_where_the_data_starts() -> None:
 def test_the_wider_band_holds_the_narrower_one() -> None:
     payload = plan(growing(), 250, 28)
     assert all(r["lower_95"] <= r["lower_80"] <= r["upper_80"] <= r["upper_95"] for r in payload["day_ahead"])
+
+
+def test_piped_progress_is_plain_lines_on_stderr_and_q_silences_it(tmp_path: Path) -> None:
+    series = growing(days=20)
+    history = tmp_path / "history.csv"
+    pd.DataFrame({"time": series.index.strftime("%Y-%m-%dT%H:%M:%SZ"), "gpus_busy": series.round(1)}).to_csv(
+        history, index=False)
+    command = [sys.executable, "-m", "greengpu", "plan", "--history", str(history), "--models", "baselines", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    json.loads(done.stdout)  # stdout stays one JSON object
+    lines = done.stderr.splitlines()
+    # Not a terminal: a line per phase (reading the inputs left unsaid, so a bad input has its line alone),
+    # and where each backtest ended.
+    assert lines[:2] == ["greengpu plan: hourly demand", "greengpu plan: backtest and plan"]
+    assert any(line.startswith("greengpu plan: day-ahead backtest: ") and line.split(": ")[2].startswith("3 of 3 ")
+               for line in lines)  # 30 origins within 6 days (a short history): a task per baseline
+    quiet = subprocess.run([sys.executable, "-m", "greengpu", "-q", *command[3:]], capture_output=True, text=True,
+                           timeout=300, check=True)
+    assert quiet.stderr == ""
