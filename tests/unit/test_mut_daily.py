@@ -83,14 +83,20 @@ def test_daily_models_use_the_weekly_season_once_three_weeks_are_known() -> None
     np.testing.assert_allclose(daily_theta(long, 3), theta_forecast(long, 3, 7))
     np.testing.assert_allclose(daily_unobserved_components(long, 2),
                                uc_forecast(long, 2, "local linear trend", [{"period": 7, "harmonics": 3}]))
+    # The kept-parameter fits the backtest uses forecast as the models do, and keep the season they fit with.
+    ets_spec, uc_spec = DAILY_CANDIDATES[0], DAILY_CANDIDATES[1]
+    assert ets_spec.fit is not None and uc_spec.fit is not None
+    np.testing.assert_allclose(ets_spec.fit(long).forecast(3), daily_ets(long, 3))
+    np.testing.assert_allclose(ets_spec.fit(short).forecast(3), daily_ets(short, 3))
+    np.testing.assert_allclose(uc_spec.fit(long).forecast(2), daily_unobserved_components(long, 2))
 
 
 def test_the_daily_model_lists() -> None:
     assert [(m.name, m.kind) for m in DAILY_BASELINES] == [("naive", "baseline"), ("weekly_naive", "baseline"),
                                                            ("peak_trend", "baseline")]
-    assert [(m.name, m.kind) for m in DAILY_CANDIDATES] == [
-        ("ets", "candidate"), ("unobserved_components", "candidate"), ("theta", "candidate"),
-        ("median_ensemble", "candidate")]
+    assert [(m.name, m.kind, m.fit is not None) for m in DAILY_CANDIDATES] == [
+        ("ets", "candidate", True), ("unobserved_components", "candidate", True), ("theta", "candidate", False),
+        ("median_ensemble", "candidate", False)]
     assert DAILY_CANDIDATES[-1].members == ("ets", "unobserved_components", "theta")
 
 
