@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -266,11 +267,14 @@ def available_cpus() -> int:
 
 def _run_tasks(job: _Job, tasks: list[tuple[int, int, int]], workers: int,
                progress: Callable[[int, int], None] | None) -> dict[tuple[int, int, int], _TaskResult]:
-    """Every task, in `workers` forked processes (or here, with one worker or where fork is not available)."""
+    """Every task, in `workers` forked processes; here, in this process, with one worker, without fitted
+    models (baselines take microseconds: a fork would cost more), or off Linux (fork is not available on
+    Windows, and unsafe on macOS once its system libraries are loaded)."""
     global _JOB
     done: dict[tuple[int, int, int], _TaskResult] = {}
     report = progress or (lambda finished, total: None)
-    if workers <= 1 or len(tasks) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+    fitting = any(spec.kind == "candidate" for spec in job.specs)
+    if workers <= 1 or len(tasks) <= 1 or not fitting or not sys.platform.startswith("linux"):
         with one_blas_thread():
             for task in tasks:
                 done[task] = _run_task(*task, job=job)

@@ -216,12 +216,31 @@ def test_sarimax_keeps_its_parameters_for_days_not_origins(monkeypatch: pytest.M
     assert refit_schedule(backtest.origin_times) == [c != "extend" for c in calls]
 
 
-def test_the_backtest_gives_the_same_figures_with_any_number_of_workers() -> None:
+RAN_HERE: list[int] = []
+"""Tasks run in this process: a forked worker appends to its own copy of the list."""
+
+
+def counted_run_task(*args: object, **kwargs: object) -> object:
+    from greengpu.forecast import backtest
+
+    RAN_HERE.append(1)
+    return backtest.__dict__["_unpatched_run_task"](*args, **kwargs)
+
+
+def test_the_backtest_gives_the_same_figures_with_any_number_of_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from greengpu.forecast import backtest
+
+    ran_here = RAN_HERE
+    ran_here.clear()
+    monkeypatch.setattr(backtest, "_unpatched_run_task", backtest._run_task, raising=False)
+    monkeypatch.setattr(backtest, "_run_task", counted_run_task)  # a module function: the pool can name it
     spec = ModelSpec("counting", "candidate", lambda h, n: CountingFit(h).forecast(n), fit=CountingFit)
-    series = daily_shape(days=75)  # 60 daily origins: 9 refit periods, so 3 tasks per model
+    series = daily_shape(days=75)  # 61 daily origins: 9 refit periods, so 3 tasks per model
     serial = run_backtest(series, min_train_h=14 * 24, models=BASELINES + (PROFILE, spec))
     assert len(serial.origins) == 61 and len(task_chunks(refit_schedule(serial.origin_times))) == 3
+    assert len(ran_here) == 5 * 3
     forked = run_backtest(series, min_train_h=14 * 24, models=BASELINES + (PROFILE, spec), workers=2)
+    assert len(ran_here) == 5 * 3  # every task ran in a worker process
     assert forked.origins == serial.origins and list(forked.models) == list(serial.models)
     for name, model in serial.models.items():
         assert np.array_equal(forked.models[name].forecasts, model.forecasts)
