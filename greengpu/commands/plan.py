@@ -31,7 +31,7 @@ from greengpu.errors import BadInput
 @click.option("--buffer-factor", type=click.FloatRange(1.0, 10.0), default=None,
               help="Multiply the upper peak by this (default 1.0).")
 @click.option("--origins", type=click.IntRange(5, 365), default=None, metavar="N",
-              help="Backtest origins (default: every day with two weeks of history before it, the last 365); "
+              help="Backtest origins (default: every day with two weeks of history before it, the last 182); "
               "a count thins them evenly (half the default checks that the gate's verdict does not turn on the "
               "count).")
 @click.option("--growth", "growth_gpus_per_month", type=float, default=None, metavar="GPUS_PER_MONTH",

@@ -154,7 +154,7 @@ def test_every_daily_origin_is_backtested_by_default_at_the_live_forecasts_hour(
     assert half == [every_day[i] for i in (0, 2, 4, 6, 8, 10, 12, 15, 17, 19, 21, 23, 25)]
     twice = origin_positions(40 * 24, 24, 52, 14 * 24, spacing=24)
     assert len(twice) == 52 and twice[-1] == 39 * 24 and len(set(twice)) == 52  # finer than a day
-    # Past a year of days, the last MAX_ORIGINS (a year) are backtested: the time budget.
+    # Past half a year of days, the last MAX_ORIGINS (182) are backtested: the time budget.
     long = origin_positions(500 * 24, 24, None, 14 * 24, spacing=24)
     assert long == list(range(500 * 24 - 24 - (MAX_ORIGINS - 1) * 24, 500 * 24 - 24 + 1, 24))
 

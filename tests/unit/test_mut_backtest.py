@@ -367,12 +367,13 @@ def test_no_origins_give_zero_bands_and_no_coverage() -> None:
     assert math.isnan(calibration.coverage[0.8]) and math.isnan(calibration.pinball_upper)
 
 
-def test_past_a_year_of_days_the_last_year_is_backtested_and_the_notes_say_so() -> None:
+def test_past_half_a_year_of_days_the_last_half_year_is_backtested_and_the_notes_say_so() -> None:
     model = [ModelSpec("naive", "baseline", naive)]
-    # 400 days, a week of training: (400 x 24 - 24 - 168) // 24 + 1 = 393 daily origins; the last 365 run.
+    # 400 days, a week of training: (400 x 24 - 24 - 168) // 24 + 1 = 393 daily origins; the last 182 run.
     result = run_backtest(hourly(np.arange(400 * 24)), models=model)
-    assert len(result.origins) == 365 and result.origins[-1] == 400 * 24 - 24
-    assert result.notes == ["365 origins backtested, the last 365 of the 393 the history holds (at most 365 by "
+    assert len(result.origins) == 182 and result.origins[-1] == 400 * 24 - 24
+    assert result.origins[0] == 400 * 24 - 24 - 181 * 24
+    assert result.notes == ["182 origins backtested, the last 182 of the 393 the history holds (at most 182 by "
                             "default; --origins asks for another count)"]
     assert len(run_backtest(hourly(np.arange(400 * 24)), origins=393, models=model).origins) == 393
 
