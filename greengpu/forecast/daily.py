@@ -129,10 +129,12 @@ def forecast_daily_peaks(daily_peaks: pd.Series, horizon_days: int, origins: int
                          progress: Callable[[int, int], None] | None = None) -> DailyForecast:
     """Backtest the daily models on `daily_peaks` (freq D) and, if a candidate ships, its path."""
     days = len(daily_peaks)
-    if days < MIN_TRAIN_D + HORIZON_D:
-        return DailyForecast(None, {}, None, f"daily peaks: {days} days of history; the daily backtest needs "
-                                             f"{MIN_TRAIN_D + HORIZON_D}, so the plan's trend rule stands")
     needed = MIN_SHIP_ORIGINS if origins is None else min(MIN_SHIP_ORIGINS, origins)
+    if days < MIN_TRAIN_D + HORIZON_D:
+        ship_days = needed + MIN_TRAIN_D + HORIZON_D - 1
+        return DailyForecast(None, {}, None, f"daily peaks: {days} days of history; the daily backtest needs "
+                                             f"{MIN_TRAIN_D + HORIZON_D}, and a daily model {ship_days} to ship, so "
+                                             "the plan's trend rule stands", needed)
     models = DAILY_BASELINES + (DAILY_CANDIDATES if with_candidates else ())
     backtest = run_backtest(daily_peaks, horizon_h=HORIZON_D, origins=origins, min_train_h=MIN_TRAIN_D,
                             models=models, season=WEEK_D, candidate_window=None, spacing=1, workers=workers,

@@ -103,8 +103,9 @@ def test_the_daily_model_lists() -> None:
 def test_a_short_history_keeps_the_trend_rule() -> None:
     result = forecast_daily_peaks(peaks(41), 10, None)
     assert result.choice is None and result.mase == {} and result.path is None
-    assert result.note == ("daily peaks: 41 days of history; the daily backtest needs 42, so the plan's trend "
-                           "rule stands")
+    assert result.note == ("daily peaks: 41 days of history; the daily backtest needs 42, and a daily model 51 to "
+                           "ship, so the plan's trend rule stands")
+    assert result.days_needed == 51 and not result.can_ship
 
 
 def test_a_candidate_that_wins_on_enough_origins_drives_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
