@@ -55,16 +55,25 @@ def note(message: str) -> None:
 
 
 class phases:
-    """A spinner with the current phase and the time spent on stderr when it is a terminal (never with -q,
-    never on stdout, so --json output stays clean); yields a callback taking the phase's name."""
+    """Progress on stderr (never on stdout, so --json output stays clean; never with -q); yields a callback
+    taking what is being done, as `phase` or `phase: detail`.
 
-    def __init__(self, label: str) -> None:
+    On a terminal, a spinner with the current phase and the time spent. Elsewhere (a pipe, a log file, CI),
+    plain lines: one when the phase changes, and one every `every_s` seconds within a phase, so a long
+    backtest is not silent. On a pipe the first phase (reading the inputs) is not announced: a bad input
+    then gets its one error line alone."""
+
+    def __init__(self, label: str, every_s: float = 5.0) -> None:
         self.label = label
+        self.every_s = every_s
         self.bar: Any = None
+        self.flush: Any = None
 
     def __enter__(self) -> Any:
-        if not sys.stderr.isatty() or verbosity() < 0:
+        if verbosity() < 0:
             return None
+        if not sys.stderr.isatty():
+            return self._lines()
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -78,9 +87,37 @@ class phases:
 
         return phase
 
+    def _lines(self) -> Any:
+        import time
+
+        state: dict[str, Any] = {"phase": None, "printed_s": 0.0, "first": True, "pending": None}
+
+        def say(text: str) -> None:
+            state["printed_s"], state["pending"] = time.monotonic(), None
+            click.echo(f"{self.label}: {text}", err=True)
+
+        def phase(text: str) -> None:
+            key = text.split(":", 1)[0]
+            changed = key != state["phase"]
+            state["phase"] = key
+            if state["first"]:  # reading the inputs: a bad one fails with its own line, alone
+                state["first"] = False
+                return
+            if changed and state["pending"] is not None:
+                say(state["pending"])  # where the phase ended (the last count of its tasks)
+            if changed or time.monotonic() - state["printed_s"] >= self.every_s:
+                say(text)
+            else:
+                state["pending"] = text
+
+        self.flush = lambda: say(state["pending"]) if state["pending"] is not None else None
+        return phase
+
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
+        if self.flush is not None and exc[0] is None:
+            self.flush()
 
 
 def echo_events(events: list[Any], as_json: bool) -> None:

@@ -27,12 +27,13 @@ from greengpu.errors import BadInput
               help="baselines: skip the statsmodels candidates (seconds instead of tens of seconds).")
 @click.option("--settings", "settings_file", default=None, metavar="FILE",
               help="Plan settings YAML: inputs, sizing, projects, efficiency gains, growth, buffer "
-              "(forecasts/plan.yaml is one; flags override it).")
+              "(the bundled example, greengpu/plan_example/plan.yaml, is one; flags override it).")
 @click.option("--buffer-factor", type=click.FloatRange(1.0, 10.0), default=None,
               help="Multiply the upper peak by this (default 1.0).")
 @click.option("--origins", type=click.IntRange(5, 365), default=None, metavar="N",
-              help="Backtest origins (default: one a day with two weeks of history before it, at most 30); "
-              "twice the default checks that the gate's verdict does not turn on the count.")
+              help="Backtest origins (default: every day with two weeks of history before it, the last 182); "
+              "a count thins them evenly (half the default checks that the gate's verdict does not turn on the "
+              "count).")
 @click.option("--growth", "growth_gpus_per_month", type=float, default=None, metavar="GPUS_PER_MONTH",
               help="Expected growth of daily peaks, replacing the measured one.")
 @click.option("--html", "html_file", default=None, metavar="FILE", help="Also write a self-contained HTML report "
@@ -44,7 +45,8 @@ def plan(history_file: str | None, trace_file: str | None, trace_format: str, cl
          origins: int | None, growth_gpus_per_month: float | None, html_file: str | None, as_json: bool) -> None:
     """How many GPUs will we need, when must we order them, and what would greengpu save?
 
-    With no arguments, plans the bundled example in forecasts/ (Philly's public demand, 1,000 GPUs).
+    With no arguments, plans the example that ships with greengpu (forecasts/ in the repository: Philly's
+    public demand, 1,000 GPUs), from any directory.
     The forecast model ships only if its backtest beats the baselines (docs/FORECAST.md).
     """
     from greengpu.commands.plan_main import PlanOptions, run_plan

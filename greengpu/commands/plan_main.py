@@ -55,13 +55,15 @@ def parse_days(text: str, what: str) -> int:
 
 
 def bundled_example() -> Path:
-    """forecasts/plan.yaml of the checkout this package runs from, else of the current directory."""
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        candidate = root / "forecasts" / "plan.yaml"
-        if candidate.exists():
-            return candidate
-    raise BadInput("no arguments and no bundled example: forecasts/plan.yaml is not beside this install; "
-                   "give --history FILE or --trace FILE")
+    """The example settings that ship inside the package (greengpu/plan_example/plan.yaml), found from any
+    directory: the package's own files, not the current directory's."""
+    from importlib.resources import files
+
+    candidate = Path(str(files("greengpu") / "plan_example" / "plan.yaml"))
+    if not candidate.is_file():
+        raise BadInput(f"no arguments and no bundled example: {candidate} is missing from this install (reinstall "
+                       "greengpu with its package data); give --history FILE or --trace FILE")
+    return candidate
 
 
 def read_history_frame(path: str) -> pd.DataFrame:
@@ -248,7 +250,7 @@ def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None
     series, settings = demand.series, loaded.settings
     phase("backtest and plan")
     started = time.perf_counter()
-    result = make_plan(series, loaded.installed_gpus, settings, loaded.inputs)
+    result = make_plan(series, loaded.installed_gpus, settings, loaded.inputs, progress=phase)
     plan_s = time.perf_counter() - started
     payload: dict[str, Any] = {"forecast": result.forecast, "capacity": result.capacity, "months": result.months,
                                "growth": result.growth, "flags": result.flags, "inputs": result.inputs,

@@ -30,13 +30,18 @@ GATE_RATIO = 0.95
 GATE_ALPHA = 0.05
 INTERVAL_LEVEL = 0.90
 """Two-sided level of the interval reported around the median ratio."""
+GATE_POWER = 0.80
+"""The power at which the gate reports the smallest effect it detects: a candidate better on that share of
+origins (or more) passes the sign test at least 80% of the time."""
 
 
-def _binomial_tail_at_least(successes: int, trials: int) -> float:
-    """P(X >= successes) for X ~ Binomial(trials, 1/2), exactly."""
+def _binomial_tail_at_least(successes: int, trials: int, p: float = 0.5) -> float:
+    """P(X >= successes) for X ~ Binomial(trials, p); exactly (in rationals' stead, integer binomials) at 1/2."""
     if successes <= 0:
         return 1.0
-    return sum(math.comb(trials, k) for k in range(successes, trials + 1)) / 2.0 ** trials
+    if p == 0.5:
+        return sum(math.comb(trials, k) for k in range(successes, trials + 1)) / 2.0 ** trials
+    return float(sum(math.comb(trials, k) * p ** k * (1.0 - p) ** (trials - k) for k in range(successes, trials + 1)))
 
 
 def sign_test_p(wins: int, losses: int) -> float:
@@ -48,6 +53,52 @@ def wins_needed(trials: int, alpha: float = GATE_ALPHA) -> int | None:
     """The fewest wins out of `trials` (ties left out) that the sign test accepts at `alpha`; None when
     even winning all of them is not enough."""
     return next((k for k in range(trials + 1) if _binomial_tail_at_least(k, trials) <= alpha), None)
+
+
+MIN_TRIALS = 5
+"""The fewest untied origins on which the sign test can pass at `GATE_ALPHA`: 5 wins of 5 is p = 1/32;
+4 of 4 is 1/16 = 0.0625."""
+
+
+@dataclass(frozen=True)
+class Power:
+    """What the gate can see with this many untied origins."""
+    trials: int
+    wins_needed: int | None
+    """None: even winning every origin does not reach p <= `GATE_ALPHA`."""
+    detectable_win_rate: float | None
+    """The smallest share of origins a candidate must be better on to pass the sign test with probability
+    `GATE_POWER` (None when the test cannot pass)."""
+
+    @property
+    def can_pass(self) -> bool:
+        return self.wins_needed is not None
+
+    def text(self) -> str:
+        """In words: what it takes, and what it would catch."""
+        if self.wins_needed is None or self.detectable_win_rate is None:
+            return (f"the gate cannot pass on {self.trials} untied origins: even {self.trials} wins of "
+                    f"{self.trials} give p = {0.5 ** self.trials:.3g} > {GATE_ALPHA}; the sign test needs at least "
+                    f"{MIN_TRIALS} untied origins")
+        return (f"on {self.trials} untied origins the sign test needs {self.wins_needed} wins "
+                f"({self.wins_needed / self.trials:.0%}); it detects, {GATE_POWER:.0%} of the time, a candidate "
+                f"better on {self.detectable_win_rate:.0%} of origins or more")
+
+
+def gate_power(trials: int, alpha: float = GATE_ALPHA, power: float = GATE_POWER) -> Power:
+    """The sign test's reach on `trials` untied origins: the wins it needs and the smallest win rate it
+    detects with probability `power` (by bisection on the binomial tail, to 1e-6)."""
+    needed = wins_needed(trials, alpha)
+    if needed is None:
+        return Power(trials, None, None)
+    low, high = 0.5, 1.0  # at 1/2 the tail is <= alpha < power; at 1 it is 1
+    while high - low > 1e-6:
+        middle = (low + high) / 2.0
+        if _binomial_tail_at_least(needed, trials, middle) >= power:
+            high = middle
+        else:
+            low = middle
+    return Power(trials, needed, round(high, 4))
 
 
 def median_interval(values: Sequence[float] | np.ndarray, level: float = INTERVAL_LEVEL) -> tuple[float, float]:
@@ -140,7 +191,8 @@ def what_would_change(chosen: Evidence, shipped: bool) -> str:
                 f"than {needed} of its {trials} untied origins")
     ratio_part = f"a median ratio <= {GATE_RATIO} (it has {chosen.median_ratio:.3f})"
     wins_part = (f"at least {needed} wins of {trials} untied origins (it has {chosen.wins})" if needed is not None
-                 else f"more origins: {trials} untied origins cannot reach p <= {GATE_ALPHA} even with every win")
+                 else f"more origins: {trials} untied origins cannot reach p <= {GATE_ALPHA} even with every win "
+                      f"(it takes at least {MIN_TRIALS})")
     ratio_met = chosen.median_ratio <= GATE_RATIO
     wins_met = needed is not None and chosen.wins >= needed
     # Name only what is missing, and say which condition already holds, so the line reads as the way to ship.
@@ -167,6 +219,12 @@ class Choice:
     """The shipped candidate's, or the best candidate's when a baseline ships (None without candidates)."""
     to_change: str = ""
 
+    @property
+    def power(self) -> Power:
+        """The gate's reach on the untied origins of its evidence (all the origins without candidates)."""
+        trials = self.evidence.wins + self.evidence.losses if self.evidence is not None else self.origins
+        return gate_power(trials)
+
 
 def choose(backtest: Backtest) -> Choice:
     """Apply the gate to a backtest's per-origin MASE: a candidate ships only if it passes against every
@@ -187,6 +245,10 @@ def choose(backtest: Backtest) -> Choice:
         return Choice(base.name, base.name, base.mase, base.mase, 0, origins, False,
                       f"shipping the baseline {base.name}: no candidates")
     top = ranked[0]
+    if top.wins_needed is None:  # no candidate could have passed: say so first, then what the best one did
+        return Choice(base.name, base.name, base.mase, base.mase, top.wins, origins, False,
+                      f"shipping the baseline {base.name}: {gate_power(top.wins + top.losses).text()} (best "
+                      f"candidate: {top.model}, {top.summary()})", top, what_would_change(top, False))
     return Choice(base.name, base.name, base.mase, base.mase, top.wins, origins, False,
                   f"shipping the baseline {base.name}: no candidate passed the gate against every baseline "
                   f"(best: {top.model}, {top.summary()}; a candidate needs a median ratio <= {GATE_RATIO} and "
@@ -201,6 +263,10 @@ def gate_summary(choice: Choice | None) -> dict[str, Any] | None:
     summary: dict[str, Any] = {"max_ratio": GATE_RATIO, "alpha": GATE_ALPHA, "test": "one-sided sign test",
                                "interval_level": INTERVAL_LEVEL, "shipped_candidate": choice.shipped_candidate,
                                "to_change": choice.to_change}
+    power = choice.power
+    summary.update({"can_pass": power.can_pass, "power": {
+        "level": GATE_POWER, "untied_origins": power.trials, "wins_needed": power.wins_needed,
+        "detectable_win_rate": power.detectable_win_rate, "text": power.text()}})
     evidence = choice.evidence
     if evidence is not None:
         summary.update({"candidate": evidence.model, "baseline": evidence.baseline,

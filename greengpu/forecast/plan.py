@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,11 +37,13 @@ import pandas as pd
 from greengpu.forecast.backtest import (
     CANDIDATE_WINDOW_H,
     Calibration,
-    calibrate,
+    available_cpus,
+    calibrate_best,
     conformal_upper,
     prepare,
     run_backtest,
 )
+from greengpu.forecast.blas import one_blas_thread
 from greengpu.forecast.capacity import gpus_needed, servers_for_wait
 from greengpu.forecast.daily import DailyForecast, forecast_daily_peaks, theil_sen_slope
 from greengpu.forecast.demand import ANY_MODEL
@@ -59,7 +62,9 @@ class PlanSettings:
     redundancy_gpus: int = 0
     max_wait_probability: float = 0.10
     origins: int | None = None
-    """Backtest origins; None: one a day with two weeks of history before it, at most MAX_ORIGINS."""
+    """Backtest origins; None: every day with two weeks of history before it (the last MAX_ORIGINS)."""
+    workers: int | None = None
+    """Worker processes for the backtests' fits; None: one per CPU this process may use."""
     growth_window_days: int = 28
     allow_decline: bool = False
     models: tuple[ModelSpec, ...] = BASELINES + CANDIDATES
@@ -209,19 +214,79 @@ def run_out_day(planned: list[PlannedDay], installed_gpus: int | None) -> pd.Tim
     return next((d.day for d in planned if d.required > installed_gpus), None)
 
 
+Progress = Callable[[str], None]
+"""Hears what the plan is doing, in a few words, as it goes (for a display on stderr)."""
+
+
+@dataclass(frozen=True)
+class OrderDates:
+    """When to order the GPUs that run-out needs, given the lead time, never before the plan's first day."""
+    lead_time_date: pd.Timestamp | None
+    """Run-out minus the lead time: may lie in the past, even before the history."""
+    order_by: pd.Timestamp | None
+    """The later of that and the plan's first day (today: order now)."""
+    arrival: pd.Timestamp | None
+    """When GPUs ordered on `order_by` arrive."""
+    late_days: int
+    """Days after run-out that they arrive (0: in time)."""
+    already_short: bool
+    """Run-out is the plan's first day: more GPUs are needed now than are installed."""
+
+
+def order_dates(run_out: pd.Timestamp | None, first_day: pd.Timestamp | None, lead_time_days: int) -> OrderDates:
+    """The order-by date for `run_out`, clamped to `first_day`, with the arrival and how late it is."""
+    if run_out is None or first_day is None:
+        return OrderDates(None, None, None, 0, False)
+    lead = pd.Timedelta(days=lead_time_days)
+    by_lead_time = run_out - lead
+    order_by = max(by_lead_time, first_day)
+    arrival = order_by + lead
+    return OrderDates(by_lead_time, order_by, arrival, max(0, (arrival - run_out).days), run_out <= first_day)
+
+
+def order_note(order: OrderDates, run_out: pd.Timestamp | None, lead_time_days: int,
+               history_start: pd.Timestamp) -> str:
+    """The note for an order-by date that is today or has passed: order now, and how late the GPUs come."""
+    assert order.lead_time_date is not None and order.arrival is not None and run_out is not None
+    before = f" (before the history starts on {history_start.date()})" if order.lead_time_date < history_start else ""
+    if order.late_days == 0:
+        return (f"order today: with a lead time of {lead_time_days} days the GPUs needed from {run_out.date()} must "
+                f"be ordered by {order.lead_time_date.date()}, the plan's first day")
+    return (f"order now: with a lead time of {lead_time_days} days the GPUs needed from {run_out.date()} had to be "
+            f"ordered by {order.lead_time_date.date()}{before}; ordered now they arrive {order.arrival.date()}, "
+            f"{order.late_days} day{'s' if order.late_days != 1 else ''} after they are needed")
+
+
 def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSettings,
-              inputs: PlanInputs | None = None) -> PlanResult:
-    inputs = inputs or PlanInputs()
+              inputs: PlanInputs | None = None, progress: Progress | None = None) -> PlanResult:
+    """The capacity plan (docs/FORECAST.md), with one BLAS thread per process for the many small fits."""
+    with one_blas_thread():
+        return _make_plan(history, installed_gpus, settings, inputs or PlanInputs(), progress or (lambda text: None))
+
+
+def _backtest_progress(say: Progress, what: str) -> Callable[[int, int], None]:
+    started = time.perf_counter()
+
+    def heard(done: int, total: int) -> None:
+        say(f"{what}: {done} of {total} tasks ({time.perf_counter() - started:.0f} s)")
+
+    return heard
+
+
+def _make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSettings, inputs: PlanInputs,
+               say: Progress) -> PlanResult:
     prepared = prepare(history, capacity=float(installed_gpus) if installed_gpus else None)
     series = prepared.series
     flags = list(prepared.flags)
+    workers = settings.workers if settings.workers is not None else available_cpus()
     started = time.perf_counter()
     backtest = run_backtest(series, horizon_h=DAY_H, origins=settings.origins, min_train_h=14 * DAY_H,
-                            models=settings.models)
+                            models=settings.models, workers=workers,
+                            progress=_backtest_progress(say, "day-ahead backtest"))
     backtest_s = time.perf_counter() - started
     flags += backtest.notes
     choice = choose(backtest)
-    calibration = calibrate(backtest, choice.model)
+    calibration = calibrate_best(backtest, choice.model)
 
     history_peaks = peak_history(series, settings)
     level, measured_slope = history_peaks.level, history_peaks.slope_per_day
@@ -229,30 +294,32 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
     if inputs.growth_gpus_per_month is not None:
         slope = inputs.growth_gpus_per_month / DAYS_PER_MONTH
     elif slope < 0 and not settings.allow_decline:
-        flags.append(f"demand peaks fell {-slope:.2f} GPUs/day over the last {history_peaks.window_days} days; "
-                     "planned flat")
+        flags.append(f"demand peaks fell {-slope:.2f} GPUs/day ({-slope * DAYS_PER_MONTH:,.0f} GPUs/month) over the "
+                     f"last {history_peaks.window_days} days; planned flat at {level:,.1f} GPUs rather than falling")
         slope = 0.0
     peak_values = history_peaks.daily_peaks.to_numpy(dtype=float)
     offsets = {q: peak_upper_offset(peak_values, level=q) for q in SCENARIO_QUANTILES}
     upper_offset = offsets[0.95]
     daily = forecast_daily_peaks(history_peaks.daily_peaks, settings.horizon_days, settings.origins,
-                                 settings.daily_candidates)
+                                 settings.daily_candidates, workers=workers,
+                                 progress=_backtest_progress(say, "long-horizon backtest"))
     path = daily.path if inputs.growth_gpus_per_month is None else None
     peaks = PeakModel(level, slope, history_peaks.mean_ratio, path)
 
     days = horizon_days(series, settings)
     planned = plan_days(days, peaks, upper_offset, settings.target_utilisation, settings, inputs)
     run_out = run_out_day(planned, installed_gpus)
-    order_by = run_out - pd.Timedelta(days=settings.lead_time_days) if run_out is not None else None
-    if order_by is not None and run_out is not None and order_by <= days[0]:
-        flags.append(f"order-by date {order_by.date()} has passed: with a {settings.lead_time_days}-day lead time "
-                     f"the GPUs needed from {run_out.date()} cannot arrive in time")
+    order = order_dates(run_out, days[0] if len(days) else None, settings.lead_time_days)
+    if order.lead_time_date is not None and order.lead_time_date <= days[0]:
+        flags.append(order_note(order, run_out, settings.lead_time_days, series.index[0].normalize()))
     required = max((d.required for d in planned), default=0)
     return PlanResult(
         forecast={"model": choice.model, "mase": _round(choice.mase), "baseline": choice.baseline,
                   "baseline_mase": _round(choice.baseline_mase), "origins": choice.origins,
                   "wins": choice.wins, "shipped_candidate": choice.shipped_candidate, "reason": choice.reason,
                   "coverage_80": _round(calibration.coverage[0.8]), "coverage_95": _round(calibration.coverage[0.95]),
+                  "bands": {"scale": calibration.scale, "interval_score": _round(calibration.interval_score),
+                            "interval_scores": {k: _round(v) for k, v in calibration.compared.items()}},
                   "models": {m.name: _round(m.mase) for m in backtest.models.values()},
                   "fit_s": {m.name: _round(m.fit_s) for m in backtest.models.values()},
                   "backtest_s": round(backtest_s, 2),
@@ -262,7 +329,11 @@ def make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSett
                                           for m in backtest.models.values()}},
                   "daily": _daily_summary(daily, path is not None)},
         capacity={"installed_gpus": installed_gpus, "required_gpus": required,
-                  "run_out_date": _iso(run_out), "order_by_date": _iso(order_by),
+                  "run_out_date": _iso(run_out), "order_by_date": _iso(order.order_by),
+                  "order_by_lead_time_date": _iso(order.lead_time_date), "arrival_date": _iso(order.arrival),
+                  "late_days": order.late_days, "already_short": order.already_short,
+                  "plan_start_date": _iso(days[0]) if len(days) else None,
+                  "required_now_gpus": planned[0].required if planned else 0,
                   "target_utilisation": settings.target_utilisation, "redundancy_gpus": settings.redundancy_gpus,
                   "lead_time_days": settings.lead_time_days, "horizon_days": settings.horizon_days,
                   "max_wait_probability": settings.max_wait_probability},
@@ -317,7 +388,9 @@ def _daily_summary(daily: DailyForecast, used: bool) -> dict[str, Any]:
             "baseline_mase": _round(choice.baseline_mase) if choice else None,
             "origins": choice.origins if choice else 0,
             "gate": gate_summary(choice),
-            "models": {name: _round(value) for name, value in daily.mase.items()}, "note": daily.note}
+            "models": {name: _round(value) for name, value in daily.mase.items()}, "note": daily.note,
+            "can_ship": daily.can_ship, "origins_needed": daily.origins_needed,
+            "history_days_needed": daily.days_needed}
 
 
 def _months(planned: list[PlannedDay]) -> list[dict[str, Any]]:
@@ -365,14 +438,15 @@ def _day_ahead(series: pd.Series, model: str, models: tuple[ModelSpec, ...],
     spec = next(m for m in models if m.name == model)
     history = series.iloc[-CANDIDATE_WINDOW_H:] if spec.kind == "candidate" else series
     point = guarded(spec, history, DAY_H).values
+    bands = {level: calibration.band(point, level) for level in calibration.levels}
     times = pd.date_range(series.index[-1] + pd.Timedelta(hours=1), periods=DAY_H, freq="h")
     rows = []
     for step, when in enumerate(times):
         row: dict[str, Any] = {"time": when.isoformat(), "gpus": round(max(0.0, float(point[step])), 1)}
-        for level in calibration.levels:
+        for level, (lower, upper) in bands.items():
             tag = int(round(level * 100))
-            row[f"lower_{tag}"] = round(max(0.0, float(point[step] + calibration.lower[level][step])), 1)
-            row[f"upper_{tag}"] = round(max(0.0, float(point[step] + calibration.upper[level][step])), 1)
+            row[f"lower_{tag}"] = round(max(0.0, float(lower[step])), 1)
+            row[f"upper_{tag}"] = round(max(0.0, float(upper[step])), 1)
         rows.append(row)
     return rows
 

@@ -16,7 +16,16 @@ from typing import Any
 import pandas as pd
 
 from greengpu.errors import BadInput
-from greengpu.report.plan_text import growth_text, tenant_rows
+from greengpu.report.plan_text import (
+    bands_line,
+    gate_line,
+    gpus,
+    growth_line,
+    growth_text,
+    headline,
+    signed,
+    tenant_rows,
+)
 
 # Typed Any: matplotlib's stubs want literal rc keys, and these are literal rc keys.
 SVG_RC: Any = {"svg.hashsalt": "greengpu-plan", "svg.fonttype": "none", "font.family": "DejaVu Sans",
@@ -66,16 +75,20 @@ def demand_chart(payload: dict[str, Any]) -> str:
     return _svg(figure)
 
 
-def capacity_chart(payload: dict[str, Any]) -> str:
-    """Daily peaks so far, the planned peak and upper peak, GPUs required, and the installed line."""
+def capacity_figure(payload: dict[str, Any]) -> Any:
+    """Daily peaks so far, the planned peak and upper peak, GPUs required, and the installed line; the time
+    axis runs from the first day of data to the last planned day, whatever the dates to mark."""
     import matplotlib.pyplot as plt
 
     peaks = payload["history"]["daily_peaks"]
     days = pd.DataFrame(payload["days"])
     capacity = payload["capacity"]
     figure, axes = plt.subplots(figsize=(9.0, 3.4))
-    axes.plot(pd.to_datetime([d for d, _ in peaks]), [v for _, v in peaks], color=COLOURS["history"],
+    peak_days = pd.to_datetime([d for d, _ in peaks])
+    axes.plot(peak_days, [v for _, v in peaks], color=COLOURS["history"],
               linewidth=1.0, marker=".", markersize=3, label="daily peak demand")
+    first: Any = peak_days.min() if len(peak_days) else None
+    last: Any = peak_days.max() if len(peak_days) else None
     if len(days):
         when = pd.to_datetime(days["day"])
         axes.plot(when, days["peak_gpus"], color=COLOURS["forecast"], linewidth=1.2, label="planned peak")
@@ -83,17 +96,31 @@ def capacity_chart(payload: dict[str, Any]) -> str:
                   label="upper peak (95%, with inputs)")
         axes.step(when, days["required_gpus"], where="post", color=COLOURS["required"], linewidth=1.4,
                   label=f"GPUs required at {capacity['target_utilisation']:.0%}")
+        first = when.min() if first is None else first
+        last = when.max()
     if capacity["installed_gpus"]:
         axes.axhline(capacity["installed_gpus"], color=COLOURS["installed"], linestyle="--", linewidth=1.0,
                      label="installed GPUs")
     for key, label in (("run_out_date", "run out"), ("order_by_date", "order by")):
         if capacity[key]:
             when_line: Any = pd.Timestamp(capacity[key])  # matplotlib's date converter takes it; its stubs say float
+            if key == "order_by_date" and capacity.get("late_days"):
+                label = "order now"  # the lead-time date has passed (it may lie before the data): say so, at today
             axes.axvline(when_line, color="#666666", linestyle=":", linewidth=1.0)
-            axes.annotate(f"{label} {capacity[key]}", (pd.Timestamp(capacity[key]), 0), rotation=90,
-                          fontsize=7, va="bottom", ha="right", xytext=(-2, 4), textcoords="offset points")
+            # Run-out on the line's left, order-by on its right: on the same day (already short) both read.
+            before = key == "run_out_date"
+            axes.annotate(f"{label} {capacity[key]}", (when_line, 0), rotation=90, fontsize=7, va="bottom",
+                          ha="right" if before else "left", xytext=(-2 if before else 2, 4),
+                          textcoords="offset points")
+    if first is not None and last is not None:
+        axes.set_xlim(first, last)
     _finish(figure, axes)
-    return _svg(figure)
+    return figure
+
+
+def capacity_chart(payload: dict[str, Any]) -> str:
+    """The capacity figure as inline SVG."""
+    return _svg(capacity_figure(payload))
 
 
 def savings_chart(savings: dict[str, Any]) -> str:
@@ -161,6 +188,8 @@ def render_plan_html(payload: dict[str, Any]) -> str:
         pct=lambda v: "n/a" if v is None else f"{v:.0%}",
         num=lambda v, digits: "n/a" if v is None else f"{v:.{digits}f}",
         growth_text=growth_text(payload["inputs"], payload["growth"]),
+        headline=headline(payload), growth_line=growth_line(payload), bands_line=bands_line(payload),
+        gate_line=gate_line(payload["forecast"].get("gate")), gpus=gpus, signed=signed,
         tenants=tenant_rows(payload["savings"]) if payload.get("savings") else [],
     )
 

@@ -1,22 +1,115 @@
-"""`greengpu plan`'s terminal report (rich tables) from the plan's JSON payload."""
+"""`greengpu plan`'s terminal report (rich tables) from the plan's JSON payload.
+
+The sentences a planner reads first are built by the functions below (`headline`, `growth_line`,
+`bands_line`, `gate_line`), which the HTML report shares: every rate carries its unit, every GPU figure
+one format (`gpus`), a clamped trend and a passed order-by date are said as such.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+SCALE_WORDS = {"additive": "demand itself", "sqrt": "the square root of demand", "log1p": "the log of demand"}
 
-def render_text(payload: dict[str, Any]) -> None:
+
+def gpus(value: float | None) -> str:
+    """A GPU figure in the report's one format: thousands grouped, one decimal at most, none when whole."""
+    if value is None:
+        return "n/a"
+    text = f"{float(value):,.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def signed(value: float) -> str:
+    """A change in GPUs with its sign, in the same format: +64, -284, +0."""
+    return ("-" if value < 0 else "+") + gpus(abs(value))
+
+
+def headline(payload: dict[str, Any]) -> str:
+    """Installed against needed, run-out and when to order, in one or two sentences."""
+    capacity = payload["capacity"]
+    installed, required, horizon = capacity["installed_gpus"], capacity["required_gpus"], capacity["horizon_days"]
+    lead = capacity["lead_time_days"]
+    if installed is None:
+        return (f"Capacity: {gpus(required)} GPUs needed within {horizon} days; installed unknown (give --cluster to "
+                "get a run-out and an order-by date).")
+    if capacity["run_out_date"] is None:
+        return (f"Capacity: the {gpus(installed)} GPUs installed cover the next {horizon} days (at most "
+                f"{gpus(required)} needed).")
+    if capacity.get("already_short"):
+        text = (f"Capacity: already short. {gpus(installed)} GPUs installed; {gpus(capacity['required_now_gpus'])} "
+                f"needed from the plan's first day ({capacity['plan_start_date']}) and {gpus(required)} within "
+                f"{horizon} days.")
+    else:
+        text = (f"Capacity: runs out {capacity['run_out_date']}: {gpus(installed)} GPUs installed, {gpus(required)} "
+                f"needed within {horizon} days.")
+    if capacity.get("late_days"):
+        late = capacity["late_days"]
+        return (f"{text} Order now: with a lead time of {lead} days they arrive {capacity['arrival_date']}, "
+                f"{late} day{'s' if late != 1 else ''} after they are needed.")
+    return f"{text} Order by {capacity['order_by_date']} (a lead time of {lead} days)."
+
+
+def growth_line(payload: dict[str, Any]) -> str:
+    """Where daily peaks stand and which growth the plan uses, with units and what was clamped."""
+    growth, inputs = payload["growth"], payload["inputs"]
+    window = f"{growth['window_days']:g}"
+    per_day, measured_day = growth["peak_growth_gpus_per_day"], growth["measured_growth_gpus_per_day"]
+    text = f"Daily peak demand: {gpus(growth['peak_level_gpus'])} GPUs now (median of the last 7 days); "
+    if inputs["growth_gpus_per_month"] is not None:
+        text += (f"growth as given, {signed(inputs['used_growth_gpus_per_month'])} GPUs/month "
+                 f"({per_day:+.2f} GPUs/day; measured {signed(inputs['measured_growth_gpus_per_month'])} GPUs/month "
+                 f"over the last {window} days)")
+    elif per_day != measured_day:
+        text += (f"planned flat: peaks fell {-measured_day:.2f} GPUs/day "
+                 f"({gpus(-inputs['measured_growth_gpus_per_month'])} GPUs/month, Theil-Sen over the last {window} "
+                 "days) and the plan does not count on a fall")
+    else:
+        text += (f"growing {per_day:+.2f} GPUs/day ({signed(inputs['used_growth_gpus_per_month'])} GPUs/month, "
+                 f"Theil-Sen over the last {window} days)")
+    daily = payload["forecast"].get("daily") or {}
+    if daily.get("shipped_candidate"):
+        text += f"; the long-horizon model {daily['model']} plans the peaks instead (below)"
+    return f"{text}; the 95% upper peak adds {gpus(growth['upper_offset_gpus'])} GPUs."
+
+
+def bands_line(payload: dict[str, Any]) -> str:
+    """The next 24 hours: the forecast and the range of its calibrated bands over the day."""
+    ahead, forecast = payload["day_ahead"], payload["forecast"]
+    if not ahead:
+        return "Next 24 hours: no forecast."
+    bands = forecast.get("bands") or {}
+    scale = SCALE_WORDS.get(bands.get("scale", "additive"), "demand itself")
+    low = {tag: min(row[f"lower_{tag}"] for row in ahead) for tag in (80, 95)}
+    high = {tag: max(row[f"upper_{tag}"] for row in ahead) for tag in (80, 95)}
+    coverage = ("n/a" if forecast["coverage_80"] is None else f"{forecast['coverage_80']:.0%}",
+                "n/a" if forecast["coverage_95"] is None else f"{forecast['coverage_95']:.0%}")
+    return (f"Next 24 hours ({forecast['model']}): {gpus(ahead[0]['gpus'])} GPUs in the first hour; over the day "
+            f"the 80% band spans {gpus(low[80])}-{gpus(high[80])} GPUs and the 95% band "
+            f"{gpus(low[95])}-{gpus(high[95])} (calibrated on {scale}; they covered {coverage[0]} and "
+            f"{coverage[1]} of backtest hours).")
+
+
+def gate_line(gate: dict[str, Any] | None) -> str:
+    """The gate's power over the origins it judged: what it takes to ship, what it would catch."""
+    if not gate or "power" not in gate:
+        return ""
+    text = gate["power"]["text"]
+    return f"Gate power: {text[0].lower()}{text[1:]}."
+
+
+def render_text(payload: dict[str, Any], console: Any = None) -> None:
     """The terminal report (rich tables)."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    forecast, capacity, growth = payload["forecast"], payload["capacity"], payload["growth"]
+    console = console or Console()
+    forecast, capacity = payload["forecast"], payload["capacity"]
     history = payload["history"]
     console.print(f"[bold]greengpu plan[/bold]: {history['hours']:,} hours of demand ({history['demand']}) from "
-                  f"{history['source']} "
-                  f"({history['first'][:10]} to {history['last'][:10]})")
-    models = Table(title=f"Day-ahead backtest, {forecast['origins']} origins (MASE, lower is better)")
+                  f"{history['source']} ({history['first'][:10]} to {history['last'][:10]})", markup=True)
+    console.print(f"[bold]{headline(payload)}[/bold]")
+    models = Table(title=f"Day-ahead backtest, {forecast['origins']:,} origins (MASE, lower is better)")
     models.add_column("model")
     models.add_column("MASE", justify="right")
     for name, mase in forecast["models"].items():
@@ -26,26 +119,21 @@ def render_text(payload: dict[str, Any]) -> None:
     console.print(forecast["reason"])
     if forecast.get("gate") and forecast["gate"].get("to_change"):
         console.print(f"What would change it: {forecast['gate']['to_change']}.")
-    console.print(f"Calibrated bands cover {forecast['coverage_80']:.0%} (80%) and {forecast['coverage_95']:.0%} "
-                  f"(95%) of backtest hours.")
-    console.print(f"Daily peak demand now {growth['peak_level_gpus']:g} GPUs, growing "
-                  f"{growth['peak_growth_gpus_per_day']:g} GPUs/day (Theil-Sen over {growth['window_days']:g} days); "
-                  f"upper band +{growth['upper_offset_gpus']:g} GPUs.")
+    if gate_line(forecast.get("gate")):
+        console.print(gate_line(forecast.get("gate")))
+    console.print(bands_line(payload))
+    console.print(growth_line(payload))
     console.print(f"Long horizon: {forecast['daily']['note']}.")
-    console.print(_inputs_table(payload["inputs"], growth))
+    console.print(_inputs_table(payload["inputs"], payload["growth"]))
     months = Table(title=f"GPUs needed (target utilisation {capacity['target_utilisation']:.0%}, "
-                         f"+{capacity['redundancy_gpus']} spare, P(wait) <= {capacity['max_wait_probability']:.0%})")
+                         f"+{gpus(capacity['redundancy_gpus'])} spare, "
+                         f"P(wait) <= {capacity['max_wait_probability']:.0%})")
     for column in ("month", "peak", "upper peak", "required"):
         months.add_column(column, justify="right")
     for month in payload["months"]:
-        months.add_row(month["month"], f"{month['peak_gpus']:g}", f"{month['upper_peak_gpus']:g}",
-                       str(month["required_gpus"]))
+        months.add_row(month["month"], gpus(month["peak_gpus"]), gpus(month["upper_peak_gpus"]),
+                       gpus(month["required_gpus"]))
     console.print(months)
-    installed = capacity["installed_gpus"]
-    console.print(f"Installed: {installed if installed is not None else 'unknown (give --cluster)'}; required "
-                  f"within {capacity['horizon_days']} days: {capacity['required_gpus']}; run out: "
-                  f"{capacity['run_out_date'] or 'not within the horizon'}; order by: "
-                  f"{capacity['order_by_date'] or '-'} (lead time {capacity['lead_time_days']} days).")
     console.print(_scenario_table(payload["scenarios"], capacity))
     if payload.get("gpu_models"):
         console.print(_model_table(payload["gpu_models"]))
@@ -71,7 +159,7 @@ def _inputs_table(inputs: dict[str, Any], growth: dict[str, Any]) -> Any:
         table.add_row(f"efficiency: {gain['name']}", f"{gain['change']:+.0%} GPU-hours from {gain['start']}")
     for project in inputs["projects"]:
         until = f" to {project['end']}" if project["end"] else ""
-        table.add_row(f"project: {project['name']}", f"+{project['gpus']:g} GPUs from {project['start']}{until}")
+        table.add_row(f"project: {project['name']}", f"{signed(project['gpus'])} GPUs from {project['start']}{until}")
     table.add_row("buffer factor", f"x {inputs['buffer_factor']:g} on the upper peak")
     return table
 
@@ -88,20 +176,21 @@ def _scenario_table(scenarios: list[dict[str, Any]], capacity: dict[str, Any]) -
         cells = []
         for utilisation in utilisations:
             row = next(r for r in scenarios if r["quantile"] == quantile and r["target_utilisation"] == utilisation)
-            cells.append(f"{row['required_gpus']:,} ({row['run_out_date'] or 'ok'})")
+            cells.append(f"{gpus(row['required_gpus'])} ({row['run_out_date'] or 'ok'})")
         table.add_row(f"{quantile:.0%}", *cells)
     return table
 
 
 def growth_text(inputs: dict[str, Any], growth: dict[str, Any]) -> str:
-    """What growth the plan used, and where it came from."""
+    """What growth the plan used, and where it came from (a rate, per month, with the window it was measured on)."""
     used, measured = inputs["used_growth_gpus_per_month"], inputs["measured_growth_gpus_per_month"]
+    window = f"the last {growth['window_days']:g} days"
     if inputs["growth_gpus_per_month"] is not None:
-        return f"{used:+g} GPUs/month (given; measured {measured:+g} over {growth['window_days']:g} days)"
+        return f"{signed(used)} GPUs/month, as given (measured: {signed(measured)} GPUs/month over {window})"
     if used != measured:
-        return (f"{used:+g} GPUs/month (measured {measured:+g} over {growth['window_days']:g} days; a fall is "
-                "planned flat)")
-    return f"{used:+g} GPUs/month (measured over {growth['window_days']:g} days)"
+        return (f"{signed(used)} GPUs/month: planned flat (measured: {signed(measured)} GPUs/month over {window}; "
+                "a fall is not planned)")
+    return f"{signed(used)} GPUs/month (measured over {window})"
 
 
 def tenant_rows(savings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -136,8 +225,8 @@ def _model_table(rows: list[dict[str, Any]]) -> Any:
     for column in ("GPU model", "installed", "peak", "upper rise", "required", "run out"):
         table.add_column(column, justify="left" if column == "GPU model" else "right")
     for row in rows:
-        required = "shares every pool" if row["required_gpus"] is None else f"{row['required_gpus']:,}"
-        installed = "-" if row["installed_gpus"] is None else f"{row['installed_gpus']:,}"
-        table.add_row(row["gpu_model"], installed, f"{row['peak_gpus']:g}", f"+{row['upper_offset_gpus']:g}",
+        required = "shares every pool" if row["required_gpus"] is None else gpus(row["required_gpus"])
+        installed = "-" if row["installed_gpus"] is None else gpus(row["installed_gpus"])
+        table.add_row(row["gpu_model"], installed, gpus(row["peak_gpus"]), signed(row["upper_offset_gpus"]),
                       required, row["run_out_date"] or "-")
     return table

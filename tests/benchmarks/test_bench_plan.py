@@ -1,6 +1,8 @@
-"""`greengpu plan` end to end, timed as a user runs it (a new process each time): with no arguments,
-on six months of hourly history, on a six-month trace with savings, and on the real Philly trace.
-Prints the wall time, the backtest time and the time per fit of each model.
+"""`greengpu plan` end to end, timed as a user runs it (a new process each time): with no arguments (the
+bundled Philly demand) and on the public Helios series, each with every daily origin (the default) and
+with half of them, whose verdicts must agree; on six months of hourly history; on a six-month trace with
+savings; and on the real Philly trace. Prints the wall time, the backtest time and the time per fit of
+each model, the verdict and the gate's power.
 
 Run on demand: python3 -m pytest tests/benchmarks/test_bench_plan.py -s
 """
@@ -62,6 +64,32 @@ def timed_plan(*args: str) -> tuple[float, dict]:
     return elapsed, json.loads(done.stdout)
 
 
+def helios_history(vc: str, path: Path) -> None:
+    """A Helios Earth virtual cluster's hourly running and pending GPUs as a usage history CSV."""
+    frame = pd.read_csv(public_data(f"helios-2020/earth_{vc}_hourly.csv"))
+    pd.DataFrame({"time": frame["time"], "gpus_busy": frame["running_gpu_num"],
+                  "gpus_pending": frame["pending_gpu_num"]}).to_csv(path, index=False)
+
+
+def verdict(payload: dict) -> tuple[str, bool, str | None]:
+    """The day-ahead verdict and the long-horizon one."""
+    forecast = payload["forecast"]
+    return forecast["model"], forecast["shipped_candidate"], forecast["daily"]["model"]
+
+
+def all_and_half(name: str, *args: str) -> None:
+    """The plan with every daily origin and with half of them: the same verdict, within the time budget."""
+    elapsed, payload = timed_plan(*args)
+    report(f"{name}, every daily origin", elapsed, payload)
+    origins = payload["forecast"]["origins"]
+    half_elapsed, half = timed_plan(*args, "--origins", str(max(5, origins // 2)))
+    report(f"{name}, half the origins", half_elapsed, half)
+    print(f"[plan]   {name}: {origins} origins {elapsed:.1f} s, {half['forecast']['origins']} origins "
+          f"{half_elapsed:.1f} s; verdict {verdict(payload)} and {verdict(half)}")
+    assert verdict(half) == verdict(payload), f"{name}: the verdict turns on the origins"
+    assert elapsed <= 60.0, f"{name}: a plan with every daily origin took {elapsed:.0f} s (budget 60 s)"
+
+
 def report(name: str, elapsed: float, payload: dict) -> None:
     forecast, timing = payload["forecast"], payload["timing"]
     fits = ", ".join(f"{m} {s:.2f}" for m, s in forecast["fit_s"].items())
@@ -78,6 +106,8 @@ def report(name: str, elapsed: float, payload: dict) -> None:
     if gate.get("to_change"):
         print(f"[plan]   gate: {forecast['reason']}")
         print(f"[plan]   {gate['to_change']}")
+    if gate.get("power"):
+        print(f"[plan]   power: {gate['power']['text']}; bands on {forecast['bands']['scale']}")
     daily = forecast["daily"]
     print(f"[plan]   long horizon: {daily['note']}; daily MASE: "
           + ", ".join(f"{m} {v}" for m, v in daily["models"].items()))
@@ -89,15 +119,21 @@ def report(name: str, elapsed: float, payload: dict) -> None:
 
 @pytest.mark.benchmark
 def test_plan_timings(tmp_path: Path, repo: Path) -> None:
-    elapsed, payload = timed_plan()
-    report("no arguments (bundled Philly example)", elapsed, payload)
+    all_and_half("no arguments (bundled Philly example)")
+    for vc in ("vc6YE", "vcvlY"):
+        helios_history(vc, tmp_path / f"{vc}.csv")
+        all_and_half(f"Helios {vc}", "--history", str(tmp_path / f"{vc}.csv"))
 
     history = tmp_path / "history.csv"
     six_months_history(history)
-    elapsed, payload = timed_plan("--history", str(history), "--cluster", str(repo / "examples" /
-                                                                              "training-400.cluster.yaml"))
-    report("six months of hourly history, 400 GPUs", elapsed, payload)
+    cluster = str(repo / "examples" / "training-400.cluster.yaml")
+    elapsed, payload = timed_plan("--history", str(history), "--cluster", cluster)
+    report("six months of hourly history, 400 GPUs, every daily origin", elapsed, payload)
     assert payload["history"]["hours"] >= SIX_MONTHS_H - 1
+    half_elapsed, half = timed_plan("--history", str(history), "--cluster", cluster, "--origins",
+                                    str(payload["forecast"]["origins"] // 2))
+    report("six months of hourly history, 400 GPUs, half the origins", half_elapsed, half)
+    print(f"[plan]   six months: verdict {verdict(payload)} with every origin, {verdict(half)} with half")
     assert elapsed <= 60.0, f"a plan on six months of hourly history took {elapsed:.0f} s (budget 60 s)"
 
     trace = tmp_path / "trace.csv"

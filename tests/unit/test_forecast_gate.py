@@ -5,6 +5,7 @@ places on noise, and the backtest's origins, kept parameters and ensemble do wha
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +15,12 @@ import pytest
 from greengpu.cli import main
 from greengpu.forecast.backtest import (
     MAX_ORIGINS,
-    REFIT_EVERY,
     Backtest,
     ModelBacktest,
     origin_positions,
+    refit_schedule,
     run_backtest,
+    task_chunks,
 )
 from greengpu.forecast.gate import choose, gate_summary, median_interval, sign_test_p, wins_needed
 from greengpu.forecast.models import BASELINES, ModelSpec, ensemble
@@ -138,50 +140,111 @@ def test_naive_and_drift_do_not_trade_places_on_noise() -> None:
     assert choose(backtest_of({"naive": naive, "seasonal_naive": [2.0] * 30, "drift": drift})).model == "drift"
 
 
-def test_origins_are_one_a_day_at_the_live_forecasts_hour_thinned_to_the_cap() -> None:
+def test_every_daily_origin_is_backtested_by_default_at_the_live_forecasts_hour() -> None:
     hours = 90 * 24 + 5  # ends at 05:00, like a history read at 05:00
     cuts = origin_positions(hours, 24, None, 14 * 24, spacing=24)
-    assert len(cuts) == MAX_ORIGINS and cuts[-1] == hours - 24
+    # Every day from the first with two weeks of history before it to the last that leaves 24 hours to
+    # test: hours 336 to 2,141, one a day back from the last, so (2,141 - 336) // 24 + 1 = 76 of them.
+    assert len(cuts) == 76 and cuts[-1] == hours - 24 and cuts[0] >= 14 * 24 and cuts[0] - 24 < 14 * 24
     assert all((hours - c) % 24 == 0 for c in cuts)  # the same hour of the day as the live forecast's origin
-    assert cuts[0] >= 14 * 24
     every_day = origin_positions(40 * 24, 24, None, 14 * 24, spacing=24)
     assert every_day == list(range(14 * 24, 39 * 24 + 1, 24))  # 26 days: all of them
+    # --origins thins only when asked, evenly, keeping the first and the last.
+    half = origin_positions(40 * 24, 24, 13, 14 * 24, spacing=24)
+    assert half == [every_day[i] for i in (0, 2, 4, 6, 8, 10, 12, 15, 17, 19, 21, 23, 25)]
     twice = origin_positions(40 * 24, 24, 52, 14 * 24, spacing=24)
     assert len(twice) == 52 and twice[-1] == 39 * 24 and len(set(twice)) == 52  # finer than a day
+    # Past half a year of days, the last MAX_ORIGINS (182) are backtested: the time budget.
+    long = origin_positions(500 * 24, 24, None, 14 * 24, spacing=24)
+    assert long == list(range(500 * 24 - 24 - (MAX_ORIGINS - 1) * 24, 500 * 24 - 24 + 1, 24))
 
 
 class CountingFit:
-    """A fitted model that forecasts its window's last value, and records each fit and each re-filter."""
+    """A fitted model that forecasts its window's last value, and records each fit, refit and re-filter."""
 
     log: list[tuple[str, pd.Timestamp]] = []
 
-    def __init__(self, history: pd.Series) -> None:
+    def __init__(self, history: pd.Series, kind: str = "fit") -> None:
         self.last = float(history.iloc[-1])
-        CountingFit.log.append(("fit", history.index[-1]))
+        CountingFit.log.append((kind, history.index[-1]))
 
     def forecast(self, horizon: int) -> np.ndarray:
         return np.full(horizon, self.last)
 
     def extend(self, history: pd.Series) -> CountingFit:
-        CountingFit.log.append(("extend", history.index[-1]))
-        extended = CountingFit.__new__(CountingFit)
-        extended.last = float(history.iloc[-1])
-        return extended
+        return CountingFit(history, "extend")
+
+    def refit(self, history: pd.Series) -> CountingFit:
+        return CountingFit(history, "refit")
 
 
-def test_state_space_parameters_are_kept_for_a_week_of_origins_and_see_no_future() -> None:
+def test_kept_parameters_are_estimated_again_after_seven_days_and_see_no_future() -> None:
     CountingFit.log = []
     spec = ModelSpec("counting", "candidate", lambda h, n: CountingFit(h).forecast(n), fit=CountingFit)
     series = daily_shape(days=30)
     backtest = run_backtest(series, min_train_h=14 * 24, models=(BASELINES[0], spec))
     kinds = [kind for kind, _ in CountingFit.log]
     assert len(kinds) == len(backtest.origins) == 16
-    assert [i for i, kind in enumerate(kinds) if kind == "fit"] == list(range(0, 16, REFIT_EVERY))
+    # Daily origins: a cold fit at the first, the parameters estimated again (warm) 7 and 14 days later.
+    assert [(i, kind) for i, kind in enumerate(kinds) if kind != "extend"] == [(0, "fit"), (7, "refit"),
+                                                                            (14, "refit")]
     # Each origin's model saw the history up to the hour before its first forecast, and no further.
     for (_, seen), first_forecast in zip(CountingFit.log, backtest.origin_times, strict=True):
         assert seen == first_forecast - pd.Timedelta(hours=1)
     # Re-filtering with kept parameters forecasts what a fresh fit would for this model: naive's values.
     assert np.allclose(backtest.models["counting"].forecasts, backtest.models["naive"].forecasts)
+
+
+def test_sarimax_keeps_its_parameters_for_days_not_origins(monkeypatch: pytest.MonkeyPatch) -> None:
+    from greengpu.forecast.models import CANDIDATES, KeptFit
+
+    calls: list[str] = []
+    extend, refit = KeptFit.extend, KeptFit.refit
+    monkeypatch.setattr(KeptFit, "extend", lambda self, h: (calls.append("extend"), extend(self, h))[1])
+    monkeypatch.setattr(KeptFit, "refit", lambda self, h: (calls.append("refit"), refit(self, h))[1])
+    sarimax = next(m for m in CANDIDATES if m.name == "sarimax")
+    assert sarimax.fit is not None
+    fit = sarimax.fit
+    spec = ModelSpec("sarimax", "candidate", sarimax.forecast, fit=lambda h: (calls.append("fit"), fit(h))[1])
+    # 42 days: 28 daily origins (days 14 to 41), thinned to 10, three days apart.
+    backtest = run_backtest(daily_shape(days=42), min_train_h=14 * 24, origins=10, models=(BASELINES[0], spec))
+    gaps = {(b - a).days for a, b in zip(backtest.origin_times, backtest.origin_times[1:], strict=False)}
+    assert gaps == {3} and backtest.models["sarimax"].fallbacks == 0
+    # Parameters at most 7 days old: estimated on days 0, 9, 18 and 27 of the origins, filtered in between
+    # (kept for 7 origins they would have served 21 days).
+    assert calls == ["fit", "extend", "extend", "refit", "extend", "extend", "refit", "extend", "extend", "refit"]
+    assert refit_schedule(backtest.origin_times) == [c != "extend" for c in calls]
+
+
+RAN_HERE: list[int] = []
+"""Tasks run in this process: a forked worker appends to its own copy of the list."""
+
+
+def counted_run_task(*args: object, **kwargs: object) -> object:
+    from greengpu.forecast import backtest
+
+    RAN_HERE.append(1)
+    return backtest.__dict__["_unpatched_run_task"](*args, **kwargs)
+
+
+def test_the_backtest_gives_the_same_figures_with_any_number_of_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from greengpu.forecast import backtest
+
+    ran_here = RAN_HERE
+    ran_here.clear()
+    monkeypatch.setattr(backtest, "_unpatched_run_task", backtest._run_task, raising=False)
+    monkeypatch.setattr(backtest, "_run_task", counted_run_task)  # a module function: the pool can name it
+    spec = ModelSpec("counting", "candidate", lambda h, n: CountingFit(h).forecast(n), fit=CountingFit)
+    series = daily_shape(days=75)  # 61 daily origins: 9 refit periods, so 3 tasks per model
+    serial = run_backtest(series, min_train_h=14 * 24, models=BASELINES + (PROFILE, spec))
+    assert len(serial.origins) == 61 and len(task_chunks(refit_schedule(serial.origin_times))) == 3
+    assert len(ran_here) == 5 * 3
+    forked = run_backtest(series, min_train_h=14 * 24, models=BASELINES + (PROFILE, spec), workers=2)
+    assert len(ran_here) == 5 * 3  # every task ran in a worker process
+    assert forked.origins == serial.origins and list(forked.models) == list(serial.models)
+    for name, model in serial.models.items():
+        assert np.array_equal(forked.models[name].forecasts, model.forecasts)
+        assert forked.models[name].per_origin_mase == model.per_origin_mase
 
 
 def test_the_ensemble_is_the_per_hour_median_of_its_members() -> None:
@@ -250,8 +313,12 @@ def test_baselines_only_ship_the_simplest_and_say_so() -> None:
     assert (choice.mase, choice.baseline_mase) == (2.0, 2.0)
     assert choice.reason == "shipping the baseline naive: no candidates"
     assert choice.evidence is None and choice.to_change == ""
-    assert gate_summary(choice) == {"max_ratio": 0.95, "alpha": 0.05, "test": "one-sided sign test",
-                                    "interval_level": 0.9, "shipped_candidate": False, "to_change": ""}
+    assert gate_summary(choice) == {
+        "max_ratio": 0.95, "alpha": 0.05, "test": "one-sided sign test", "interval_level": 0.9,
+        "shipped_candidate": False, "to_change": "", "can_pass": False,
+        "power": {"level": 0.8, "untied_origins": 3, "wins_needed": None, "detectable_win_rate": None,
+                  "text": "the gate cannot pass on 3 untied origins: even 3 wins of 3 give p = 0.125 > 0.05; "
+                          "the sign test needs at least 5 untied origins"}}
     assert gate_summary(None) is None
 
 
@@ -271,7 +338,15 @@ def test_the_verdict_reads_as_written_by_hand() -> None:
                        "shipped_candidate": True, "to_change": choice.to_change, "candidate": "cand",
                        "baseline": "naive", "median_ratio": 0.5, "ratio_interval": [0.5, 0.5], "wins": 11,
                        "losses": 1, "ties": 0, "win_share": round(11 / 12, 4), "p_value": round(13 / 4096, 4),
-                       "wins_needed": 10}
+                       "wins_needed": 10, "can_pass": True, "power": summary["power"]}
+    # 12 untied origins: 10 wins needed; a candidate better on a share w of them wins 10 or more with
+    # probability sum_k>=10 C(12, k) w^k (1 - w)^(12 - k), which reaches 0.8 at w = 0.869 (checked on both sides).
+    assert summary["power"]["wins_needed"] == 10 and summary["power"]["untied_origins"] == 12
+    w = summary["power"]["detectable_win_rate"]
+    tail = [sum(math.comb(12, k) * x ** k * (1 - x) ** (12 - k) for k in range(10, 13)) for x in (w - 1e-3, w + 1e-3)]
+    assert tail[0] < 0.8 <= tail[1] and round(w, 3) == 0.869
+    assert summary["power"]["text"] == ("on 12 untied origins the sign test needs 10 wins (83%); it detects, 80% of "
+                                        "the time, a candidate better on 87% of origins or more")
     per_origin["cand"] = [1.2] * 6 + [0.9] * 6  # median ratio 1.05 against naive, 6 of 12 better
     choice = choose(backtest_of(per_origin))
     assert choice.reason == ("shipping the baseline naive: no candidate passed the gate against every baseline "

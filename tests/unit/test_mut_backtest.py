@@ -19,6 +19,7 @@ from greengpu.forecast.backtest import (
     ModelBacktest,
     _conformal_quantile,
     calibrate,
+    calibrate_best,
     mase_scale,
     origin_positions,
     prepare,
@@ -300,6 +301,46 @@ def test_one_origin_gives_bands_but_no_coverage_quietly() -> None:
     assert math.isnan(calibration.pinball_upper)
 
 
+def backtest_around(levels: list[float], actual_of: Callable[[float, int], float]) -> Backtest:
+    """One-step forecasts equal to `levels`, and the actuals `actual_of(level, origin)` makes of them."""
+    forecasts = np.array([[level] for level in levels])
+    actuals = np.array([[actual_of(level, i)] for i, level in enumerate(levels)])
+    model = ModelBacktest("m", "candidate", 0.0, 0.0, (), forecasts, 0, 0.0)
+    return Backtest(tuple(range(len(levels))), 1, actuals, {"m": model})
+
+
+RATIOS = (0.8, 0.9, 1.0, 1.1, 1.25)
+
+
+def test_errors_that_grow_with_the_level_are_banded_on_the_log_scale() -> None:
+    # Demand 100 or 1,000 GPUs, missed by the same ratios at both levels: 20% down to 25% up.
+    levels = [100.0, 1000.0] * 20
+    backtest = backtest_around(levels, lambda level, i: level * RATIOS[(i // 2) % 5])
+    additive = calibrate(backtest, "m", scale="additive")
+    best = calibrate_best(backtest, "m")
+    assert best.scale == "log1p" and set(best.compared) == {"additive", "sqrt", "log1p"}
+    assert best.interval_score == min(best.compared.values()) < best.compared["additive"]
+    assert additive.interval_score == best.compared["additive"]
+    # In GPUs, drawn around 100: the additive band borrows the misses at 1,000 (200 down) and reaches below
+    # zero; on the log scale it is the ratios' own, of 1 + GPUs: the 95% band takes the widest of the 40 (the
+    # conformal rank ceil(41 x 0.975) = 40), which the misses at 1,000 give: 801 / 1,001 and 1,251 / 1,001.
+    low, high = additive.band(np.array([100.0]), 0.95)
+    assert low[0] == 100.0 - 200.0 and high[0] == 100.0 + 250.0
+    low, high = best.band(np.array([100.0]), 0.95)
+    assert low[0] == pytest.approx(101 * 801 / 1001 - 1) and high[0] == pytest.approx(101 * 1251 / 1001 - 1)
+
+
+def test_errors_of_the_same_size_at_every_level_stay_additive() -> None:
+    levels = [100.0, 1000.0] * 20
+    backtest = backtest_around(levels, lambda level, i: level + (-20.0, -10.0, 0.0, 10.0, 25.0)[(i // 2) % 5])
+    best = calibrate_best(backtest, "m")
+    assert best.scale == "additive"
+    low, high = best.band(np.array([500.0]), 0.95)
+    assert (low[0], high[0]) == (480.0, 525.0)
+    with pytest.raises(ValueError, match="scale must be one of"):
+        calibrate(backtest, "m", scale="cube")
+
+
 def test_the_median_is_the_upper_rule_at_one_half() -> None:
     # q = 0.5 takes the ceil((n + 1) / 2)-th smallest: the 3rd of four, not the mirror's 2nd.
     assert _conformal_quantile(np.array([4.0, 1.0, 3.0, 2.0]), 0.5) == 3.0
@@ -324,3 +365,34 @@ def test_no_origins_give_zero_bands_and_no_coverage() -> None:
     calibration = calibrate(backtest_with_errors(np.zeros((0, 3))), "m")
     assert calibration.lower[0.8].tolist() == [0.0] * 3 and calibration.upper[0.95].tolist() == [0.0] * 3
     assert math.isnan(calibration.coverage[0.8]) and math.isnan(calibration.pinball_upper)
+
+
+def test_past_half_a_year_of_days_the_last_half_year_is_backtested_and_the_notes_say_so() -> None:
+    model = [ModelSpec("naive", "baseline", naive)]
+    # 400 days, a week of training: (400 x 24 - 24 - 168) // 24 + 1 = 393 daily origins; the last 182 run.
+    result = run_backtest(hourly(np.arange(400 * 24)), models=model)
+    assert len(result.origins) == 182 and result.origins[-1] == 400 * 24 - 24
+    assert result.origins[0] == 400 * 24 - 24 - 181 * 24
+    assert result.notes == ["182 origins backtested, the last 182 of the 393 the history holds (at most 182 by "
+                            "default; --origins asks for another count)"]
+    assert len(run_backtest(hourly(np.arange(400 * 24)), origins=393, models=model).origins) == 393
+
+
+def test_the_fits_run_with_one_blas_thread_even_in_libraries_loaded_later() -> None:
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    # A fresh interpreter where OpenBLAS would use four threads: numpy's loaded before the limit, scipy's
+    # (which statsmodels' fits use) only by the first fit, after it.
+    script = ("import numpy\nfrom threadpoolctl import threadpool_info\n"
+              "from greengpu.forecast.blas import one_blas_thread\n"
+              "with one_blas_thread():\n"
+              "    import statsmodels.tsa.statespace.sarimax\n"
+              "    blas = [i for i in threadpool_info() if i['user_api'] == 'blas']\n"
+              "    print(sorted({(i['filepath'], i['num_threads']) for i in blas}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "4"})
+    libraries = ast.literal_eval(done.stdout)  # the (path, threads) pairs printed above
+    assert len(libraries) >= 1 and {threads for _, threads in libraries} == {1}

@@ -83,22 +83,29 @@ def test_daily_models_use_the_weekly_season_once_three_weeks_are_known() -> None
     np.testing.assert_allclose(daily_theta(long, 3), theta_forecast(long, 3, 7))
     np.testing.assert_allclose(daily_unobserved_components(long, 2),
                                uc_forecast(long, 2, "local linear trend", [{"period": 7, "harmonics": 3}]))
+    # The kept-parameter fits the backtest uses forecast as the models do, and keep the season they fit with.
+    ets_spec, uc_spec = DAILY_CANDIDATES[0], DAILY_CANDIDATES[1]
+    assert ets_spec.fit is not None and uc_spec.fit is not None
+    np.testing.assert_allclose(ets_spec.fit(long).forecast(3), daily_ets(long, 3))
+    np.testing.assert_allclose(ets_spec.fit(short).forecast(3), daily_ets(short, 3))
+    np.testing.assert_allclose(uc_spec.fit(long).forecast(2), daily_unobserved_components(long, 2))
 
 
 def test_the_daily_model_lists() -> None:
     assert [(m.name, m.kind) for m in DAILY_BASELINES] == [("naive", "baseline"), ("weekly_naive", "baseline"),
                                                            ("peak_trend", "baseline")]
-    assert [(m.name, m.kind) for m in DAILY_CANDIDATES] == [
-        ("ets", "candidate"), ("unobserved_components", "candidate"), ("theta", "candidate"),
-        ("median_ensemble", "candidate")]
+    assert [(m.name, m.kind, m.fit is not None) for m in DAILY_CANDIDATES] == [
+        ("ets", "candidate", True), ("unobserved_components", "candidate", True), ("theta", "candidate", False),
+        ("median_ensemble", "candidate", False)]
     assert DAILY_CANDIDATES[-1].members == ("ets", "unobserved_components", "theta")
 
 
 def test_a_short_history_keeps_the_trend_rule() -> None:
     result = forecast_daily_peaks(peaks(41), 10, None)
     assert result.choice is None and result.mase == {} and result.path is None
-    assert result.note == ("daily peaks: 41 days of history; the daily backtest needs 42, so the plan's trend "
-                           "rule stands")
+    assert result.note == ("daily peaks: 41 days of history; the daily backtest needs 42, and a daily model 51 to "
+                           "ship, so the plan's trend rule stands")
+    assert result.days_needed == 51 and not result.can_ship
 
 
 def test_a_candidate_that_wins_on_enough_origins_drives_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,9 +124,11 @@ def test_a_winner_on_too_few_origins_does_not_ship(monkeypatch: pytest.MonkeyPat
     assert result.choice is not None and not result.choice.shipped_candidate and result.path is None
     assert result.choice.model == result.choice.baseline and result.choice.mase == result.choice.baseline_mase
     assert result.choice.shipped_candidate is False
-    assert result.note.startswith("daily peaks: perfect passed the gate on only 7 origins (a daily model needs 10, "
-                                  "so 51 days of history); the plan keeps its trend rule (peak_trend, MASE ")
-    assert result.note.endswith(f"{result.mase['peak_trend']:.3f})")
+    assert result.note.startswith("daily peaks (7 origins, 14-day horizon): the long-horizon gate cannot ship a "
+                                  "model on 7 origins; it needs 10, so 51 days of history (this one has 48: 3 more "
+                                  "days would do); meanwhile the best candidate, perfect: median MASE ratio 0.000 ")
+    assert result.note.endswith(f"the plan keeps its trend rule (peak_trend, MASE {result.mase['peak_trend']:.3f})")
+    assert not result.can_ship and result.origins_needed == 10 and result.days_needed == 51
     asked = forecast_daily_peaks(peaks(48), 5, 6)  # 6 asked for and found: enough when fewer are asked for
     assert asked.choice is not None and asked.choice.shipped_candidate
 
@@ -165,7 +174,26 @@ def test_growth_counts_only_the_last_28_days() -> None:
 def test_a_loser_on_few_origins_is_judged_as_a_loser(monkeypatch: pytest.MonkeyPatch) -> None:
     with_candidates(monkeypatch, ModelSpec("useless", "candidate", useless))
     result = forecast_daily_peaks(peaks(48), 5, None)
-    assert result.note.startswith("daily peaks (7 origins, 14-day horizon): ")
+    assert result.note.startswith("daily peaks (7 origins, 14-day horizon): the long-horizon gate cannot ship")
+    assert "meanwhile the best candidate, useless: median MASE ratio " in result.note
+
+
+def test_the_long_horizon_gate_on_four_origins_says_it_cannot_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 45 days of peaks, like the bundled example: origins on days 28 to 31 (each leaves 14 to test).
+    with_candidates(monkeypatch, ModelSpec("perfect", "candidate", perfect))
+    result = forecast_daily_peaks(peaks(45), 5, None)
+    assert result.choice is not None and result.choice.origins == 4 and not result.choice.shipped_candidate
+    assert result.path is None and not result.can_ship
+    # Even a perfect candidate wins 4 of 4: p = 1/16 > 0.05. The note says so before any verdict, and names
+    # the history that would let it: 10 origins need 10 + 28 + 14 - 1 = 51 days.
+    assert result.note.startswith("daily peaks (4 origins, 14-day horizon): the long-horizon gate cannot ship a "
+                                  "model on 4 origins; it needs 10, so 51 days of history (this one has 45: 6 more "
+                                  "days would do); meanwhile the best candidate, perfect: ")
+    assert "better on 4 of 4 origins (0 worse, 0 tied; sign test p = 0.0625)" in result.note
+    assert result.choice.power.text() == ("the gate cannot pass on 4 untied origins: even 4 wins of 4 give "
+                                          "p = 0.0625 > 0.05; the sign test needs at least 5 untied origins")
+    assert result.choice.reason.startswith("shipping the baseline ")
+    assert "the gate cannot pass on 4 untied origins" in result.choice.reason
 
 
 def test_origins_are_every_day_and_the_fallback_is_last_weeks_peaks(monkeypatch: pytest.MonkeyPatch) -> None:

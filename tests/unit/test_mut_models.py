@@ -21,8 +21,8 @@ from greengpu.forecast.models import (
     CANDIDATES,
     DAY_H,
     WEEK_H,
+    KeptFit,
     ModelSpec,
-    StateSpaceFit,
     _hourly_uc_seasons,
     _quiet,
     drift,
@@ -116,7 +116,44 @@ def test_unobserved_components_with_fourier_seasons_and_kept_parameters() -> Non
     np.testing.assert_allclose(fitted.forecast(4), quiet_forecast(results, 4))
     np.testing.assert_allclose(uc_forecast(history, 4, "local linear trend", seasons), quiet_forecast(results, 4))
     np.testing.assert_allclose(fitted.extend(later).forecast(4), quiet_forecast(extended, 4))
-    assert isinstance(fitted.extend(later), StateSpaceFit)
+    assert isinstance(fitted.extend(later), KeptFit)
+
+
+def test_kept_parameters_filter_a_later_window_and_warm_start_a_refit() -> None:
+    history, later = shaped(72), shaped(96).iloc[24:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = SARIMAX(history, order=(1, 0, 1), seasonal_order=(1, 0, 0, DAY_H), trend="c",
+                        enforce_stationarity=False, enforce_invertibility=False, concentrate_scale=True)
+        results = model.fit(disp=False, maxiter=100)
+        later_model = SARIMAX(later, order=(1, 0, 1), seasonal_order=(1, 0, 0, DAY_H), trend="c",
+                              enforce_stationarity=False, enforce_invertibility=False, concentrate_scale=True)
+        filtered = later_model.filter(results.params)
+        warm = later_model.fit(disp=False, maxiter=100, start_params=results.params)
+    fitted = sarimax_fit(history)
+    # extend: the kept parameters run over the later window, no search (the same as statsmodels' filter).
+    np.testing.assert_allclose(fitted.extend(later).forecast(4), quiet_forecast(filtered, 4))
+    np.testing.assert_allclose(fitted.extend(later).results.params, results.params)
+    # refit: a search on the later window that starts from the kept parameters.
+    np.testing.assert_allclose(fitted.refit(later).forecast(4), quiet_forecast(warm, 4))
+
+
+def test_ets_keeps_its_smoothing_parameters_over_a_later_window() -> None:
+    history, later = shaped(72), shaped(96).iloc[24:]
+
+    def ets_model(window: pd.Series) -> ETSModel:
+        return ETSModel(window, error="add", trend="add", damped_trend=True, seasonal="add",
+                        seasonal_periods=DAY_H, initialization_method="heuristic")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = ets_model(history).fit(disp=False, maxiter=200)
+        smoothed = ets_model(later).smooth(results.params)
+    candidate = next(m for m in CANDIDATES if m.name == "ets")
+    assert candidate.fit is not None
+    fitted = candidate.fit(history)
+    np.testing.assert_allclose(fitted.forecast(3), ets(history, 3))
+    np.testing.assert_allclose(fitted.extend(later).forecast(3), quiet_forecast(smoothed, 3))
 
 
 def test_the_hourly_unobserved_components_add_the_weekly_season_from_two_weeks() -> None:
@@ -187,7 +224,7 @@ def test_the_model_lists() -> None:
     assert [(m.name, m.kind, m.fit is not None) for m in BASELINES] == [
         ("naive", "baseline", False), ("seasonal_naive", "baseline", False), ("drift", "baseline", False)]
     assert [(m.name, m.kind, m.fit is not None) for m in CANDIDATES] == [
-        ("ets", "candidate", False), ("unobserved_components", "candidate", True), ("sarimax", "candidate", True),
+        ("ets", "candidate", True), ("unobserved_components", "candidate", True), ("sarimax", "candidate", True),
         ("mstl", "candidate", False), ("theta", "candidate", False), ("median_ensemble", "candidate", False)]
     assert CANDIDATES[-1].members == ("ets", "unobserved_components", "sarimax", "mstl", "theta")
     history = shaped(30)

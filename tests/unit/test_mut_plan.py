@@ -190,7 +190,7 @@ def test_daily_summary_without_a_daily_backtest() -> None:
     summary = _daily_summary(DailyForecast(None, {"naive": 1.23456}, None, "too short"), False)
     assert summary == {"model": "peak_trend", "shipped_candidate": False, "mase": None, "baseline": None,
                        "baseline_mase": None, "origins": 0, "gate": None, "models": {"naive": 1.2346},
-                       "note": "too short"}
+                       "note": "too short", "can_ship": False, "origins_needed": 10, "history_days_needed": 51}
 
 
 def test_size_by_model_sizes_pinned_models_and_reports_the_rest() -> None:
@@ -223,18 +223,27 @@ def test_make_plan_end_to_end_with_the_baselines() -> None:
                              "measured_growth_gpus_per_day": 0.5, "upper_offset_gpus": 2.0, "window_days": 28.0}
     first = result.days[0]
     assert first == {"day": "2026-01-31", "peak_gpus": 23.5, "upper_peak_gpus": 25.5, "required_gpus": 52}
-    # Run-out: 2 x (25 + 0.5 k) + 1 > 40 from the first day; order-by 10 days before: already past.
+    # Run-out: 2 x (25 + 0.5 k) + 1 > 40 from the first day: already short. By the lead time the order was due
+    # 10 days before, 2026-01-21, which has passed: order now (the first planned day), arriving 10 days late.
     capacity = result.capacity
     assert capacity == {"installed_gpus": 40, "required_gpus": 2 * math.ceil(25 + 15) + 1,
-                        "run_out_date": "2026-01-31", "order_by_date": "2026-01-21", "target_utilisation": 0.5,
-                        "redundancy_gpus": 1, "lead_time_days": 10, "horizon_days": 30, "max_wait_probability": 1.0}
-    assert any(f.startswith("order-by date 2026-01-21 has passed: with a 10-day lead time") for f in result.flags)
+                        "run_out_date": "2026-01-31", "order_by_date": "2026-01-31",
+                        "order_by_lead_time_date": "2026-01-21", "arrival_date": "2026-02-10", "late_days": 10,
+                        "already_short": True, "plan_start_date": "2026-01-31", "required_now_gpus": 52,
+                        "target_utilisation": 0.5, "redundancy_gpus": 1, "lead_time_days": 10, "horizon_days": 30,
+                        "max_wait_probability": 1.0}
+    assert ("order now: with a lead time of 10 days the GPUs needed from 2026-01-31 had to be ordered by 2026-01-21; "
+            "ordered now they arrive 2026-02-10, 10 days after they are needed") in result.flags
     assert [m["month"] for m in result.months] == ["2026-01", "2026-02", "2026-03"]
     assert len(result.scenarios) == 3 * 3 and result.inputs["buffer_factor"] == 1.0
     forecast = result.forecast
     assert set(forecast) == {"model", "mase", "baseline", "baseline_mase", "origins", "wins", "shipped_candidate",
                              "reason", "coverage_80", "coverage_95", "models", "fit_s", "backtest_s", "gate",
-                             "per_origin", "daily"}
+                             "per_origin", "daily", "bands"}
+    bands = forecast["bands"]
+    assert set(bands["interval_scores"]) == {"additive", "sqrt", "log1p"}
+    assert bands["interval_score"] == min(bands["interval_scores"].values())
+    assert bands["interval_scores"][bands["scale"]] == bands["interval_score"]
     assert forecast["origins"] == 3 and set(forecast["models"]) == {"naive", "seasonal_naive", "drift"}
     assert forecast["shipped_candidate"] is False and forecast["baseline"] == forecast["model"]
     assert len(forecast["per_origin"]["times"]) == 3 and set(forecast["per_origin"]["mase"]) == set(forecast["models"])
@@ -261,7 +270,9 @@ def test_falling_peaks_are_planned_flat_and_flagged_unless_decline_is_allowed() 
     falling = climbing(slope=-0.25)  # peaks 10 .. 2.75
     result = make_plan(falling, 100, FAST)
     assert result.growth["peak_growth_gpus_per_day"] == 0.0 and result.growth["measured_growth_gpus_per_day"] == -0.25
-    assert "demand peaks fell 0.25 GPUs/day over the last 28 days; planned flat" in result.flags
+    # 0.25 a day is 0.25 x 365.25 / 12 = 7.6 a month; the level, the median of the last week's peaks, 3.5.
+    assert ("demand peaks fell 0.25 GPUs/day (8 GPUs/month) over the last 28 days; planned flat at 3.5 GPUs rather "
+            "than falling") in result.flags
     assert result.capacity["run_out_date"] is None
     allowed = make_plan(falling, 100, PlanSettings(**{**FAST.__dict__, "allow_decline": True}))
     assert allowed.growth["peak_growth_gpus_per_day"] == -0.25
@@ -327,6 +338,7 @@ def test_a_shipped_daily_model_sets_the_plans_peaks_unless_growth_is_given(monke
     assert summary["baseline"] in ("naive", "weekly_naive", "peak_trend")
     assert summary["baseline_mase"] == summary["models"][summary["baseline"]] > 0.0
     assert summary["gate"] is not None and summary["gate"]["shipped_candidate"] is True
+    assert summary["can_ship"] is True and summary["origins_needed"] == 5 and summary["history_days_needed"] == 46
     # Day 60 peaks at 40 by the model; the trend rule would say 38.5 (the median of days 53..59 plus 0.5).
     assert [d["peak_gpus"] for d in result.days] == [40.0, 40.5, 41.0, 41.5, 42.0]
     growth = make_plan(climbing(days=60), None, settings, PlanInputs(growth_gpus_per_month=0.5 * DAYS_PER_MONTH))
@@ -346,11 +358,13 @@ def test_the_order_by_date_is_flagged_only_once_it_is_the_first_planned_day_or_e
     def flags(lead_time_days: int) -> list[str]:
         result = make_plan(climbing(), 70, PlanSettings(**{**FAST.__dict__, "lead_time_days": lead_time_days}))
         assert result.capacity["run_out_date"] == "2026-02-19"
-        return [f for f in result.flags if f.startswith("order-by")]
+        return [f for f in result.flags if f.startswith("order")]
 
     assert flags(18) == []  # order by 2026-02-01, the second planned day
-    assert flags(19) == ["order-by date 2026-01-31 has passed: with a 19-day lead time the GPUs needed from "
-                         "2026-02-19 cannot arrive in time"]
+    assert flags(19) == ["order today: with a lead time of 19 days the GPUs needed from 2026-02-19 must be ordered by "
+                         "2026-01-31, the plan's first day"]
+    assert flags(20) == ["order now: with a lead time of 20 days the GPUs needed from 2026-02-19 had to be ordered by "
+                         "2026-01-30; ordered now they arrive 2026-02-20, 1 day after they are needed"]
 
 
 def test_a_plan_of_no_days_needs_no_gpus() -> None:
@@ -399,7 +413,7 @@ def test_size_by_model_rounds_its_figures_and_plans_no_days_as_no_gpus() -> None
 
 @pytest.mark.parametrize("scale", [0.06, 1.0])  # small values: some bands reach below zero
 def test_the_day_ahead_is_the_shipped_models_forecast_with_its_calibrated_bands(scale: float) -> None:
-    from greengpu.forecast.backtest import calibrate, prepare, run_backtest
+    from greengpu.forecast.backtest import calibrate_best, from_scale, prepare, run_backtest, to_scale
     from greengpu.forecast.models import guarded
 
     series = climbing(slope=1 / 3) * scale
@@ -407,14 +421,17 @@ def test_the_day_ahead_is_the_shipped_models_forecast_with_its_calibrated_bands(
     model = result.forecast["model"]
     hourly = prepare(series).series
     backtest = run_backtest(hourly, horizon_h=24, origins=3, min_train_h=14 * 24, models=BASELINES)
-    calibration = calibrate(backtest, model)
+    calibration = calibrate_best(backtest, model)
+    assert result.forecast["bands"]["scale"] == calibration.scale
     point = guarded(next(m for m in BASELINES if m.name == model), hourly, 24).values
+    centre = to_scale(point, calibration.scale)
     expected = []
     for step, when in enumerate(pd.date_range("2026-01-31", periods=24, freq="h", tz="UTC")):
         row = {"time": when.isoformat(), "gpus": round(max(0.0, float(point[step])), 1)}
         for level, tag in ((0.8, 80), (0.95, 95)):
-            row[f"lower_{tag}"] = round(max(0.0, float(point[step] + calibration.lower[level][step])), 1)
-            row[f"upper_{tag}"] = round(max(0.0, float(point[step] + calibration.upper[level][step])), 1)
+            for side, offsets in (("lower", calibration.lower[level]), ("upper", calibration.upper[level])):
+                edge = from_scale(np.array([centre[step] + offsets[step]]), calibration.scale)[0]
+                row[f"{side}_{tag}"] = round(max(0.0, float(edge)), 1)
         expected.append(row)
     assert result.day_ahead == expected
 

@@ -201,7 +201,8 @@ def test_a_daily_model_needs_enough_origins_to_ship() -> None:
     result = forecast_daily_peaks(shaped, horizon_days=28, origins=10)  # 48 days: 7 origins of 10 asked
     assert result.choice is not None and result.choice.origins == 7
     assert not result.choice.shipped_candidate and result.path is None
-    assert "passed the gate on only 7 origins (a daily model needs 10, so 51 days of history)" in result.note
+    assert ("the long-horizon gate cannot ship a model on 7 origins; it needs 10, so 51 days of history (this one "
+            "has 48: 3 more days would do)") in result.note
 
 
 def test_an_unwritable_html_path_is_refused_before_planning(tmp_path: Path) -> None:
