@@ -3,10 +3,11 @@
 Each guard compares two runs made in the same process a moment apart, so that the figure is a ratio that a
 slower or busier machine does not move: the scheduler against a naive greedy that rescans every node for every
 job, a cycle shared by many tenants against the same cycle with few, a saturated replay's cost per job against
-a light replay's, a large daemon tick against a small one. A change that makes one of them grow with the wrong
-thing (tenants, kinds of job, waiting jobs, nodes) breaks its floor by far more than noise. The floors are set
-well inside what main measures (docs/TESTING.md lists both); the full benchmarks stay on demand. Times are
-CPU (process) time, each the best of a few runs.
+a light replay's, a large daemon tick against a small one, a backtest from every origin against one from a
+single origin. A change that makes one of them grow with the wrong thing (tenants, kinds of job, waiting jobs,
+nodes, origins) breaks its floor by far more than noise. The floors are set well inside what main measures
+(docs/TESTING.md lists both); the full benchmarks stay on demand. Times are CPU (process) time, each the best
+of a few runs.
 """
 
 from __future__ import annotations
@@ -170,3 +171,27 @@ def test_a_daemon_tick_grows_no_faster_than_the_cluster(tmp_path: Path) -> None:
     print(f"\n[guard] daemon tick: 40 nodes {small_s * 1000:.1f} ms, 400 nodes {large_s * 1000:.1f} ms, "
           f"{large_s / small_s:.1f}x for 10x the cluster (ceiling 25x)")
     assert large_s <= 25.0 * small_s
+
+
+def test_a_backtest_from_every_origin_costs_a_few_single_ones() -> None:
+    """The plan benchmark in small: the last four weeks of the bundled Philly demand, backtested from its 21 daily
+    origins and from one. Models are refitted on a schedule in days and only filter the new data in between, so
+    the 21 origins cost about 2.4 single ones on main; a backtest that refitted every origin would cost about
+    20 (docs/FORECAST.md)."""
+    import warnings
+
+    import pandas as pd
+
+    from greengpu.forecast.backtest import run_backtest
+
+    frame = pd.read_csv(REPO / "greengpu" / "plan_example" / "philly-demand.csv", parse_dates=["time"])
+    series = frame.set_index("time")[["gpus_busy", "gpus_pending"]].sum(axis=1).iloc[-28 * 24:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # statsmodels' notes on inferred frequencies
+        one_s = _best_cpu_s(lambda: run_backtest(series, origins=1), 1)
+        every = run_backtest(series)
+        every_s = _best_cpu_s(lambda: run_backtest(series), 1)
+    print(f"\n[guard] backtest of 4 weeks: {len(every.origins)} origins {every_s:.2f} s, one origin {one_s:.2f} s, "
+          f"{every_s / one_s:.1f}x (ceiling 8x)")
+    assert len(every.origins) >= 20
+    assert every_s <= 8.0 * one_s
