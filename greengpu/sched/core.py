@@ -334,12 +334,34 @@ class _Cycle(CycleState):
         """Drop the memos of jobs alike when what they were found under (`_alike_state`) has changed since."""
         token = self._alike_state()
         if token != self._alike_token:
+            durable = self._durable_kinds()
             self._alike_waits.clear()
             self._alike_lending_refused.clear()
             self._alike_wait_from.clear()
             self._alike_marks.clear()
             self._valid_at.clear()
             self._alike_token = token
+            for key, (wait, mark) in durable.items():
+                self._alike_waits[key] = wait
+                self._alike_wait_from[key] = -math.inf
+                self._alike_marks[key] = mark
+
+    def _durable_kinds(self) -> dict[tuple[object, ...], tuple[Wait, tuple[int, object]]]:
+        """The kinds whose every job waits for a reason that reads neither free GPUs nor held or reserved nodes: a
+        quota wait (only its tenant's usage) or a refusal on every free node (`owed_everywhere` is asked again
+        before it is believed, and whether a sleeping node could take the kind does not change within a cycle).
+        They outlive releases and holds in a cycle, and the cycle itself (`_carry_kinds`)."""
+        waits, bounds = self._alike_waits, self._alike_wait_from
+        durable: dict[tuple[object, ...], tuple[Wait, tuple[int, object]]] = {}
+        for key, mark in self._alike_marks.items():
+            claims = mark[1]
+            if claims is not None and claims is not EVERYWHERE:
+                continue
+            wait = waits.get(key)
+            if wait is None or bounds.get(key) != -math.inf or (claims is None and wait.reason not in _KIND_WAITS):
+                continue
+            durable[key] = (wait, mark)
+        return durable
 
     def _claims_read(self, everywhere: bool) -> None:
         """Note that the step being decided read the lending rule's answers: that every free node is owed
@@ -619,6 +641,8 @@ class _Cycle(CycleState):
                                      self.books.on_node, self.started, self.finder.stopping, self._claims_token,
                                      self.books.running, self.finder.promised_now)
         considered: list[PendingJob] = []
+        if index is not None:
+            self._carried_kinds(index)
         full, kind_waits = self._walk(in_order, index, considered)
         then: Callable[[], Sequence[PendingJob]] = tuple  # waiting jobs after `considered`, in queue order
         later: Callable[[], list[PendingJob]] = list  # and the rest not yet ordered
@@ -677,6 +701,8 @@ class _Cycle(CycleState):
                     skipped_waits.pop(job_id, None)
                 waits_out = self.waits = skipped_waits
         waits_out = self.plan_wakes(considered, then, later, models_for, waits_out)
+        if index is not None:
+            self._carry_kinds()
         # The claims read this cycle's changes token (a reference back to it): dropped now, so that reference
         # counting frees both (a replay runs with the cyclic collector off, and would keep every cycle).
         del self.claims
@@ -784,6 +810,42 @@ class _Cycle(CycleState):
             if asked and runs is not None:
                 self._skip_known(runs, index, waiting_kinds, considered)
         return False, None
+
+    def _carry_kinds(self) -> None:
+        """Keep for the next cycle the kinds whose every job waits for a reason that outlives the cycle: a quota
+        wait (it reads only its tenant's usage, whose version the books keep) or a refusal on every free node (the
+        next cycle asks `owed_everywhere` again before it believes it). Other waits read free GPUs, which ends and
+        arrivals between cycles change."""
+        versions = self.ledger.tenant_version
+        self.books.kinds = {key: (wait, version, claims) for key, (wait, (version, claims)) in
+                            self._durable_kinds().items() if versions.get(wait.tenant, 0) == version}
+
+    def _carried_kinds(self, index: PendingIndex) -> None:
+        """Take in the kinds the last cycle carried (`_carry_kinds`) that still wait in the queue and whose tenant's
+        usage is the same: every job of such a kind waits without being asked, while its memo holds (`_kind_valid`
+        asks `owed_everywhere` again for a refusal). A refusal's wait is found again: whether a sleeping node could
+        take the kind is this cycle's."""
+        carried = self.books.kinds
+        if not carried:
+            return
+        self._sync_alike_memos()
+        versions = self.ledger.tenant_version
+        by_kind = index.by_kind
+        wake_memo: dict[tuple[object, ...], bool] = {}
+        for key, (wait, version, claims) in carried.items():
+            entries = by_kind.get(key)
+            if not entries or versions.get(wait.tenant, 0) != version:
+                continue
+            if claims is EVERYWHERE:
+                job = entries[0][2].job
+                shape = (job.gpu_types, job.units, job.gpus_per_node)
+                wakes = wake_memo.get(shape)
+                if wakes is None:
+                    wakes = wake_memo[shape] = self.fits_after_wake(job, self.models_for(job))
+                wait = self.wait(job, WaitReason.WAKE if wakes else WaitReason.CAPACITY)
+            self._alike_waits[key] = wait
+            self._alike_wait_from[key] = -math.inf
+            self._alike_marks[key] = (version, claims)
 
     def _epoch(self) -> tuple[int, tuple[int, int, int]]:
         """Changes with every start, job asked to stop, promise and release: what a kind found valid at one epoch
