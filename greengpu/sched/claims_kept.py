@@ -1,88 +1,24 @@
-"""The lending rule's answers kept from one start to the next: the answers of greengpu.sched.claims.Claims for the
-cost of what a start changed.
+"""The lending rule's answers kept from one start to the next: those of greengpu.sched.claims.Claims (the reference,
+used by `schedule_cycle(incremental=False)`) for the cost of what changed (docs/SCHEDULER.md, "Many tenants").
 
-`Claims` forgets every answer after each start of the cycle, so a cycle that starts thousands of jobs while
-borrowers wait asked every free node against every claimant again after each of them: a cycle's cost grew with
-starts x free nodes x tenants (a 2,000-node cluster with 100 tenants and 10,000 waiting jobs spent 90% of a 23 s
-cycle there). But a start changes little of what an answer reads:
-
-- the free GPUs and jobs of the nodes it used: each node's kept answers carry the node's version;
-- its own tenant's quota ledger, so that tenant's claimant (its smallest waiting job, its oldest job's submit
-  time, the models it may reclaim on) and whether the tenant is above its nominal quota (which makes its running
-  jobs reclaimable). Only when one of these differs from before are all kept answers stale (`claims_version`,
-  `over_version`).
-
-Anything else the answers read (a job asked to stop, GPUs promised by a preemption, GPUs released) drops
-everything kept (the cycle's `changes` token). `schedule_cycle(incremental=False)` uses `Claims` and
-cross-checks the results.
-
-Whole sets are found from the free-GPU indexes rather than node by node: a node where another tenant's claimant
-fits on the free GPUs alone is owed whatever running jobs it has, and those nodes are unions of the indexes'
-buckets (the smallest request among the other claimants decides which). Only nodes holding a job some claimant
-could take back are judged one by one. The same figures tell when every free node is owed (`owed_everywhere`):
-a saturated queue's borrowers are then refused without being placed first.
+A start changes the free GPUs and jobs of its nodes (each node's kept answers carry the node's version) and its
+own tenant's claimant and quota standing (when either differs, every kept answer is found again:
+`claims_version`, `over_version`). Jobs asked to stop, GPUs promised and GPUs released are followed from the
+victims, the promises and the free-GPU index's change log (`_follow`). Whole owed sets come from the free-GPU
+buckets (the smallest need among the other tenants' claimants decides which); only nodes with a job a claimant
+could take back are judged one by one. `owed_everywhere` tells when a borrower could start nowhere.
 """
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Protocol
 
-from greengpu.model import GPU_UNITS, Job, PendingJob, RunningJob
+from greengpu.model import GPU_UNITS, Job, RunningJob
+from greengpu.sched.claimants import ClaimantFinder, ClaimantNeeds, Profile, QueueByTenant
 from greengpu.sched.claims import Claimant
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.state import PlacementState
-
-_Entry = tuple[float, str, PendingJob]
-_Profile = tuple[Claimant, tuple[str, ...], tuple[object, ...]]
-"""A tenant's claimant, the models it may reclaim on, and all of it an answer reads (compared for changes)."""
-
-
-class _Needs:
-    """What a model's claimants need of a node on its free GPUs alone, kept sorted as claimants come and go:
-    whole-GPU needs (GPUs, tenant), the tenants whose need is capped by the node's size (no per-node count),
-    fractional requests (milli-GPUs, tenant)."""
-
-    def __init__(self) -> None:
-        self.whole: list[tuple[int, str]] = []
-        self.capped: set[str] = set()
-        self.shares: list[tuple[int, str]] = []
-
-    @staticmethod
-    def _entry(tenant: str, job: Job) -> tuple[int, str]:
-        if job.is_fractional:
-            return (job.units, tenant)
-        return (job.whole_gpus if job.gpus_per_node is None else job.gpus_per_node, tenant)
-
-    def add(self, tenant: str, job: Job) -> None:
-        insort(self.shares if job.is_fractional else self.whole, self._entry(tenant, job))
-        if not job.is_fractional and job.gpus_per_node is None:
-            self.capped.add(tenant)
-
-    def remove(self, tenant: str, job: Job) -> None:
-        entries = self.shares if job.is_fractional else self.whole
-        del entries[bisect_left(entries, self._entry(tenant, job))]
-        self.capped.discard(tenant)
-
-    def others(self, tenant: str) -> tuple[int | None, bool, int | None]:
-        """Of the claimants of tenants other than `tenant`: the smallest whole-GPU need, whether one's need is
-        capped by the node's size, and the smallest fractional request."""
-        need = next((gpus for gpus, other in self.whole[:2] if other != tenant), None)
-        units = next((share for share, other in self.shares[:2] if other != tenant), None)
-        capped = self.capped
-        return need, len(capped) > 1 or (len(capped) == 1 and tenant not in capped), units
-
-
-class QueueByTenant(Protocol):
-    """What the kept pending queue offers (greengpu.sched.pending_index.PendingIndex)."""
-
-    @property
-    def by_kind(self) -> Mapping[Hashable, list[_Entry]]: ...
-
-    @property
-    def by_priority(self) -> Mapping[tuple[float, str], list[_Entry]]: ...
 
 
 class KeptClaims:
@@ -94,8 +30,6 @@ class KeptClaims:
                  running_by_id: Mapping[str, RunningJob], promised: Mapping[tuple[str, str], int]) -> None:
         self.state = state
         self.ledger = ledger
-        self._queue = queue
-        self._may_reclaim = may_reclaim
         self._running_on_node = running_on_node
         self._started = started
         self._stopping = stopping
@@ -111,16 +45,15 @@ class KeptClaims:
         self._model_at = {model: at for at, model in enumerate(state.models)}
         self._gone: set[str] = set()
         """The waiting jobs the cycle started (no longer claimants)."""
+        self._finder = ClaimantFinder(queue, self._gone, state.models, may_reclaim)
         self._started_on_node: dict[int, list[RunningJob]] = {}
         self._seen_started = 0
         self._token: Hashable = changes()
         self._as_of: tuple[int, Hashable] = (0, self._token)
-        # Per tenant: its kinds' and its priority levels' job lists in the kept queue (built when first needed).
-        self._lists: tuple[dict[str, list[list[_Entry]]], dict[str, list[list[_Entry]]]] | None = None
-        self._profiles: dict[str, _Profile] | None = None
+        self._profiles: dict[str, Profile] | None = None
         self._active: dict[str, dict[str, Claimant]] | None = None
         """Per model, the claimants that may reclaim on it, by tenant."""
-        self._needs: dict[str, _Needs] | None = None
+        self._needs: dict[str, ClaimantNeeds] | None = None
         """Per model, what the claimants that may reclaim on it need (kept with _active)."""
         self._over_seen: dict[str, tuple[bool, ...]] = {}
         """Per tenant whose running jobs an answer looked at: whether it is above nominal quota, per model."""
@@ -218,19 +151,19 @@ class KeptClaims:
         """Jobs of `tenant` started: its claimant and its standing above nominal quota may have changed."""
         if self._profiles is not None:
             before = self._profiles.get(tenant)
-            after: _Profile | None
+            after: Profile | None
             if before is None:
-                after = self._profile_of(tenant)
+                after = self._finder.profile_of(tenant)
             else:
                 claimant = before[0]
                 smallest_left = all(job is not claimant.job for job in started)
                 oldest_left = all(job.submit_time_s > claimant.first_submit_s for job in started)
                 if smallest_left and oldest_left:  # only where it may reclaim can have changed
-                    after = self._with_models(claimant)
+                    after = self._finder.with_models(claimant)
                 elif smallest_left:  # its oldest waiting job started: only its age changed
-                    after = self._with_models(Claimant(claimant.job, self._first_submit_s(tenant)))
+                    after = self._finder.with_models(Claimant(claimant.job, self._finder.first_submit_s(tenant)))
                 else:
-                    after = self._profile_of(tenant)
+                    after = self._finder.profile_of(tenant)
             if after is None:
                 self._profiles.pop(tenant, None)
             else:
@@ -305,63 +238,18 @@ class KeptClaims:
 
     # ------------------------------------------------------------------ claimants
 
-    def _tenant_lists(self) -> tuple[dict[str, list[list[_Entry]]], dict[str, list[list[_Entry]]]]:
-        if self._lists is None:
-            kinds: dict[str, list[list[_Entry]]] = {}
-            for entries in self._queue.by_kind.values():
-                if entries:
-                    kinds.setdefault(entries[0][2].job.tenant, []).append(entries)
-            submits: dict[str, list[list[_Entry]]] = {}
-            for (_, tenant), entries in self._queue.by_priority.items():
-                submits.setdefault(tenant, []).append(entries)
-            self._lists = (kinds, submits)
-        return self._lists
-
-    def _profile_of(self, tenant: str) -> _Profile | None:
-        """The tenant's claimant as greengpu.sched.claims.claimants_of finds it among the jobs not started."""
-        kinds, _ = self._tenant_lists()
-        gone = self._gone
-        smallest: Job | None = None
-        for entries in kinds.get(tenant, ()):
-            entry = next((e for e in entries if e[1] not in gone), None)
-            if entry is None:
-                continue
-            job = entry[2].job
-            if smallest is None or (job.units, job.duration_s, job.job_id) < \
-                    (smallest.units, smallest.duration_s, smallest.job_id):
-                smallest = job
-        if smallest is None:
-            return None
-        return self._with_models(Claimant(smallest, self._first_submit_s(tenant)))
-
-    def _first_submit_s(self, tenant: str) -> float:
-        """When the tenant's oldest job not started came."""
-        gone = self._gone
-        first_s = math.inf
-        for entries in self._tenant_lists()[1].get(tenant, ()):
-            first_s = min(first_s, next((e[0] for e in entries if e[1] not in gone), math.inf))
-        return first_s
-
-    def _with_models(self, claimant: Claimant) -> _Profile:
-        job = claimant.job
-        models = tuple(m for m in self.state.models
-                       if (job.gpu_types is None or m in job.gpu_types) and self._may_reclaim(job, m))
-        shape = (job.units, job.whole_gpus, job.gpus_per_node, job.is_fractional, claimant.first_submit_s, models)
-        return (claimant, models, shape)
-
     def _active_by_model(self) -> dict[str, dict[str, Claimant]]:
         if self._profiles is None:
-            kinds, submits = self._tenant_lists()
-            profiles: dict[str, _Profile] = {}
-            for tenant in kinds.keys() | submits.keys():
-                found = self._profile_of(tenant)
+            profiles: dict[str, Profile] = {}
+            for tenant in self._finder.tenants():
+                found = self._finder.profile_of(tenant)
                 if found is not None:
                     profiles[tenant] = found
             self._profiles = profiles
             self._active = None
         if self._active is None or self._needs is None:
             active: dict[str, dict[str, Claimant]] = {m: {} for m in self.state.models}
-            needs = {m: _Needs() for m in self.state.models}
+            needs = {m: ClaimantNeeds() for m in self.state.models}
             for tenant, (claimant, models, _) in self._profiles.items():
                 for model in models:
                     active[model][tenant] = claimant

@@ -342,9 +342,13 @@ class _Cycle(CycleState):
             self._valid_at.clear()
             self._alike_token = token
             for key, (wait, mark) in durable.items():
-                self._alike_waits[key] = wait
-                self._alike_wait_from[key] = -math.inf
-                self._alike_marks[key] = mark
+                self._keep_kind(key, wait, mark)
+
+    def _keep_kind(self, key: tuple[object, ...], wait: Wait, mark: tuple[int, object]) -> None:
+        """Give every job of the kind `key` its `wait` (whatever its length) while `mark` holds (`_kind_valid`)."""
+        self._alike_waits[key] = wait
+        self._alike_wait_from[key] = -math.inf
+        self._alike_marks[key] = mark
 
     def _durable_kinds(self) -> dict[tuple[object, ...], tuple[Wait, tuple[int, object]]]:
         """The kinds whose every job waits for a reason that reads neither free GPUs nor held or reserved nodes: a
@@ -367,7 +371,7 @@ class _Cycle(CycleState):
         """Note that the step being decided read the lending rule's answers: that every free node is owed
         (`everywhere`: it holds again as long as that does), or anything else (it holds until the next start)."""
         if not everywhere:
-            self._claims_probe = (len(self.started), self._claims_token())
+            self._claims_probe = self._epoch()
         elif self._claims_probe is None:
             self._claims_probe = EVERYWHERE
 
@@ -389,7 +393,7 @@ class _Cycle(CycleState):
             return False
         version, claims = mark
         if self.ledger.tenant_version.get(job.tenant, 0) == version:
-            if claims is None or claims == (len(self.started), self._claims_token()):
+            if claims is None or claims == self._epoch():
                 return True
             # Refused everywhere before: its tenant's usage is the same, so only whether every free node is still
             # owed can have changed (greengpu.sched.claims_kept.KeptClaims.owed_everywhere).
@@ -843,9 +847,7 @@ class _Cycle(CycleState):
                 if wakes is None:
                     wakes = wake_memo[shape] = self.fits_after_wake(job, self.models_for(job))
                 wait = self.wait(job, WaitReason.WAKE if wakes else WaitReason.CAPACITY)
-            self._alike_waits[key] = wait
-            self._alike_wait_from[key] = -math.inf
-            self._alike_marks[key] = (version, claims)
+            self._keep_kind(key, wait, (version, claims))
 
     def _epoch(self) -> tuple[int, tuple[int, int, int]]:
         """Changes with every start, job asked to stop, promise and release: what a kind found valid at one epoch

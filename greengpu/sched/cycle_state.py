@@ -94,11 +94,11 @@ class CycleState:
         # EVERYWHERE or the claims' state when it read the lending rule (greengpu.sched.core `_kind_valid`).
         self._alike_marks: dict[tuple[object, ...], tuple[int, object]] = {}
         self._claims_probe: object = None
+        """What of the lending rule the step being decided read (greengpu.sched.core `_claims_read`)."""
         self._valid_at: dict[tuple[object, ...], object] = {}
+        """Per kind, the epoch at which its memos were last found to hold (greengpu.sched.core `_valid_now`)."""
         self._refuses: dict[tuple[str, tuple[str, ...], int], tuple[object, bool]] = {}
         """`_lending_refuses` answers with the tenant usage version and epoch they were found at."""
-        """Per kind, the epoch at which its memos were last found to hold (greengpu.sched.core `_valid_now`)."""
-        """What of the lending rule the step being decided read (greengpu.sched.core `_claims_read`)."""
         self.attempts_left = 0
         self.reservations_left = 0
         self._wakeable: dict[str, list[int]] | None = None
