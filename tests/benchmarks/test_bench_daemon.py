@@ -15,13 +15,12 @@ Targets (issue 17): tick p95 <= 100 ms, memory <= 200 MB.
 from __future__ import annotations
 
 import math
-import random
 import resource
 import statistics
 import time
 from pathlib import Path
 
-from inventories import SITE
+from inventories import submitted_jobs, write_gpu_site
 from manual_clock import ManualClock
 
 from greengpu.config.inventory import load_cluster
@@ -31,7 +30,6 @@ from greengpu.control.daemon import Daemon, freeze_long_lived_heap
 from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_store import DaemonStore
 from greengpu.control.fake_cluster import FakeCluster
-from greengpu.model import Job
 
 NODES = 1000
 PENDING = 10_000
@@ -46,17 +44,8 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def test_tick_time_and_memory_at_1000_nodes_and_10000_pending_jobs(tmp_path: Path) -> None:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(SITE + "node_types:\n  g8: {gpus: 8, gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, "
-                    "gpu_min_limit_w: 100, host_idle_w: 600, host_sleep_w: 10, boot_s: 300, gpu_max_clock_mhz: 1410}\n"
-                    f"nodes:\n  - {{name: \"n[0001-{NODES:04d}]\", type: g8}}\n"
-                    + "tenants:\n" + "".join(f"  t{i}: {{quota_gpus: 400}}\n" for i in range(20)))
-    cluster = load_cluster(path)
-    rng = random.Random(3)
-    jobs = [Job(job_id=f"j{i:05d}", tenant=f"t{rng.randrange(20)}", gpus=rng.choice((1, 2, 4, 8)),
-                duration_s=rng.uniform(3600, 36_000), submit_time_s=T0 + rng.uniform(0, 30),
-                job_class=rng.choice(("training", "batch", "inference")), gpus_per_node=None)
-            for i in range(PENDING)]
+    cluster = load_cluster(write_gpu_site(tmp_path / "cluster.yaml", NODES, quota_gpus=400))
+    jobs = submitted_jobs(PENDING, T0)
     started = time.perf_counter()
     body = FakeCluster(cluster, jobs, tmp_path, start_s=T0)
     build_s = time.perf_counter() - started

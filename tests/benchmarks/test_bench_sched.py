@@ -16,7 +16,17 @@ import statistics
 import time
 from dataclasses import replace
 
-from sched_workloads import Shape, churn, half_full, naive_greedy, offered_load, snapshot, uniform_pending
+from sched_workloads import (
+    Shape,
+    churn,
+    half_full,
+    naive_greedy,
+    offered_load,
+    shape_stream,
+    snapshot,
+    steady_cycle_cpu_s,
+    uniform_pending,
+)
 from schedkit import make_cluster, node_type
 from transitions import apply_scheduler_actions
 
@@ -66,27 +76,7 @@ def _steady_cycles(tenants: int, cycles: int = 40, pending: int = 50_000) -> tup
     """The first (cold: books, queue index and a half-empty cluster's backlog) cycle's CPU seconds, and those of
     `cycles` steady cycles with churn: a tenth of the running jobs finish, as many new jobs arrive, the clock
     moves a minute. The cluster's quota is shared evenly (2,000 x 8 GPUs over the tenants)."""
-    rng = random.Random(2)
-    cluster = make_cluster([(2000, node_type(8), "hall")],
-                           [Tenant(f"t{i}", quota_gpus=16_000 / tenants, weight=1 + i % 4) for i in range(tenants)])
-    snapshot = ClusterSnapshot(time_s=0.0, cluster=cluster, running=half_full(cluster, rng, tenants),
-                               pending=tuple(uniform_pending(rng, pending, tenants)))
-    policy = SchedulerPolicy()
-    cycle_s: list[float] = []
-    counter = pending
-    for _ in range(cycles + 1):
-        start = time.process_time()
-        result = schedule_cycle(snapshot, policy)
-        cycle_s.append(time.process_time() - start)
-        snapshot = apply_scheduler_actions(snapshot, result.actions)
-        running = list(snapshot.running)
-        rng.shuffle(running)
-        keep = running[len(running) // 10 :]
-        new = uniform_pending(rng, len(running) - len(keep), tenants, start=counter)
-        counter += len(new)
-        snapshot = replace(snapshot, time_s=snapshot.time_s + 60, running=tuple(keep),
-                           pending=(*snapshot.pending, *new))
-    assert check_invariants(snapshot) == []
+    cycle_s = steady_cycle_cpu_s(2000, tenants, pending, cycles)
     return cycle_s[0], cycle_s[1:]
 
 
@@ -138,7 +128,7 @@ def test_cycle_time_across_shapes() -> None:
         snap = snapshot(shape)
         load = offered_load(snap)
         rng = random.Random(shape.seed)
-        counter = shape.pending
+        arrivals = shape_stream(rng, shape)
         times: list[float] = []
         placed = 0
         for _ in range(6):
@@ -147,7 +137,7 @@ def test_cycle_time_across_shapes() -> None:
             times.append(time.process_time() - start)
             placed += sum(1 for a in result.actions if isinstance(a, PlaceJob))
             snap = apply_scheduler_actions(snap, result.actions)
-            snap, counter = churn(snap, rng, shape, counter)
+            snap = churn(snap, rng, arrivals)
         assert check_invariants(snap) == []
         print(f"[sched]   tenants {shape.tenants:>5,} pending {shape.pending:>7,} busy {shape.busy_share:.2f} "
               f"quota {shape.quota_share:.2f} skew {shape.quota_skew:.0f} gang<={shape.max_gang:<3} "

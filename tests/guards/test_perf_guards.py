@@ -21,11 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conftest import REPO, public_data
-from inventories import SITE
+from inventories import submitted_jobs, write_gpu_site
 from manual_clock import ManualClock
-from sched_workloads import half_full, naive_greedy, uniform_pending
+from sched_workloads import half_full, naive_greedy, steady_cycle_cpu_s, uniform_pending
 from schedkit import make_cluster, node_type
-from transitions import apply_scheduler_actions
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
@@ -70,27 +69,7 @@ def test_the_scheduler_beats_a_naive_greedy_by_its_floor() -> None:
 def _steady_cycle_s(tenants: int) -> float:
     """The median CPU time of 5 cycles with churn after a first one, on 500 nodes x 8 GPUs with 10,000 waiting jobs
     whose quota is shared evenly by `tenants`."""
-    rng = random.Random(2)
-    cluster = make_cluster([(500, node_type(8), "hall")],
-                           [Tenant(f"t{i}", quota_gpus=4000 / tenants, weight=1 + i % 4) for i in range(tenants)])
-    snapshot = ClusterSnapshot(time_s=0.0, cluster=cluster, running=half_full(cluster, rng, tenants),
-                               pending=tuple(uniform_pending(rng, 10_000, tenants)))
-    policy = SchedulerPolicy()
-    times = []
-    counter = 10_000
-    for _ in range(6):
-        start = time.process_time()
-        result = schedule_cycle(snapshot, policy)
-        times.append(time.process_time() - start)
-        snapshot = apply_scheduler_actions(snapshot, result.actions)
-        running = list(snapshot.running)
-        rng.shuffle(running)
-        keep = running[len(running) // 10:]
-        new = uniform_pending(rng, len(running) - len(keep), tenants, start=counter)
-        counter += len(new)
-        snapshot = replace(snapshot, time_s=snapshot.time_s + 60, running=tuple(keep),
-                           pending=(*snapshot.pending, *new))
-    return statistics.median(times[1:])
+    return statistics.median(steady_cycle_cpu_s(500, tenants, 10_000, 5)[1:])
 
 
 def test_a_cycle_does_not_grow_with_tenants() -> None:
@@ -137,18 +116,9 @@ def test_a_saturated_replay_costs_about_what_a_light_one_does_per_job() -> None:
 
 def _tick_cpu_s(tmp_path: Path, nodes: int, pending: int) -> float:
     """The median CPU time of a daemon tick on the fake cluster, after the first (which places the backlog)."""
-    path = tmp_path / f"cluster-{nodes}.yaml"
-    path.write_text(SITE + "node_types:\n  g8: {gpus: 8, gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, "
-                    "gpu_min_limit_w: 100, host_idle_w: 600, host_sleep_w: 10, boot_s: 300, gpu_max_clock_mhz: 1410}\n"
-                    f"nodes:\n  - {{name: \"n[0001-{nodes:04d}]\", type: g8}}\n"
-                    + "tenants:\n" + "".join(f"  t{i}: {{quota_gpus: {nodes * 8 // 20}}}\n" for i in range(20)))
-    cluster = load_cluster(path)
-    rng = random.Random(3)
+    cluster = load_cluster(write_gpu_site(tmp_path / f"cluster-{nodes}.yaml", nodes, quota_gpus=nodes * 8 // 20))
     t0 = 1_700_000_000.0
-    jobs = [Job(job_id=f"j{i:05d}", tenant=f"t{rng.randrange(20)}", gpus=rng.choice((1, 2, 4, 8)),
-                duration_s=rng.uniform(3600, 36_000), submit_time_s=t0 + rng.uniform(0, 30),
-                job_class=rng.choice(("training", "batch", "inference")), gpus_per_node=None)
-            for i in range(pending)]
+    jobs = submitted_jobs(pending, t0)
     state = tmp_path / f"state-{nodes}"
     body = FakeCluster(cluster, jobs, state, start_s=t0)
     clock = ManualClock(t0 + 60)

@@ -3,18 +3,25 @@
 One `Shape` names a cluster and its queue: 1 to 2,000 tenants whose quotas run from a sliver to the whole
 cluster (skewed: a few large tenants, many small ones), gangs up to 128 GPUs, fractional shares, 1k to 100k
 pending jobs, running work from idle to full, and jobs that cannot be stopped. `snapshot(shape)` builds it
-deterministically from the shape's seed; `churn` moves a snapshot on by one cycle's worth of ends and arrivals.
+deterministically from the shape's seed; `churn` moves a snapshot on by one cycle's worth of ends and arrivals,
+and `steady_cycle_cpu_s` times cycles of the scheduler benchmark's first workload that way.
 Sizes are in GPUs and durations in seconds, as in the model.
 """
 
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from schedkit import job, make_cluster, node_type
+from transitions import apply_scheduler_actions
 
 from greengpu.model import GPU_UNITS, Cluster, ClusterSnapshot, GpuSlot, PendingJob, PlaceJob, RunningJob, Tenant
+from greengpu.policy import SchedulerPolicy
+from greengpu.sched.core import schedule_cycle
+from greengpu.sched.invariants import check_invariants
 
 GANG_SIZES = (1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64, 128)
 """Requests in GPUs, as often as they are drawn (cut at the shape's largest gang)."""
@@ -105,16 +112,53 @@ def offered_load(snap: ClusterSnapshot) -> float:
     return sum(p.job.gpus for p in snap.pending) / max(1, free)
 
 
-def churn(snap: ClusterSnapshot, rng: random.Random, shape: Shape, counter: int, step_s: float = 60.0,
-          share: float = 0.1) -> tuple[ClusterSnapshot, int]:
-    """One cycle later: a share of the running jobs ended, as many new jobs came. Returns it and the next job
-    number."""
+class JobStream:
+    """Jobs arriving numbered on from `start`: called with a count and the time, draws that many more."""
+
+    def __init__(self, draw: Callable[[int, int, float], list[PendingJob]], start: int) -> None:
+        self.draw = draw
+        """(count, first number, now_s) -> jobs."""
+        self.next = start
+
+    def __call__(self, count: int, now_s: float) -> list[PendingJob]:
+        jobs = self.draw(count, self.next, now_s)
+        self.next += count
+        return jobs
+
+
+def shape_stream(rng: random.Random, shape: Shape) -> JobStream:
+    """The shape's jobs, numbered on after its queue."""
+    return JobStream(lambda count, start, now_s: pending_jobs(rng, shape, count, start=start, now_s=now_s),
+                     shape.pending)
+
+
+def churn(snap: ClusterSnapshot, rng: random.Random, arrivals: JobStream, step_s: float = 60.0) -> ClusterSnapshot:
+    """One cycle later: a tenth of the running jobs ended, as many new jobs came."""
     running = list(snap.running)
     rng.shuffle(running)
-    keep = running[int(len(running) * share):]
-    new = pending_jobs(rng, shape, len(running) - len(keep), start=counter, now_s=snap.time_s + step_s)
-    return replace(snap, time_s=snap.time_s + step_s, running=tuple(keep), pending=(*snap.pending, *new)), \
-        counter + len(new)
+    keep = running[len(running) // 10:]
+    new = arrivals(len(running) - len(keep), snap.time_s + step_s)
+    return replace(snap, time_s=snap.time_s + step_s, running=tuple(keep), pending=(*snap.pending, *new))
+
+
+def steady_cycle_cpu_s(nodes: int, tenants: int, pending: int, cycles: int) -> list[float]:
+    """The CPU seconds of a first (cold) cycle and of `cycles` more with churn, on `nodes` 8-GPU nodes, half busy,
+    whose quota `tenants` share evenly, with `pending` jobs of `uniform_pending` waiting. Invariants checked."""
+    rng = random.Random(2)
+    cluster = make_cluster([(nodes, node_type(8), "hall")],
+                           [Tenant(f"t{i}", quota_gpus=nodes * 8 / tenants, weight=1 + i % 4) for i in range(tenants)])
+    snap = ClusterSnapshot(time_s=0.0, cluster=cluster, running=half_full(cluster, rng, tenants),
+                           pending=tuple(uniform_pending(rng, pending, tenants)))
+    policy = SchedulerPolicy()
+    arrivals = JobStream(lambda count, start, _: uniform_pending(rng, count, tenants, start=start), pending)
+    cycle_s: list[float] = []
+    for _ in range(cycles + 1):
+        start = time.process_time()
+        result = schedule_cycle(snap, policy)
+        cycle_s.append(time.process_time() - start)
+        snap = churn(apply_scheduler_actions(snap, result.actions), rng, arrivals)
+    assert check_invariants(snap) == []
+    return cycle_s
 
 
 SIZES = [1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64]
