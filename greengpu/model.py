@@ -139,6 +139,8 @@ class Site:
     tariff: TimeSeries | None = None
     carbon_g_per_kwh: float | None = None
     carbon: TimeSeries | None = None
+    timezone: str = "UTC"
+    """The site's IANA time zone (e.g. Europe/Berlin): sleep windows are read on its wall clock, DST included."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from greengpu.config.prices import PriceTable, read_price_csv
 from greengpu.config.series import read_series_csv
 from greengpu.config.yamlsource import YamlDocument, load_yaml_file, load_yaml_text
 from greengpu.errors import ConfigError
+from greengpu.localtime import time_zone_problem
 from greengpu.model import Cluster, Node, NodeType, Pool, Site, Tenant, TimeSeries
 
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(\1[0-9a-fA-F]{2}){4}$")
@@ -96,6 +97,10 @@ def _site(doc: YamlDocument, root: Fields, base_dir: Path) -> Site:
         carbon_series = read_series_csv(base_dir / carbon_name, "g_per_kwh", allow_negative=False,
                                         shown_name=_shown(base_dir, carbon_name))
     assert pue is not None
+    timezone = fields.string("timezone", "UTC") or "UTC"
+    problem = time_zone_problem(timezone)
+    if problem is not None:
+        raise fields.error("timezone", problem)
     return Site(
         pue=pue,
         currency=fields.string("currency", "USD") or "USD",
@@ -103,6 +108,7 @@ def _site(doc: YamlDocument, root: Fields, base_dir: Path) -> Site:
         tariff=tariff,
         carbon_g_per_kwh=carbon,
         carbon=carbon_series,
+        timezone=timezone,
     )
 
 

@@ -261,7 +261,8 @@ class FakeCluster:
                 ready += node_type.gpus
         sleep = SleepObservation(now_s=now_s, idle_awake=tuple(idle_awake), asleep=tuple(asleep),
                                  ready_idle_gpus=ready, busy_gpus=sum(r.job.gpus for r in self.running.values()),
-                                 suspends_last_minute=suspends_last_minute, wakes_last_minute=wakes_last_minute)
+                                 suspends_last_minute=suspends_last_minute, wakes_last_minute=wakes_last_minute,
+                                 timezone=self.cluster.site.timezone)
         return Observation(snapshot, tuple(gpus), sleep, {}, settings)
 
     def _gpu_view(self, name: str, node_type: NodeType, on_gpu: dict[tuple[str, int], Job]) -> tuple[

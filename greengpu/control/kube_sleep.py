@@ -162,7 +162,8 @@ class KubeSleep:
         return SleepObservation(now_s=now_s, idle_awake=idle_awake, asleep=tuple(asleep),
                                 ready_idle_gpus=ready_idle_gpus, busy_gpus=busy_gpus,
                                 suspends_last_minute=store.count_events("suspend", now_s - RATE_WINDOW_S),
-                                wakes_last_minute=store.count_events("send", now_s - RATE_WINDOW_S))
+                                wakes_last_minute=store.count_events("send", now_s - RATE_WINDOW_S),
+                                timezone=self.cluster.site.timezone)
 
     def pending_cycle(self, now_s: float) -> Scheduled:
         """The core's cycle over the pending GPU pods, on a snapshot where only sleeping and waking nodes

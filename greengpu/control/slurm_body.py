@@ -167,7 +167,8 @@ class SlurmBody:
         snapshot = ClusterSnapshot(now_s, self.cluster, tuple(running), tuple(pending), states)
         sleep = SleepObservation(now_s=now_s, idle_awake=tuple(idle_awake), asleep=tuple(asleep),
                                  ready_idle_gpus=ready, busy_gpus=float(sum(r.job.gpus for r in running)),
-                                 suspends_last_minute=suspends_last_minute, wakes_last_minute=wakes_last_minute)
+                                 suspends_last_minute=suspends_last_minute, wakes_last_minute=wakes_last_minute,
+                                 timezone=self.cluster.site.timezone)
         return Observation(snapshot, (), sleep, {}, {})
 
     def act(self, action: Action, now_s: float) -> str:

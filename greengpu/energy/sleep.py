@@ -8,21 +8,21 @@ daemon), so a wake never happens for a node the core would not use.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from greengpu.localtime import UTC_NAME, local_day, moment_s, weekday_and_minute
 from greengpu.model import NodeType, PowerState, SleepNode
 from greengpu.policy import WEEKDAYS, SleepPolicy, SleepWindow
 
 DAY_S = 86_400
 
 
-def in_window(time_s: float, windows: Sequence[SleepWindow], utc_offset_s: float = 0.0) -> bool:
-    """Whether local time `time_s + utc_offset_s` falls in any window (a window may cross midnight)."""
-    local = time_s + utc_offset_s
-    day_index = int(local // DAY_S + 3) % 7  # 1970-01-01 was a Thursday (index 3 from Monday)
-    minute = int(local % DAY_S // 60)
+def in_window(time_s: float, windows: Sequence[SleepWindow], timezone: str = UTC_NAME) -> bool:
+    """Whether `time_s` falls in any window on the wall clock of `timezone` (a window may cross midnight)."""
+    day_index, minute = weekday_and_minute(time_s, timezone)
     today = WEEKDAYS[day_index]
     yesterday = WEEKDAYS[(day_index - 1) % 7]
     for window in windows:
@@ -38,22 +38,22 @@ def in_window(time_s: float, windows: Sequence[SleepWindow], utc_offset_s: float
     return False
 
 
-def next_window_start_s(time_s: float, windows: Sequence[SleepWindow], utc_offset_s: float = 0.0) -> float | None:
-    """The first time after `time_s` at which a window opens (None when there is no window)."""
-    local = time_s + utc_offset_s
-    day_start = local - local % DAY_S
-    first_day = int(local // DAY_S + 3) % 7
+def next_window_start_s(time_s: float, windows: Sequence[SleepWindow], timezone: str = UTC_NAME) -> float | None:
+    """The first time after `time_s` at which a window opens on the wall clock of `timezone` (None when there is
+    no window). Days are the local calendar's, so a window opens at its wall-clock time across a DST change."""
+    today, first_day = local_day(time_s, timezone)
     best: float | None = None
     for offset in range(8):
         weekday = WEEKDAYS[(first_day + offset) % 7]
+        date = today + dt.timedelta(days=offset)
         for window in windows:
             if weekday in window.days:
-                start = day_start + offset * DAY_S + window.start_minute * 60
-                if start > local and (best is None or start < best):
+                start = moment_s(date, window.start_minute, timezone)
+                if start > time_s and (best is None or start < best):
                     best = start
         if best is not None:
             break
-    return None if best is None else best - utc_offset_s
+    return best
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_hea
 
 
 def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, *, blocked_pending: bool,
-                  suspends_last_minute: int, utc_offset_s: float = 0.0,
+                  suspends_last_minute: int, timezone: str = UTC_NAME,
                   reserve_gpus: int | None = None, keep_awake: Collection[str] = ()) -> list[SleepNode]:
     """The idle nodes to suspend now, in a stable order (longest idle first).
 
@@ -110,7 +110,7 @@ def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, 
     `keep_awake` (a body that only knows that something waits for capacity) keeps every node awake.
     """
     reserve = policy.warm_reserve_gpus if reserve_gpus is None else reserve_gpus
-    if not policy.enabled or not in_window(now_s, policy.windows, utc_offset_s):
+    if not policy.enabled or not in_window(now_s, policy.windows, timezone):
         return []
     if policy.priority_aware and blocked_pending and not keep_awake:
         return []  # work is waiting for capacity: putting capacity to sleep now would only delay it

@@ -83,7 +83,7 @@ class Simulation:
         """The last day's arrivals: how much of its share of use the warm reserve keeps (energy/arrivals.py)."""
         self.sleep = SleepBody(policy, self.fleet, self.clock, never_wake,
                                lambda: (self.work.allocated_gpus, self.offered_gpus),
-                               lambda: self.arrivals.gpus(self.clock.now_s))
+                               lambda: self.arrivals.gpus(self.clock.now_s), timezone=cluster.site.timezone)
         self.checks = PlacementChecks(cluster)
         self.usage = TenantUsage(policy.scheduler.fair_share)
         self.work = JobRunner(self.clock, self.fleet, self.pacer, self.sleep, self.checks, self.usage,

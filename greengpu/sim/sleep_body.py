@@ -32,7 +32,8 @@ class SleepBody:
     """Suspends, wakes and wake verification of one replay."""
 
     def __init__(self, policy: Policy, fleet: NodeFleet, clock: EventClock, never_wake: Collection[str],
-                 demand: Callable[[], tuple[float, float]], arrived: Callable[[], float] | None = None) -> None:
+                 demand: Callable[[], tuple[float, float]], arrived: Callable[[], float] | None = None,
+                 timezone: str = "UTC") -> None:
         self.policy = policy
         self.sleep = policy.sleep
         self.fleet = fleet
@@ -50,6 +51,8 @@ class SleepBody:
         self.wake_times: deque[float] = deque()
         self.wakes = 0
         self._recheck_at = float("-inf")
+        self.timezone = timezone
+        """The site's time zone: the windows are read on its wall clock."""
 
     # ------------------------------------------------------------------ observation
 
@@ -72,7 +75,8 @@ class SleepBody:
         """What `plan_sleep` needs: the idle awake nodes, use, forecast and the suspend rate."""
         return SleepObservation(now_s=self.clock.now_s, idle_awake=self.fleet.idle_awake_views(),
                                 busy_gpus=self.demand()[0], forecast_headroom_gpus=self.forecast_headroom_gpus(),
-                                arrived_gpus=self.arrived_gpus(), suspends_last_minute=self._recent(self.suspend_times))
+                                arrived_gpus=self.arrived_gpus(), suspends_last_minute=self._recent(self.suspend_times),
+                                timezone=self.timezone)
 
     def observe_for_wakes(self) -> SleepObservation:
         """What `plan_wakes` needs: the asleep nodes, the ready free GPUs, use, forecast and the wake rate."""
@@ -104,8 +108,8 @@ class SleepBody:
         if not self.fleet.overdue_idle(now_s, self.sleep.idle_timeout_s):
             return
         recheck: float | None = None
-        if not in_window(now_s, self.sleep.windows):
-            recheck = next_window_start_s(now_s, self.sleep.windows)
+        if not in_window(now_s, self.sleep.windows, self.timezone):
+            recheck = next_window_start_s(now_s, self.sleep.windows, self.timezone)
         elif ((self.sleep.priority_aware and waiting.waiting)
               or self._recent(self.suspend_times) >= self.sleep.max_suspends_per_min):
             recheck = now_s + self.policy.interval_s

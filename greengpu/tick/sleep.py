@@ -38,7 +38,8 @@ class SleepObservation:
     the warm reserve follows use alone."""
     suspends_last_minute: int = 0
     wakes_last_minute: int = 0
-    utc_offset_s: float = 0.0
+    timezone: str = "UTC"
+    """The site's IANA time zone (`Site.timezone`): the sleep windows are read on its wall clock."""
 
 
 def after_placements(seen: SleepObservation, placements: Sequence[PlaceJob]) -> SleepObservation:
@@ -65,7 +66,7 @@ def reserve_target_gpus(seen: SleepObservation, policy: SleepPolicy) -> int:
 def plan_sleep(seen: SleepObservation, policy: SleepPolicy, waiting: WorkWaiting) -> tuple[SleepNode, ...]:
     """The idle nodes to suspend now, longest idle first."""
     return tuple(plan_suspends(seen.now_s, seen.idle_awake, policy, blocked_pending=waiting.waiting,
-                               suspends_last_minute=seen.suspends_last_minute, utc_offset_s=seen.utc_offset_s,
+                               suspends_last_minute=seen.suspends_last_minute, timezone=seen.timezone,
                                reserve_gpus=reserve_target_gpus(seen, policy),
                                keep_awake=waiting.guard.keep_awake))
 

@@ -57,6 +57,27 @@ def test_idle_timeout_suspends_after_exactly_its_timeout_and_pays_the_boot_delay
     assert always_on["wait_s"]["p95"] == 0
 
 
+def test_sleep_windows_follow_the_sites_time_zone() -> None:
+    # T0 is 22:13:20 UTC on a Tuesday in November, 17:13 in New York (UTC-5). With a nightly 22:00-06:00 window,
+    # the node idle from 22:23 sleeps at once past its 30-minute timeout at a UTC site; in New York it waits
+    # for 22:00 local (03:00 UTC). Both wake for the job at T0 + 20 h.
+    from datetime import UTC, datetime
+
+    from greengpu.policy import SleepWindow
+
+    policy = load_policy("idle-timeout")
+    window = SleepWindow(start_minute=22 * 60, end_minute=6 * 60)
+    nights = replace(policy, sleep=replace(policy.sleep, windows=(window,)))
+    jobs = [job("a", duration_s=600, submit_time_s=T0), job("b", duration_s=600, submit_time_s=T0 + 72_000)]
+    site = Site(pue=1.5, price_per_kwh=0.2, carbon_g_per_kwh=400)
+    utc = simulate(one_node(site), nights, jobs)
+    new_york = simulate(one_node(replace(site, timezone="America/New_York")), nights, jobs)
+    assert utc["node_sleep_hours"] == pytest.approx((72_000 - (600 + 1800 + 30)) / 3600)
+    window_opens = datetime(2023, 11, 15, 3, 0, tzinfo=UTC).timestamp() - T0  # 22:00 EST
+    assert new_york["node_sleep_hours"] == pytest.approx((72_000 - (window_opens + 30)) / 3600)
+    assert new_york["wakes"] == utc["wakes"] == 1
+
+
 def test_hourly_tariff_is_charged_hour_by_hour() -> None:
     hour0, hour1 = 0.10, 0.30
     tariff = TimeSeries(times_s=(T0 - 600, T0 + 3000, T0 + 6600), values=(hour0, hour1, hour0))

@@ -259,7 +259,7 @@ def test_the_planner_only_suspends_inside_a_window_in_local_time() -> None:
     views_now = [idle("a", 8, 0.0)]
     assert plan_suspends(monday_1730_utc, views_now, nights, blocked_pending=False, suspends_last_minute=0) == []
     chosen = plan_suspends(monday_1730_utc, views_now, nights, blocked_pending=False, suspends_last_minute=0,
-                           utc_offset_s=7200)  # 19:30 at the site
+                           timezone="Europe/Athens")  # 19:30 at the site (UTC+2 in January)
     assert [s.node for s in chosen] == ["a"]
     one_second_early = datetime(2024, 1, 1, 18, 59, 59, tzinfo=UTC).timestamp()
     assert plan_suspends(one_second_early, views_now, nights, blocked_pending=False, suspends_last_minute=0) == []
