@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +19,7 @@ from greengpu.config.limits import MAX_YEAR, MIN_YEAR
 from greengpu.errors import BadInput
 
 SCHEMA_VERSION = 1
+_MONTH = re.compile(r"[0-9]{4}-[0-9]{2}")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -121,9 +123,36 @@ def _check_file(path: Path) -> None:
         raise BadInput(f"{path}: not a greengpu ledger (file is not a database)")
 
 
+_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def _remove_new_sidecars(path: Path, existed: set[str]) -> None:
+    """Remove the sidecar files that opening a refused database created: a read-only open of a database in WAL
+    mode makes its -wal and -shm, and a report must leave a file it refused as it found it. Files that were
+    there before (another program's live WAL) are left alone, and so is a -wal that has content."""
+    for suffix in _SIDECARS:
+        if suffix in existed:
+            continue
+        sidecar = path.with_name(path.name + suffix)
+        try:
+            if sidecar.is_file() and (suffix == "-shm" or sidecar.stat().st_size == 0):
+                sidecar.unlink()
+        except OSError:
+            pass  # best effort: the refusal itself is what the person needs to read
+
+
 def _open_read_only(path: Path) -> sqlite3.Connection:
     """The ledger at `path` opened read-only (SQLite URI mode=ro), its schema checked: reading never writes."""
     _check_file(path)
+    existed = {suffix for suffix in _SIDECARS if path.with_name(path.name + suffix).exists()}
+    try:
+        return _open_checked(path)
+    except BadInput:
+        _remove_new_sidecars(path, existed)
+        raise
+
+
+def _open_checked(path: Path) -> sqlite3.Connection:
     try:
         connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         # Text that is not UTF-8 (a damaged file) is read with replacement characters, not a traceback.
@@ -162,12 +191,16 @@ def runs(path: Path) -> list[dict[str, object]]:
 
 def month_bounds_s(month: str) -> tuple[float, float]:
     """[start, end) of a UTC calendar month 'YYYY-MM' (years 1900 to 2199) as Unix seconds."""
-    try:
-        first = dt.datetime.strptime(month, "%Y-%m").replace(tzinfo=dt.UTC)
-    except ValueError:
-        raise BadInput(f"--month: {month[:40]!r} is not a month like 2017-10") from None
-    if not MIN_YEAR <= first.year <= MAX_YEAR:
+    # ASCII digits only: strptime's %Y also takes Arabic-Indic and other Unicode digits, so '٢٠٢٤-01' billed
+    # January 2024 without a word; a month is written one way.
+    if not _MONTH.fullmatch(month):
+        raise BadInput(f"--month: {month[:40]!r} is not a month like 2017-10 (YYYY-MM in ASCII digits)")
+    year, number = int(month[:4]), int(month[5:])
+    if not 1 <= number <= 12:
+        raise BadInput(f"--month: {month!r} is not a month like 2017-10 (months run 01 to 12)")
+    if not MIN_YEAR <= year <= MAX_YEAR:
         raise BadInput(f"--month: {month!r} is outside the supported years {MIN_YEAR} to {MAX_YEAR}")
+    first = dt.datetime(year, number, 1, tzinfo=dt.UTC)
     following = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
     return first.timestamp(), following.timestamp()
 
@@ -337,11 +370,14 @@ def choose_run(path: Path, run_id: int | None, flag: str = "--run") -> dict[str,
         if len(stored) > 1:
             listing = ", ".join(f"{r['run_id']} ({r['kind']} {r['policy']})" for r in stored)
             raise BadInput(f"{path}: holds {len(stored)} runs, choose one with {flag}: {listing}")
-        return stored[0]
-    run = next((r for r in stored if r["run_id"] == run_id), None)
-    if run is None:
-        listing = ", ".join(f"{r['run_id']} ({r['kind']} {r['policy']})" for r in stored)
-        raise BadInput(f"{flag}: no run {run_id} in {path} (runs: {listing[:200]})")
+        run = stored[0]
+    else:
+        found = next((r for r in stored if r["run_id"] == run_id), None)
+        if found is None:
+            listing = ", ".join(f"{r['run_id']} ({r['kind']} {r['policy']})" for r in stored)
+            raise BadInput(f"{flag}: no run {run_id} in {path} (runs: {listing[:200]})")
+        run = found
+    run_id = run["run_id"]  # type: ignore[assignment]
     for key in ("pue",):
         value = run[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1.0 <= value <= 5.0:
@@ -349,4 +385,27 @@ def choose_run(path: Path, run_id: int | None, flag: str = "--run") -> dict[str,
     for key in ("policy", "currency", "kind", "source"):
         if not isinstance(run[key], str):
             raise BadInput(f"{path}: run {run_id}: runs.{key}: not text: {str(run[key])[:40]!r}")
+    _check_numbers(path, int(str(run_id)))
     return run
+
+
+_NUMERIC = {
+    "tenant_hours": ("hour_start_s", "gpu_hours", "gpu_energy_kwh", "energy_kwh", "cost", "co2_kg"),
+    "node_hours": ("hour_start_s", "gpu_hours", "gpu_energy_kwh", "energy_kwh", "cost", "co2_kg", "asleep_h"),
+    "job_runs": ("start_s", "end_s", "gpus", "gpu_energy_kwh", "energy_kwh", "cost", "co2_kg"),
+}
+"""The number columns of each table of a run. SQLite keeps any value in any column: text there would be
+summed as 0 or compared as greater than every number, so a hand-edited hour would quietly leave a bill."""
+
+
+def _check_numbers(path: Path, run_id: int) -> None:
+    """One located BadInput when a row of run `run_id` holds text, NULL or an infinity in a number column."""
+    for table, columns in _NUMERIC.items():
+        bad = " OR ".join(f"typeof({c}) NOT IN ('integer', 'real') OR abs({c}) > 1e308" for c in columns)
+        rows = _query(path, f"SELECT rowid, {', '.join(columns)} FROM {table} WHERE run_id = ? AND ({bad}) LIMIT 1",
+                      (run_id,))
+        for row in rows:
+            for column, value in zip(columns, row[1:], strict=True):
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise BadInput(f"{path}: run {run_id}: not a finite number in the ledger: {table}.{column} "
+                                   f"(row {row[0]}) {str(value)[:40]!r}")
