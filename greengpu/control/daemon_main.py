@@ -117,11 +117,16 @@ def lease_election(options: DaemonOptions, body: ClusterBody) -> Callable[[float
 
 def open_meter(options: DaemonOptions, body: ClusterBody, store: DaemonStore) -> DaemonMeter:
     """The ledger run this daemon meters into: the one it opened before a restart, or a new one."""
-    path = Path(options.ledger_file) if options.ledger_file else Path(options.state_dir) / "ledger.db"
-    known = store.setting(f"ledger_run:{path.resolve()}")
-    meter = DaemonMeter.open(body.cluster, path, int(known) if known else None, options.policy.name,
-                             f"{options.source}:{options.cluster_file}")
-    store.set_setting(f"ledger_run:{path.resolve()}", str(meter.run_id))
+    from greengpu.accounting.ledger_url import PostgresLedger, parse_ledger
+    from greengpu.commands.common import cluster_name
+
+    ledger = parse_ledger(options.ledger_file) if options.ledger_file else Path(options.state_dir) / "ledger.db"
+    key = f"ledger_run:{ledger if isinstance(ledger, PostgresLedger) else ledger.resolve()}"
+    known = store.setting(key)
+    meter = DaemonMeter.open(body.cluster, ledger, int(known) if known else None, options.policy.name,
+                             f"{options.source}:{options.cluster_file}",
+                             cluster_name=cluster_name(options.cluster_file))
+    store.set_setting(key, str(meter.run_id))
     return meter
 
 
