@@ -29,7 +29,7 @@ from greengpu.errors import BadInput
 
 ENV_PREFIX = "GREENGPU"
 EXTRA_OF_MODULE = {"pandas": "plan", "numpy": "plan", "statsmodels": "plan", "scipy": "plan", "matplotlib": "plan",
-                   "jinja2": "plan", "kubernetes": "kube", "grpc": "kube"}
+                   "jinja2": "plan", "kubernetes": "kube", "grpc": "kube", "psycopg": "fleet", "ray": "ray"}
 """The install extra (pyproject.toml) that brings each optional library: the slim core has none of them."""
 
 

@@ -24,11 +24,10 @@ CONNECT_TIMEOUT_S = 10
 
 
 def _driver() -> Any:
-    try:
-        import psycopg
-    except ImportError:
-        raise BadInput("--ledger postgresql://...: the PostgreSQL driver is not installed (the 'fleet' extra): "
-                       "python3 -m pip install '.[fleet]' in the greengpu checkout") from None
+    # Not installed: the ModuleNotFoundError reaches the command line, which names the 'fleet' extra in one line
+    # (greengpu.cli.EXTRA_OF_MODULE), as for every other extra.
+    import psycopg
+
     return psycopg
 
 

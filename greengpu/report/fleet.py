@@ -82,7 +82,7 @@ def _add_figures(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
         if not values:
             continue
         out[key] = None if all(v is None for v in values) else _from_units(sum(_units(v, key) for v in values), key)
-    if "gpu_hours" in out:
+    if "gpu_hours" in out and "gpu_hours_allocated" in out:
         out["efficiency"] = round(out["gpu_hours_allocated"] / out["gpu_hours"], 4) if out["gpu_hours"] else None
     if "energy_kwh" in out and "idle_energy_kwh" in out:
         out["idle_share"] = round(out["idle_energy_kwh"] / out["energy_kwh"], 4) if out["energy_kwh"] else None

@@ -237,6 +237,8 @@ def report_main(ledger_file: str, month: str, run_id: int | None | tuple[int, ..
     settings = read_settings(settings_file) if settings_file else ReportSettings()
     request = ReportRequest(ledger=ledger, month=month, run_id=run_ids[0] if run_ids else None,
                             aggregate=aggregate, share_idle=share_idle, baseline_run=baseline_run, settings=settings)
+    if baseline_run is not None and (len(run_ids) > 1 or cluster is not None or fleet or aggregate == "cluster"):
+        raise BadInput("--baseline compares two runs: give one --run with it, not a fleet")
     chosen = select_runs(ledger, run_ids, cluster, fleet, aggregate, month)
     payload = build_report(request) if chosen is None else build_fleet_report(request, chosen, build_report)
     if not payload["totals"]["gpu_hours"] and chosen is None:
