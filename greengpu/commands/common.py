@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -158,16 +157,3 @@ def checked_ledger_path(name: str) -> Ledger:
     if path.exists():
         runs(path)  # an existing file must be a ledger of this schema: fail now, not after the replay
     return path
-
-
-def cluster_name(cluster_file: str, given: str | None = None) -> str:
-    """The name a run records for its cluster in a shared ledger: `given`, else the inventory file's name
-    without .yaml and .cluster (examples/lab-a100.cluster.yaml: lab-a100)."""
-    if given is not None:
-        if not given.strip() or len(given) > 100 or not given.isprintable():
-            raise BadInput(f"--cluster-name: {given[:40]!r} is not a name (1 to 100 printable characters)")
-        return given
-    name = Path(cluster_file).name
-    for suffix in (".yaml", ".yml", ".cluster"):
-        name = name.removesuffix(suffix)
-    return name

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
+from greengpu.accounting.ledger_url import cluster_name as name_of_cluster
 from greengpu.commands.common import checked_ledger_path, note, verbosity
-from greengpu.commands.common import cluster_name as name_of_cluster
 from greengpu.errors import BadInput
 
 

@@ -133,8 +133,7 @@ def lease_election(options: DaemonOptions, body: ClusterBody) -> Callable[[float
 
 def open_meter(options: DaemonOptions, body: ClusterBody, store: DaemonStore) -> DaemonMeter:
     """The ledger run this daemon meters into: the one it opened before a restart, or a new one."""
-    from greengpu.accounting.ledger_url import PostgresLedger, parse_ledger
-    from greengpu.commands.common import cluster_name
+    from greengpu.accounting.ledger_url import PostgresLedger, cluster_name, parse_ledger
 
     ledger = parse_ledger(options.ledger_file) if options.ledger_file else Path(options.state_dir) / "ledger.db"
     key = f"ledger_run:{ledger if isinstance(ledger, PostgresLedger) else ledger.resolve()}"
