@@ -25,6 +25,7 @@ from greengpu.commands.report import report
 from greengpu.commands.simulate import simulate
 from greengpu.commands.slurm import slurm
 from greengpu.commands.spot import spot
+from greengpu.commands.sweep import sweep
 from greengpu.errors import BadInput
 
 ENV_PREFIX = "GREENGPU"
@@ -54,7 +55,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
         logging.basicConfig(level=level, format="greengpu: %(message)s", stream=sys.stderr)
 
 
-for _command in (check, report, simulate, agent, daemon, plan, slurm, kube, node_suspend, cloud, spot):
+for _command in (check, report, simulate, sweep, agent, daemon, plan, slurm, kube, node_suspend, cloud, spot):
     cli.add_command(_command)
 
 
