@@ -1,0 +1,36 @@
+"""Sweep guard: the reduced tests/benchmarks/test_bench_sweep.py. A local pool of two workers must not take more
+than 1.5 times the serial run of the same grid measured a moment before in the same process (wall time: the
+pool's cost is forking and shipping results, which CPU time of this process would not show). Measured on two
+cores shared with other work (load average 5.6): 0.48 to 0.67 of the serial time (docs/FLEET.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+from fleet_inputs import run_cli, write_cluster, write_trace
+
+from greengpu.sim.sweep import timed_free
+
+MAX_RATIO = 1.5
+
+
+def _timed(args: list[str]) -> tuple[float, list[dict]]:
+    started = time.perf_counter()
+    code, out, err = run_cli("-q", "sweep", *args, "--json")
+    assert code == 0, err
+    return time.perf_counter() - started, [timed_free(r) for r in json.loads(out)["results"]]
+
+
+def test_a_process_pool_is_not_slower_than_the_serial_sweep(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "g.trace.csv", dt.datetime(2024, 3, 1, tzinfo=dt.UTC), jobs=400, seed=2,
+                        spread_s=7 * 86_400)
+    grid = ["--trace", str(trace), "--cluster", str(write_cluster(tmp_path, "lab", nodes=8)), "--policy",
+            "default", "--policy", "always-on", "--seed", "1", "--seed", "2"]
+    serial_s, serial = _timed([*grid, "--workers", "1", "--store", str(tmp_path / "serial.db")])
+    pool_s, pooled = _timed([*grid, "--workers", "2", "--store", str(tmp_path / "pool.db")])
+    assert pooled == serial
+    print(f"sweep guard: pool {pool_s:.2f} s, serial {serial_s:.2f} s, ratio {pool_s / serial_s:.2f}")
+    assert pool_s <= MAX_RATIO * serial_s, f"pool {pool_s:.2f} s against serial {serial_s:.2f} s"
