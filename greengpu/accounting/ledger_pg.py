@@ -49,7 +49,13 @@ def connect(ledger: PostgresLedger, *, read_only: bool) -> Any:
     except ValueError as error:  # libpq rejected the URI's options
         raise BadInput(f"--ledger: {ledger}: {reason(error)}") from None
     if read_only:
-        connection.read_only = True  # a report never writes to its input, here by the server's own guard
+        # A report never writes to its input: here the server itself refuses any write on this session (psycopg's
+        # own read_only attribute does nothing in autocommit mode).
+        try:
+            connection.execute("SET default_transaction_read_only = on")
+        except psycopg.Error as error:
+            connection.close()
+            raise BadInput(f"{ledger}: cannot read the ledger database ({reason(error)})") from None
     return connection
 
 

@@ -179,3 +179,34 @@ def test_a_daemon_killed_mid_write_and_restarted_loses_and_doubles_nothing(serve
     (run_id,), = fetch(url, "SELECT run_id FROM runs")  # every restart continued the one run
     total = assert_periods_are_the_hours(url, run_id)
     assert counts == sorted(counts) and total > counts[-1] > 0, counts
+
+
+def test_a_report_reads_through_a_read_only_session_and_bad_databases_are_one_line(server: PgServer,
+                                                                                   tmp_path: Path) -> None:
+    import psycopg
+    from fleet_inputs import run_cli
+
+    from greengpu.accounting.ledger_pg import connect
+    from greengpu.accounting.ledger_url import parse_ledger
+
+    url = server.create_database()
+    session = connect(parse_ledger(url), read_only=True)
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+        session.execute("CREATE TABLE notes (body TEXT)")
+    session.close()
+    fetch(url, "SELECT 1")
+    with psycopg.connect(url, autocommit=True) as other:
+        other.execute("CREATE TABLE meta (key TEXT, value TEXT)")  # another application's database
+    cases = [(url, "ledger schema version 'none'"),
+             (server.url("no_such_db"), "cannot connect to the ledger database"),
+             (f"postgresql://greengpu@/x?host={tmp_path}", "cannot connect to the ledger database")]
+    for ledger, words in cases:
+        code, _, err = run_cli("report", "--ledger", ledger, "--month", "2024-01")
+        assert code == 2 and err.count("\n") == 1 and words in err and "Traceback" not in err, err
+    code, _, err = run_cli("simulate", "--trace", str(write_trace(tmp_path / "t.csv", dt.datetime(2024, 1, 2,
+                                                                                    tzinfo=dt.UTC))),
+                           "--cluster", str(write_cluster(tmp_path, "lab")), "--policy", "default", "--ledger", url)
+    assert code == 2 and "ledger schema version 'none'" in err, err
+    assert fetch(url, "SELECT COUNT(*) FROM meta") == [(0,)]  # refused, and nothing written to it
+    assert [t for (t,) in fetch(url, "SELECT table_name FROM information_schema.tables WHERE table_schema = "
+                                     "'public'")] == ["meta"]
