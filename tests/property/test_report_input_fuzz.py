@@ -130,15 +130,17 @@ def test_hourly_price_csv(workdir: Path, billed: tuple[Path, str], data: st.Data
 @fuzz(40)
 @given(month=st.one_of(st.sampled_from(["last", "2017-10", "9999-01", "2024-13", "", "1900-01"]), ODD_VALUES),
        baseline=st.one_of(st.sampled_from(["1", "2", "3", "0", "-1"]), ODD_VALUES),
-       aggregate=st.sampled_from(["tenant", "node", "class", "job", "rack"]),
+       aggregate=st.sampled_from(["tenant", "node", "class", "job", "cluster", "rack"]),
        share=st.sampled_from(["none", "proportional", "even", "weighted"]),
-       output=st.sampled_from(["json", "csv", "html", "text", "pdf"]))
+       output=st.sampled_from(["json", "csv", "html", "text", "pdf"]),
+       fleet=st.sampled_from([(), ("--fleet",), ("--run", "1"), ("--cluster-name", "cluster"),
+                              ("--cluster-name", ""), ("--cluster-name", "٢")]))
 def test_report_flags(workdir: Path, billed: tuple[Path, str], month: str, baseline: str, aggregate: str,  # noqa: F811
-                      share: str, output: str) -> None:
+                      share: str, output: str, fleet: tuple[str, ...]) -> None:
     ledger, _ = billed
     before = ledger.read_bytes()
     code, out, err = run_cli("report", "--ledger", str(ledger), "--month", month, "--run", "2", "--baseline",
-                             baseline, "--aggregate", aggregate, "--share-idle", share, "--format", output)
+                             baseline, "--aggregate", aggregate, "--share-idle", share, "--format", output, *fleet)
     assert_clean(code, err, out=out if output == "json" else "")
     assert ledger.read_bytes() == before
 
@@ -235,3 +237,18 @@ def test_a_foreign_wal_database_is_left_as_found(workdir: Path) -> None:  # noqa
     code, out, err = run_cli("report", "--ledger", str(foreign), "--month", "2024-01", "--json")
     assert_clean(code, err, out=out)
     assert code == 2 and [p.name for p in folder.iterdir()] == ["app.db"]
+
+
+URI_PARTS = st.one_of(st.sampled_from(["", "x", "greengpu", "a b", "%", "%zz", "'", "\\", "@", ":", "/", "?", "#",
+                                       "=", "&", "٢", "\x00", "ü", "-c", "9" * 70]), ODD_VALUES)
+
+
+@fuzz(40)
+@given(user=URI_PARTS, database=URI_PARTS, parameter=URI_PARTS, value=URI_PARTS,
+       scheme=st.sampled_from(["postgresql", "postgres", "POSTGRESQL", "postgresql+psycopg"]))
+def test_odd_postgresql_uris_are_one_line(workdir: Path, user: str, database: str, parameter: str,  # noqa: F811
+                                          value: str, scheme: str) -> None:
+    # A socket folder that does not exist: libpq fails at once, and nothing leaves this machine.
+    uri = f"{scheme}://{user}@/{database}?host={workdir}/no-server&{parameter}={value}"
+    code, out, err = run_cli("report", "--ledger", uri, "--month", "2024-01", "--json")
+    assert_clean(code, err, out=out, allowed=(2,))
