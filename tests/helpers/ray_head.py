@@ -4,6 +4,7 @@ tests skip with the reason, except in CI, where they fail (.ci/run installs the 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -29,9 +30,9 @@ def _free_port() -> int:
 def ray_head(cpus: int = 2) -> Iterator[str]:
     """The address (127.0.0.1:PORT) of a started Ray head."""
     ray_cli = Path(sys.executable).parent / "ray"
-    try:
-        import ray  # noqa: F401
-    except ImportError:
+    # Looked up, not imported: Ray in the test process itself (its threads, its fork handlers) would slow every
+    # later test that forks, such as the sweep guard's process pool.
+    if importlib.util.find_spec("ray") is None:
         missing("Ray is not installed (the 'ray' extra)")
     if not ray_cli.exists():
         missing(f"{ray_cli} not found (the 'ray' extra)")
