@@ -18,7 +18,7 @@ from greengpu.accounting.ledger import choose_run, month_bounds_s, runs, shared_
 from greengpu.accounting.ledger_url import Ledger
 from greengpu.errors import BadInput
 
-FLEET_AGGREGATES = ("cluster", "tenant", "node", "class", "job")
+UNNAMED = "(unnamed)"
 
 
 def select_runs(ledger: Ledger, run_ids: tuple[int, ...], cluster: str | None, fleet: bool, aggregate: str,
@@ -117,7 +117,7 @@ def _rows(payloads: list[tuple[dict[str, object], dict[str, Any]]], aggregate: s
         for row in payload[key]:
             name = str(row[name_key])
             if aggregate == "cluster" and key == "rows":
-                name = cluster
+                name = cluster or UNNAMED  # runs written before schema 2 belong to no named cluster
             elif aggregate in ("node", "job") and key == "rows" and len(clusters) > 1:
                 name = f"{cluster}/{name}"  # node names and job ids are a cluster's own: keep them apart
             named.append((cluster, name, row))

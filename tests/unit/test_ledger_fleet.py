@@ -50,6 +50,8 @@ def test_a_version_1_ledger_is_read_as_it_is_and_migrated_by_the_next_writer(tmp
     payload = report_json("--ledger", str(path), "--month", MONTH)
     assert payload["totals"]["cost"] == 0.5 and path.read_bytes() == before  # read, never migrated by a reader
     assert schema_version(path) == 1
+    unnamed = report_json("--ledger", str(path), "--month", MONTH, "--aggregate", "cluster")
+    assert [(r["name"], r["cost"]) for r in unnamed["rows"]] == [("(unnamed)", 0.25)]
     open_metered_run(path, Site(), policy="p", source="s", cluster="east")
     assert schema_version(path) == SCHEMA_VERSION == 2
     assert [(r["run_id"], r["cluster"]) for r in runs(path)] == [(1, ""), (2, "east")]
