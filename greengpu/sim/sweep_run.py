@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import multiprocessing
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,9 +37,10 @@ def _serial(specs: list[ReplaySpec]) -> Iterator[tuple[ReplaySpec, dict[str, Any
 
 
 def _pool(specs: list[ReplaySpec], workers: int) -> Iterator[tuple[ReplaySpec, dict[str, Any]]]:
-    # fork: a worker starts with greengpu already imported (a spawned one spends ~1 s importing it); the
-    # driver has no threads of its own at this point.
-    context = multiprocessing.get_context("fork")
+    # fork: a worker starts with greengpu, the trace and the inventory already loaded (a spawned one spends
+    # about a second importing). Only from a process without other threads: a lock another thread holds at the
+    # fork would stay held in the child forever; then forkserver, slower to start but safe.
+    context = multiprocessing.get_context("fork" if threading.active_count() == 1 else "forkserver")
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {pool.submit(run_replay, spec): spec for spec in specs}
         try:
