@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from greengpu.accounting import ledger_sqlite
 from greengpu.accounting.bill import HourFigures, JobSegment, MonthInput
 from greengpu.accounting.ledger_url import Ledger, PostgresLedger
-from greengpu.config.limits import MAX_YEAR, MIN_YEAR
+from greengpu.config.limits import MAX_NUMBER, MAX_YEAR, MIN_YEAR
 from greengpu.errors import BadInput
 
 _MONTH = re.compile(r"[0-9]{4}-[0-9]{2}")
@@ -236,21 +236,26 @@ _NUMERIC = {
     "job_runs": ("start_s", "end_s", "gpus", "gpu_energy_kwh", "energy_kwh", "cost", "co2_kg"),
 }
 """The number columns of each table of a run. SQLite keeps any value in any column: text there would be
-summed as 0 or compared as greater than every number, so a hand-edited hour would quietly leave a bill."""
+summed as 0 or compared as greater than every number, so a hand-edited hour would quietly leave a bill. No
+figure of a real ledger comes near MAX_NUMBER (a quadrillion kWh, dollars or seconds)."""
 
 
 def _check_numbers(path: Ledger, run_id: int) -> None:
-    """One located BadInput when a row of run `run_id` holds text, NULL or an infinity in a number column (an
-    SQLite file: PostgreSQL's typed columns hold numbers only)."""
-    if isinstance(path, PostgresLedger):
-        return
+    """One located BadInput when a row of run `run_id` holds, in a number column, text, NULL, NaN, an infinity or
+    a magnitude above MAX_NUMBER (a hand-edited 1.8e305 overflowed the bill's sums into a traceback)."""
+    postgres = isinstance(path, PostgresLedger)
+    row_id = "ctid::text" if postgres else "rowid"
     for table, columns in _NUMERIC.items():
-        bad = " OR ".join(f"typeof({c}) NOT IN ('integer', 'real') OR abs({c}) > 1e308" for c in columns)
-        rows = _query(path, f"SELECT rowid, {', '.join(columns)} FROM {table} WHERE run_id = ? AND ({bad}) LIMIT 1",
-                      (run_id,))
+        # PostgreSQL's typed columns hold numbers only, NaN and infinities included; NaN sorts above every
+        # number there, so the one comparison catches it. SQLite also needs the type of each value checked.
+        bad = " OR ".join(f"abs({c}) > {MAX_NUMBER:.0e}" if postgres else
+                          f"typeof({c}) NOT IN ('integer', 'real') OR abs({c}) > {MAX_NUMBER:.0e}" for c in columns)
+        rows = _query(path, f"SELECT {row_id}, {', '.join(columns)} FROM {table} WHERE run_id = ? AND ({bad}) "
+                            "LIMIT 1", (run_id,))
         for row in rows:
             for column, value in zip(columns, row[1:], strict=True):
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                        or abs(value) > MAX_NUMBER:
                     raise BadInput(f"{path}: run {run_id}: not a finite number in the ledger: {table}.{column} "
                                    f"(row {row[0]}) {str(value)[:40]!r}")
 

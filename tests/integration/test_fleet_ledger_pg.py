@@ -210,3 +210,14 @@ def test_a_report_reads_through_a_read_only_session_and_bad_databases_are_one_li
     assert fetch(url, "SELECT COUNT(*) FROM meta") == [(0,)]  # refused, and nothing written to it
     assert [t for (t,) in fetch(url, "SELECT table_name FROM information_schema.tables WHERE table_schema = "
                                      "'public'")] == ["meta"]
+    # PostgreSQL's double precision holds NaN and infinities: a hand-edited one is one line, as in SQLite.
+    billed = server.create_database()
+    code, _, err = run_cli("-q", "simulate", "--trace", str(tmp_path / "t.csv"), "--cluster",
+                           str(tmp_path / "lab.cluster.yaml"), "--policy", "default", "--ledger", billed)
+    assert code == 0, err
+    for value in ("NaN", "Infinity", "1e300"):
+        with psycopg.connect(billed, autocommit=True) as editor:
+            editor.execute("UPDATE node_hours SET cost = %s::float8 WHERE ctid = (SELECT MIN(ctid) FROM node_hours)",
+                           (value,))
+        code, _, err = run_cli("report", "--ledger", billed, "--month", "2024-01")
+        assert code == 2 and err.count("\n") == 1 and "node_hours.cost" in err, err

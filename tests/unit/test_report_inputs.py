@@ -91,7 +91,7 @@ def test_a_foreign_wal_database_is_refused_and_left_without_sidecars(tmp_path: P
     ("runs", "pue"), ("node_hours", "asleep_h"), ("node_hours", "hour_start_s"), ("node_hours", "cost"),
     ("tenant_hours", "co2_kg"), ("tenant_hours", "hour_start_s"), ("job_runs", "end_s"), ("job_runs", "gpus"),
 ])
-@pytest.mark.parametrize("value", ["abc", "1.5x", float("inf")])
+@pytest.mark.parametrize("value", ["abc", "1.5x", float("inf"), 1.797693134862316e305, -2e15])
 def test_text_in_a_number_column_is_one_line_naming_table_and_column(ledger: Path, table: str, column: str,
                                                                      value: str | float) -> None:
     with contextlib.closing(sqlite3.connect(ledger)) as db:
