@@ -113,7 +113,14 @@ def test_four_writers_at_once_and_a_fleet_report_that_adds_up(server: PgServer, 
     for process in replays:
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err
-    time.sleep(4)  # the daemons meter a few more periods after the replays are in
+    deadline = time.monotonic() + 90
+    while True:  # the daemons meter a few more periods after the replays are in
+        counts = fetch(url, "SELECT r.run_id, COUNT(p.end_s) FROM runs r LEFT JOIN metered_periods p ON "
+                            "p.run_id = r.run_id WHERE r.kind = 'daemon' GROUP BY r.run_id")
+        if len(counts) == 2 and all(count >= 5 for _, count in counts):
+            break
+        assert time.monotonic() < deadline and all(p.poll() is None for p in daemons), counts
+        time.sleep(0.1)
     for process in daemons:
         err = stop(process)
         assert process.returncode == 0 and "Traceback" not in err, err
@@ -173,7 +180,10 @@ def test_a_daemon_killed_mid_write_and_restarted_loses_and_doubles_nothing(serve
         assert "Traceback" not in err, err
         counts.append(periods(url))
     process = daemon(tmp_path, "east", url, state)
-    time.sleep(3)
+    deadline = time.monotonic() + 60
+    while periods(url) <= counts[-1] + 2:  # metering again after the last kill, undisturbed
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1]
+        time.sleep(0.05)
     err = stop(process)
     assert process.returncode == 0 and "Traceback" not in err, err
     (run_id,), = fetch(url, "SELECT run_id FROM runs")  # every restart continued the one run
