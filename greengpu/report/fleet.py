@@ -163,7 +163,7 @@ def build_fleet_report(request: Any, chosen: list[dict[str, object]],
     basis = {p["basis"] for p in bare}
     pricing = dict(first["pricing"])
     if len({float(str(run["pue"])) for run in chosen}) > 1 and request.settings.pue is None:
-        pricing["pue"] = {"value": None, "source": "each run's own (the inventory's site.pue when it was written)"}
+        pricing["pue"] = {"value": None, "source": "the inventory's site.pue of each run when it was written"}
     payload: dict[str, Any] = {
         **first,
         "run_id": None, "runs": [int(str(run["run_id"])) for run in chosen],

@@ -104,7 +104,9 @@ def test_the_fleet_report_adds_up_to_the_per_cluster_reports(tmp_path: Path) -> 
         code, out, err = run_cli("report", "--ledger", ledger, "--month", MONTH, "--aggregate", "cluster",
                                  "--format", output)
         assert code == 0, err  # (stderr may hold matplotlib's log lines, through handlers earlier tests left)
-        assert "west" in out
+        assert "west" in out and "None" not in out.replace("none", "")
+        if output != "csv":
+            assert ("Runs 1, 2, 3" if output == "html" else "runs 1, 2, 3") in out and "PUE of each run" in out
 
 
 def test_two_policies_of_one_cluster_are_not_added_up(tmp_path: Path) -> None:
