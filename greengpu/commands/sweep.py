@@ -53,8 +53,10 @@ def sweep(trace_file: str, trace_format: str, cluster_file: str, policies: tuple
 
     if ray_address is not None and workers is not None:
         raise BadInput("--workers sizes the local pool; a Ray cluster runs as many replays as it has CPUs: give one")
-    if ray_address is not None and not ray_address.strip():
-        raise BadInput("--ray: empty address (HOST:PORT of the Ray head)")
+    if ray_address is not None:
+        from greengpu.sim.sweep_run import check_ray_address
+
+        check_ray_address(ray_address)  # before any replay is planned: a mistyped address is one line at once
     for month in months:
         month_bounds_s(month)
     # Every input is read here first: a bad file is one line now, not a failure in a worker.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import multiprocessing
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -52,7 +53,21 @@ def _pool(specs: list[ReplaySpec], workers: int) -> Iterator[tuple[ReplaySpec, d
             raise
 
 
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """BadInput unless something answers on the address's TCP port: Ray's own client retries an address that
+    is down for minutes, printing a warning every few seconds."""
+    rest = address.split("://", 1)[-1]
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadInput(f"--ray: {address[:80]!r} is not HOST:PORT (or ray://HOST:PORT) of a Ray head")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise BadInput(f"--ray: nothing answers at {address[:80]} ({error.strerror or error})") from None
+
+
 def _ray(specs: list[ReplaySpec], address: str) -> Iterator[tuple[ReplaySpec, dict[str, Any]]]:
+    check_ray_address(address)
     import ray  # the 'ray' extra; missing, the command line names it
 
     try:

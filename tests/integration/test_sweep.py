@@ -81,7 +81,10 @@ def test_bad_sweep_input_is_one_line(tmp_path: Path) -> None:
                         ((*grid, "--policy", str(tmp_path / "none.yaml"), "--store", str(tmp_path / "s.db")),
                          "none.yaml"),
                         ((*grid, "--ray", "127.0.0.1:1", "--workers", "2", "--store", str(tmp_path / "s.db")),
-                         "give one")]:
+                         "give one"),
+                        # Ray's own client would retry a dead address for minutes: it is probed first.
+                        ((*grid, "--ray", "127.0.0.1:1", "--store", str(tmp_path / "s.db")), "nothing answers"),
+                        ((*grid, "--ray", "head", "--store", str(tmp_path / "s.db")), "is not HOST:PORT")]:
         code, _, err = run_cli("sweep", *args)
         assert code == 2 and err.count("\n") == 1 and words in err and "Traceback" not in err, err
     assert foreign.read_bytes().startswith(b"SQLite format 3")
