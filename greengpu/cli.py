@@ -25,11 +25,12 @@ from greengpu.commands.report import report
 from greengpu.commands.simulate import simulate
 from greengpu.commands.slurm import slurm
 from greengpu.commands.spot import spot
+from greengpu.commands.sweep import sweep
 from greengpu.errors import BadInput
 
 ENV_PREFIX = "GREENGPU"
 EXTRA_OF_MODULE = {"pandas": "plan", "numpy": "plan", "statsmodels": "plan", "scipy": "plan", "matplotlib": "plan",
-                   "jinja2": "plan", "kubernetes": "kube", "grpc": "kube"}
+                   "jinja2": "plan", "kubernetes": "kube", "grpc": "kube", "psycopg": "fleet", "ray": "ray"}
 """The install extra (pyproject.toml) that brings each optional library: the slim core has none of them."""
 
 
@@ -54,7 +55,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
         logging.basicConfig(level=level, format="greengpu: %(message)s", stream=sys.stderr)
 
 
-for _command in (check, report, simulate, agent, daemon, plan, slurm, kube, node_suspend, cloud, spot):
+for _command in (check, report, simulate, sweep, agent, daemon, plan, slurm, kube, node_suspend, cloud, spot):
     cli.add_command(_command)
 
 

@@ -1,109 +1,158 @@
-"""Writing the SQLite ledger: a whole replay's run at once (`greengpu simulate --ledger`), or a daemon's run
-opened once and appended to at every metering period (docs/LEDGER.md). Reading it is greengpu.accounting.ledger.
+"""Writing the ledger, an SQLite file or a PostgreSQL database: a whole replay's run at once (`greengpu simulate
+--ledger`), or a daemon's run opened once and appended to at every metering period (docs/LEDGER.md). Reading
+it is greengpu.accounting.ledger.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import sqlite3
-from pathlib import Path
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
+from greengpu.accounting import ledger_sqlite
 from greengpu.accounting.attribution import Attribution, Usage
-from greengpu.accounting.ledger import _SCHEMA, SCHEMA_VERSION, _open_read_only, _reason
+from greengpu.accounting.ledger_url import Ledger, PostgresLedger
 from greengpu.accounting.meter import J_PER_KWH
 from greengpu.errors import BadInput
 from greengpu.model import Site
 
 
-def _open_for_writing(path: Path) -> sqlite3.Connection:
-    """The ledger at `path` for a new run: created when missing (or an empty file), else checked first,
-    read-only, so another application's database is refused before anything is written to it."""
-    existing = path.is_file() and path.stat().st_size > 0
-    if existing:
-        _open_read_only(path).close()
-    try:
-        connection = sqlite3.connect(path)
-        if not existing:
-            connection.executescript(_SCHEMA)
-            connection.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            connection.commit()
-        return connection
-    except sqlite3.DatabaseError as error:
-        raise BadInput(f"{path}: cannot write the ledger ({_reason(error)})") from None
+class _Writer:
+    """One writing connection to either kind of ledger, migrated; SQL is written once, with ? placeholders."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.postgres = isinstance(ledger, PostgresLedger)
+        if isinstance(ledger, PostgresLedger):
+            from greengpu.accounting import ledger_pg
+
+            self.connection: Any = ledger_pg.open_for_writing(ledger)
+            self.errors: tuple[type[BaseException], ...] = (ledger_pg.database_error(),)
+        else:
+            self.connection = ledger_sqlite.open_for_writing(ledger)
+            self.errors = (sqlite3.Error,)
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self.postgres else sql
+
+    def execute(self, sql: str, parameters: tuple[Any, ...]) -> Any:
+        return self.connection.execute(self._sql(sql), parameters)
+
+    def executemany(self, sql: str, rows: Iterable[tuple[Any, ...]]) -> None:
+        if self.postgres:
+            with self.connection.cursor() as cursor:
+                cursor.executemany(self._sql(sql), list(rows))
+        else:
+            self.connection.executemany(sql, rows)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction: committed whole, or rolled back whole (a kill in the middle leaves nothing of it)."""
+        try:
+            if self.postgres:
+                with self.connection.transaction():
+                    yield
+            else:
+                with self.connection:
+                    yield
+        except self.errors as error:
+            from greengpu.accounting import ledger_pg
+
+            shown = ledger_pg.reason(error) if self.postgres else ledger_sqlite.reason(error)  # type: ignore[arg-type]
+            raise BadInput(f"{self.ledger}: cannot write the ledger ({shown})") from None
+
+    def close(self) -> None:
+        self.connection.close()
 
 
 def _usage_row(usage: Usage) -> tuple[float, float, float, float]:
     return (usage.gpu_energy_j / J_PER_KWH, usage.facility_energy_j / J_PER_KWH, usage.cost, usage.co2_g / 1000.0)
 
 
-def _insert_job_runs(connection: sqlite3.Connection, run_id: int, attribution: Attribution) -> None:
-    connection.executemany(
+def _insert_job_runs(writer: _Writer, run_id: int, attribution: Attribution) -> None:
+    writer.executemany(
         "INSERT INTO job_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         ((run_id, c.job_id, c.tenant, c.job_class, c.start_s, c.end_s, c.gpus, ",".join(c.nodes),
           c.gpu_energy_j / J_PER_KWH, c.facility_energy_j / J_PER_KWH, c.cost, c.co2_g / 1000.0)
          for c in attribution.jobs))
 
 
-def write_run(path: Path, attribution: Attribution, *, kind: str, policy: str, source: str) -> int:
-    """Store one run's attribution in the ledger at `path` (created if missing); its run_id."""
-    site = attribution.meter.site
-    connection = _open_for_writing(path)
+def _new_run(writer: _Writer, kind: str, policy: str, source: str, site: Site, cluster: str) -> int:
+    row = writer.execute(
+        "INSERT INTO runs (kind, policy, source, created_utc, currency, pue, cluster) VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "RETURNING run_id",
+        (kind, policy, source, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), site.currency, site.pue,
+         cluster)).fetchone()
+    return int(row[0])
+
+
+# Hour rows are upserted on their natural key: a metering period that ends mid-hour adds to the hour already
+# there. Qualified column names: PostgreSQL and SQLite read the same statement the same way.
+_ADD = "{t}.{c} + excluded.{c}"
+_FIGURES = ("gpu_hours", "gpu_energy_kwh", "energy_kwh", "cost", "co2_kg")
+
+
+def _upsert(table: str, key: str, columns: tuple[str, ...]) -> str:
+    marks = ", ".join("?" * (3 + len(columns)))
+    sums = ", ".join(f"{c} = " + _ADD.format(t=table, c=c) for c in columns)
+    return f"INSERT INTO {table} VALUES ({marks}) ON CONFLICT (run_id, hour_start_s, {key}) DO UPDATE SET {sums}"
+
+
+def _write_hours(writer: _Writer, run_id: int, attribution: Attribution) -> None:
+    writer.executemany(_upsert("tenant_hours", "tenant", _FIGURES),
+                       ((run_id, hour, tenant, usage.gpu_hours, *_usage_row(usage))
+                        for (hour, tenant), usage in sorted(attribution.tenant_hours.items())))
+    writer.executemany(_upsert("node_hours", "node", (*_FIGURES, "asleep_h")),
+                       ((run_id, hour, node, usage.gpu_hours, *_usage_row(usage), usage.asleep_s / 3600.0)
+                        for (hour, node), usage in sorted(attribution.node_hours.items())))
+
+
+def write_run(ledger: Ledger, attribution: Attribution, *, kind: str, policy: str, source: str,
+              cluster: str = "") -> int:
+    """Store one run's attribution in the ledger (created if missing) in one transaction; its run_id."""
+    writer = _Writer(ledger)
     try:
-        with connection:
-            cursor = connection.execute(
-                "INSERT INTO runs (kind, policy, source, created_utc, currency, pue) VALUES (?, ?, ?, ?, ?, ?)",
-                (kind, policy, source, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                 site.currency, site.pue))
-            run_id = int(cursor.lastrowid or 0)
-            connection.executemany(
-                "INSERT INTO tenant_hours VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                ((run_id, hour, tenant, usage.gpu_hours, *_usage_row(usage))
-                 for (hour, tenant), usage in sorted(attribution.tenant_hours.items())))
-            connection.executemany(
-                "INSERT INTO node_hours VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                ((run_id, hour, node, usage.gpu_hours, *_usage_row(usage), usage.asleep_s / 3600.0)
-                 for (hour, node), usage in sorted(attribution.node_hours.items())))
-            _insert_job_runs(connection, run_id, attribution)
+        with writer.transaction():
+            run_id = _new_run(writer, kind, policy, source, attribution.meter.site, cluster)
+            _write_hours(writer, run_id, attribution)
+            _insert_job_runs(writer, run_id, attribution)
         return run_id
     finally:
-        connection.close()
+        writer.close()
 
 
-def open_metered_run(path: Path, site: Site, *, policy: str, source: str) -> int:
-    """A new, empty `daemon` run in the ledger at `path` (created if missing) for metering to append to."""
-    connection = _open_for_writing(path)
+def open_metered_run(ledger: Ledger, site: Site, *, policy: str, source: str, cluster: str = "") -> int:
+    """A new, empty `daemon` run in the ledger (created if missing) for metering to append to."""
+    writer = _Writer(ledger)
     try:
-        with connection:
-            cursor = connection.execute(
-                "INSERT INTO runs (kind, policy, source, created_utc, currency, pue) VALUES ('daemon', ?, ?, ?, ?, ?)",
-                (policy, source, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), site.currency, site.pue))
-            return int(cursor.lastrowid or 0)
+        with writer.transaction():
+            return _new_run(writer, "daemon", policy, source, site, cluster)
     finally:
-        connection.close()
+        writer.close()
 
 
-def append_usage(path: Path, run_id: int, attribution: Attribution) -> None:
-    """Add a metering period to run `run_id`: hourly rows summed into the hours already there (a period may
-    end mid-hour), job segments appended. One transaction: a crash leaves the period wholly in or out."""
-    connection = _open_for_writing(path)
+def append_usage(ledger: Ledger, run_id: int, attribution: Attribution, *, start_s: float | None = None,
+                 end_s: float | None = None) -> bool:
+    """Add a metering period to run `run_id`: hourly rows summed into the hours already there (a period may end
+    mid-hour), job segments appended. One transaction: a crash leaves the period wholly in or out. With its
+    bounds, the period is recorded under (run, end) first, and one already recorded is not added again: False."""
+    writer = _Writer(ledger)
     try:
-        with connection:
-            connection.executemany(
-                "INSERT INTO tenant_hours VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, hour_start_s, tenant) "
-                "DO UPDATE SET gpu_hours = gpu_hours + excluded.gpu_hours, "
-                "gpu_energy_kwh = gpu_energy_kwh + excluded.gpu_energy_kwh, "
-                "energy_kwh = energy_kwh + excluded.energy_kwh, cost = cost + excluded.cost, "
-                "co2_kg = co2_kg + excluded.co2_kg",
-                ((run_id, hour, tenant, usage.gpu_hours, *_usage_row(usage))
-                 for (hour, tenant), usage in sorted(attribution.tenant_hours.items())))
-            connection.executemany(
-                "INSERT INTO node_hours VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, hour_start_s, node) "
-                "DO UPDATE SET gpu_hours = gpu_hours + excluded.gpu_hours, "
-                "gpu_energy_kwh = gpu_energy_kwh + excluded.gpu_energy_kwh, "
-                "energy_kwh = energy_kwh + excluded.energy_kwh, cost = cost + excluded.cost, "
-                "co2_kg = co2_kg + excluded.co2_kg, asleep_h = asleep_h + excluded.asleep_h",
-                ((run_id, hour, node, usage.gpu_hours, *_usage_row(usage), usage.asleep_s / 3600.0)
-                 for (hour, node), usage in sorted(attribution.node_hours.items())))
-            _insert_job_runs(connection, run_id, attribution)
+        with writer.transaction():
+            if end_s is not None:
+                node_rows = attribution.node_hours.values()
+                added = writer.execute(
+                    "INSERT INTO metered_periods VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, end_s) DO NOTHING "
+                    "RETURNING run_id",
+                    (run_id, end_s if start_s is None else start_s, end_s,
+                     sum(u.facility_energy_j for u in node_rows) / J_PER_KWH, sum(u.cost for u in node_rows),
+                     sum(u.co2_g for u in node_rows) / 1000.0)).fetchone()
+                if added is None:
+                    return False
+            _write_hours(writer, run_id, attribution)
+            _insert_job_runs(writer, run_id, attribution)
+        return True
     finally:
-        connection.close()
+        writer.close()

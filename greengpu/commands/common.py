@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from greengpu.errors import BadInput
+
+if TYPE_CHECKING:
+    from greengpu.accounting.ledger_url import Ledger
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -137,11 +139,19 @@ def echo_lines(lines: list[str], as_json: bool) -> None:
         click.echo(line)
 
 
-def checked_ledger_path(name: str) -> Path:
-    """A ledger path that can be written, checked before any replay starts."""
+def checked_ledger_path(name: str) -> Ledger:
+    """A ledger that can be written, checked before any replay starts: an SQLite file (an existing one must be
+    a ledger), or a PostgreSQL database (reachable, empty or a ledger; its schema made or migrated now)."""
     from greengpu.accounting.ledger import runs
+    from greengpu.accounting.ledger_url import PostgresLedger, parse_ledger
 
-    path = Path(name)
+    ledger = parse_ledger(name)
+    if isinstance(ledger, PostgresLedger):
+        from greengpu.accounting.ledger_pg import open_for_writing
+
+        open_for_writing(ledger).close()
+        return ledger
+    path = ledger
     if path.is_dir() or not path.parent.is_dir():
         raise BadInput(f"--ledger: cannot write a ledger at {name}")
     if path.exists():

@@ -38,9 +38,10 @@ import click
               "replica that acts (default: the pod's own namespace).")
 @click.option("--lease-name", default="greengpu-daemon", show_default=True, metavar="NAME",
               help="With --source kubernetes: the Lease's name.")
-@click.option("--ledger", "ledger_file", default=None, metavar="FILE.db",
-              help="Meter energy, cost and CO2 per tenant, node and job into this SQLite ledger (default: ledger.db "
-              "in --state); greengpu report bills it.")
+@click.option("--ledger", "ledger_file", default=None, metavar="FILE.db|postgresql://...",
+              help="Meter energy, cost and CO2 per tenant, node and job into this ledger: an SQLite file (default: "
+              "ledger.db in --state) or a PostgreSQL database a fleet shares (docs/FLEET.md); greengpu report "
+              "bills it.")
 @click.option("--kube-host", default=None, metavar="URL",
               help="With --source kubernetes: the API server URL (default: in-cluster config, else kubeconfig).")
 @click.option("--suspend-command", default=None, metavar="TEMPLATE",

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from greengpu.accounting.ledger_url import cluster_name as name_of_cluster
 from greengpu.commands.common import checked_ledger_path, note, verbosity
 from greengpu.errors import BadInput
 
@@ -26,11 +27,16 @@ from greengpu.errors import BadInput
               "cluster (counted) instead of stopping.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed for randomised events (spot interruptions); the same inputs and seed give the same results.")
-@click.option("--ledger", "ledger_file", default=None, metavar="FILE.db",
-              help="Also record energy, cost and CO2 per job, tenant and node in this SQLite ledger (one run per "
-                   "policy; read it with greengpu report).")
+@click.option("--ledger", "ledger_file", default=None, metavar="FILE.db|postgresql://...",
+              help="Also record energy, cost and CO2 per job, tenant and node in this ledger: an SQLite file, or a "
+                   "PostgreSQL database shared by a fleet (the fleet extra); one run per policy; read it with "
+                   "greengpu report.")
+@click.option("--cluster-name", default=None, metavar="NAME",
+              help="The cluster the ledger's runs are recorded under (default: the inventory file's name without "
+                   ".cluster.yaml).")
 def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tuple[str, ...], as_json: bool,
-             until_s: float | None, skip_bad_rows: bool, seed: int, ledger_file: str | None) -> None:
+             until_s: float | None, skip_bad_rows: bool, seed: int, ledger_file: str | None,
+             cluster_name: str | None) -> None:
     """Replay a job trace under one or more policies and compare energy, cost, CO2, waits and safety.
 
     The replay runs the same scheduling core as the daemon on a virtual clock. Figures are facility
@@ -43,6 +49,7 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
     from greengpu.sim.feasibility import split_never_fitting
     from greengpu.sim.traces import REPLAY_SPAN_S, read_trace
 
+    recorded_cluster = name_of_cluster(cluster_file, cluster_name)
     cluster = load_cluster(cluster_file)
     loaded = [load_policy(p) for p in policies]
     trace = read_trace(trace_file, trace_format, skip_bad_rows=skip_bad_rows, max_span_s=REPLAY_SPAN_S)
@@ -71,7 +78,8 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
             from greengpu.accounting.ledger_write import write_run
 
             result["ledger_run_id"] = write_run(ledger_path, simulation.attribution, kind="simulate",
-                                                policy=policy.name, source=str(trace_file))
+                                                policy=policy.name, source=str(trace_file),
+                                                cluster=recorded_cluster)
             written.append(f"{result['ledger_run_id']} ({policy.name})")
         result["skipped_rows"] = trace.skipped + len(never)
         result["seed"] = seed

@@ -36,6 +36,22 @@ from greengpu.policy import Policy
 METER_INTERVAL_S = 60.0
 """The metering job's period: GPU energy counters read and charged to tenants once a minute."""
 
+
+def meter_interval_s() -> float:
+    """The metering period: METER_INTERVAL_S, or GREENGPU_METER_INTERVAL_S (0.2 to 3600) where a test needs many
+    periods in a few seconds (the fleet ledger's kill test)."""
+    text = os.environ.get("GREENGPU_METER_INTERVAL_S")
+    if text is None:
+        return METER_INTERVAL_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.2 <= value <= 3600.0:
+        raise BadInput(f"GREENGPU_METER_INTERVAL_S: {text[:40]!r} is not a number of seconds from 0.2 to 3600")
+    return value
+
+
 log = logging.getLogger("greengpu.daemon")
 
 
@@ -117,11 +133,15 @@ def lease_election(options: DaemonOptions, body: ClusterBody) -> Callable[[float
 
 def open_meter(options: DaemonOptions, body: ClusterBody, store: DaemonStore) -> DaemonMeter:
     """The ledger run this daemon meters into: the one it opened before a restart, or a new one."""
-    path = Path(options.ledger_file) if options.ledger_file else Path(options.state_dir) / "ledger.db"
-    known = store.setting(f"ledger_run:{path.resolve()}")
-    meter = DaemonMeter.open(body.cluster, path, int(known) if known else None, options.policy.name,
-                             f"{options.source}:{options.cluster_file}")
-    store.set_setting(f"ledger_run:{path.resolve()}", str(meter.run_id))
+    from greengpu.accounting.ledger_url import PostgresLedger, cluster_name, parse_ledger
+
+    ledger = parse_ledger(options.ledger_file) if options.ledger_file else Path(options.state_dir) / "ledger.db"
+    key = f"ledger_run:{ledger if isinstance(ledger, PostgresLedger) else ledger.resolve()}"
+    known = store.setting(key)
+    meter = DaemonMeter.open(body.cluster, ledger, int(known) if known else None, options.policy.name,
+                             f"{options.source}:{options.cluster_file}",
+                             cluster_name=cluster_name(options.cluster_file))
+    store.set_setting(key, str(meter.run_id))
     return meter
 
 
@@ -136,6 +156,7 @@ def check_source(options: DaemonOptions) -> None:
 def run_daemon(options: DaemonOptions) -> int:
     """Run until SIGTERM/SIGINT (or one tick with `once`); returns the exit code."""
     check_source(options)
+    meter_interval_s()  # a bad GREENGPU_METER_INTERVAL_S is refused before anything starts
     try:
         host, port = parse_listen(options.listen)
     except ValueError as error:
@@ -232,8 +253,9 @@ def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
     started = datetime.now(UTC)
     scheduler.add_job(tick, "interval", seconds=interval_s, coalesce=True, max_instances=1,
                       misfire_grace_time=max(1, int(interval_s)), next_run_time=started, id="control-tick")
-    scheduler.add_job(daemon.meter_energy, "interval", seconds=METER_INTERVAL_S, coalesce=True, max_instances=1,
-                      misfire_grace_time=int(METER_INTERVAL_S), next_run_time=started + timedelta(seconds=1),
+    metering_s = meter_interval_s()
+    scheduler.add_job(daemon.meter_energy, "interval", seconds=metering_s, coalesce=True, max_instances=1,
+                      misfire_grace_time=max(1, int(metering_s)), next_run_time=started + timedelta(seconds=1),
                       id="meter")
     scheduler.add_job(monthly_reports, "cron", args=(daemon, reports), day=1, hour=0, minute=10, coalesce=True,
                       max_instances=1, id="monthly-report")

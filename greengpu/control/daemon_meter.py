@@ -9,9 +9,8 @@ in a replay, so tenant rows plus idle add up to the site. Each tick is one trans
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from greengpu.accounting.attribution import Attribution
+from greengpu.accounting.ledger_url import Ledger
 from greengpu.accounting.ledger_write import append_usage, open_metered_run
 from greengpu.accounting.meter import EnergyMeter
 from greengpu.control.body import Observation
@@ -24,7 +23,7 @@ MAX_GAP_S = 900.0
 class DaemonMeter:
     """Charges every tick's period to the ledger run `run_id` at `path`."""
 
-    def __init__(self, cluster: Cluster, path: Path, run_id: int) -> None:
+    def __init__(self, cluster: Cluster, path: Ledger, run_id: int) -> None:
         self.cluster = cluster
         self.path = path
         self.run_id = run_id
@@ -35,10 +34,11 @@ class DaemonMeter:
         """Nodes whose GPU energy came from counters at the last period (the rest was modelled)."""
 
     @classmethod
-    def open(cls, cluster: Cluster, path: Path, run_id: int | None, policy: str, source: str) -> DaemonMeter:
-        """Continue run `run_id`, or open a new daemon run in the ledger."""
+    def open(cls, cluster: Cluster, path: Ledger, run_id: int | None, policy: str, source: str,
+             cluster_name: str = "") -> DaemonMeter:
+        """Continue run `run_id`, or open a new daemon run in the ledger (an SQLite file or PostgreSQL)."""
         if run_id is None:
-            run_id = open_metered_run(path, cluster.site, policy=policy, source=source)
+            run_id = open_metered_run(path, cluster.site, policy=policy, source=source, cluster=cluster_name)
         return cls(cluster, path, run_id)
 
     def record(self, seen: Observation) -> None:
@@ -81,4 +81,5 @@ class DaemonMeter:
             hosts = {n: self.cluster.node_types[self._type[n]].host_idle_w for n in held}
             attribution.job_ran(running.job, held, max(then_s, running.start_time_s), now_s,
                                 {n: busy_w_per_gpu.get(n, 0.0) for n in held}, hosts, gpus)
-        append_usage(self.path, self.run_id, attribution)
+        # The period's bounds are its key in the ledger: the same period sent twice is charged once.
+        append_usage(self.path, self.run_id, attribution, start_s=then_s, end_s=now_s)

@@ -78,12 +78,14 @@ def render_text(payload: dict[str, Any]) -> str:
     currency = payload["currency"]
     pricing = payload["pricing"]
     market = pricing["carbon_market"]
-    lines = [f"greengpu report {payload['period']}  (run {payload['run_id']}, policy {payload['policy']}, "
+    runs = f"runs {', '.join(map(str, payload['runs']))}" if payload.get("runs") else f"run {payload['run_id']}"
+    pue = pricing["pue"]["value"]
+    lines = [f"greengpu report {payload['period']}  ({runs}, policy {payload['policy']}, "
              f"{payload['basis']}; rows by {payload['aggregate']}, idle shared: {payload['share_idle']})",
              f"tariff: {pricing['tariff']['kind']}, {pricing['tariff']['source']}",
              f"carbon, location-based: {pricing['carbon_location']['source']}",
              f"carbon, market-based: {market['source'] if market else 'not configured'}",
-             f"PUE {pricing['pue']['value']}: {pricing['pue']['source']}"]
+             f"PUE {pue if pue is not None else 'of each run'}: {pricing['pue']['source']}"]
     if pricing["embodied"]:
         lines.append(f"embodied: {pricing['embodied']['method']}; {pricing['embodied']['source']}")
     head = (f"{payload['aggregate']:<20} {'GPU-h':>11} {'eff':>5} {'kWh':>11} {'cost ' + currency:>12} "

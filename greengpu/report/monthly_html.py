@@ -117,7 +117,7 @@ def render_month_html(payload: dict[str, Any]) -> str:
                                      autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     rows = all_rows(payload)
     return environment.get_template(TEMPLATE).render(
-        **payload, **charts, table=rows[:TABLE_ROWS] + ([rows[-1]] if len(rows) > TABLE_ROWS else []),
+        **{"runs": None, **payload}, **charts, table=rows[:TABLE_ROWS] + ([rows[-1]] if len(rows) > TABLE_ROWS else []),
         hidden=max(0, len(rows) - TABLE_ROWS), hours=month_seconds(payload["period"]) // 3600,
         num=lambda v, digits: "-" if v is None else f"{v:,.{digits}f}",
         pct=lambda v: "-" if v is None else f"{v:.0%}")

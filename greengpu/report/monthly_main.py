@@ -16,6 +16,7 @@ from typing import Any
 from greengpu.accounting.bill import IDLE, Bill, Pricing, make_bill, month_site_totals
 from greengpu.accounting.carbon import market_parts
 from greengpu.accounting.ledger import choose_run, month_bounds_s, month_input, site_hours, sleep_hours
+from greengpu.accounting.ledger_url import Ledger, PostgresLedger, parse_ledger
 from greengpu.accounting.tariffs import FlatRate, HourlyRate, TimeOfUse
 from greengpu.errors import BadInput
 from greengpu.report.settings import ReportSettings
@@ -27,7 +28,7 @@ RECORDED = "as recorded in the ledger (the inventory's site figures when the run
 
 @dataclass(frozen=True)
 class ReportRequest:
-    ledger: Path
+    ledger: Ledger
     month: str
     run_id: int | None = None
     aggregate: str = "tenant"
@@ -205,23 +206,27 @@ def build_report(request: ReportRequest) -> dict[str, Any]:
     return payload
 
 
-def report_main(ledger_file: str, month: str, run_id: int | None, output_format: str, out_file: str | None,
-                aggregate: str, share_idle: str, baseline_run: int | None, settings_file: str | None,
-                note: Callable[[str], None] = lambda message: None) -> None:
+def report_main(ledger_file: str, month: str, run_id: int | None | tuple[int, ...], output_format: str,
+                out_file: str | None, aggregate: str, share_idle: str, baseline_run: int | None,
+                settings_file: str | None, note: Callable[[str], None] = lambda message: None,
+                cluster: str | None = None, fleet: bool = False) -> None:
     """`greengpu report`: check the flags, build the payload, write it to stdout or `out_file`; `note`: a remark
-    for the person at the terminal (a month the run has no hours in)."""
+    for the person at the terminal (a month the run has no hours in). Several runs (`--run` repeated,
+    `--cluster-name`, `--fleet`, `--aggregate cluster`) are billed together (greengpu.report.fleet)."""
     import click
 
+    from greengpu.report.fleet import build_fleet_report, select_runs
     from greengpu.report.monthly import render
     from greengpu.report.settings import read_settings
 
-    ledger = Path(ledger_file)
+    ledger = parse_ledger(ledger_file)
+    run_ids = run_id if isinstance(run_id, tuple) else (() if run_id is None else (run_id,))
     month = resolve_month(month)
     if out_file is not None:
         # `{month}` in --out: one file per month from the same command line (a cron line, a systemd timer).
         out_file = out_file.replace("{month}", month)
         target = Path(out_file)
-        if target.resolve() == ledger.resolve():
+        if not isinstance(ledger, PostgresLedger) and target.resolve() == ledger.resolve():
             raise BadInput(f"--out: {out_file} is the ledger itself; a report never writes to its input")
         if settings_file and target.resolve() == Path(settings_file).resolve():
             raise BadInput(f"--out: {out_file} is the settings file; a report never writes to its input")
@@ -230,11 +235,16 @@ def report_main(ledger_file: str, month: str, run_id: int | None, output_format:
         if not target.parent.is_dir():
             raise BadInput(f"--out: folder {target.parent} does not exist")
     settings = read_settings(settings_file) if settings_file else ReportSettings()
-    request = ReportRequest(ledger=ledger, month=month, run_id=run_id, aggregate=aggregate,
-                            share_idle=share_idle, baseline_run=baseline_run, settings=settings)
-    payload = build_report(request)
-    if not payload["totals"]["gpu_hours"]:
+    request = ReportRequest(ledger=ledger, month=month, run_id=run_ids[0] if run_ids else None,
+                            aggregate=aggregate, share_idle=share_idle, baseline_run=baseline_run, settings=settings)
+    if baseline_run is not None and (len(run_ids) > 1 or cluster is not None or fleet or aggregate == "cluster"):
+        raise BadInput("--baseline compares two runs: give one --run with it, not a fleet")
+    chosen = select_runs(ledger, run_ids, cluster, fleet, aggregate, month)
+    payload = build_report(request) if chosen is None else build_fleet_report(request, chosen, build_report)
+    if not payload["totals"]["gpu_hours"] and chosen is None:
         note(_empty_month(ledger, int(payload["run_id"]), month))
+    elif not payload["totals"]["gpu_hours"]:
+        note(f"runs {', '.join(map(str, payload['runs']))} of {ledger} have no hours in {month}: the bill is empty")
     text = render(payload, output_format)
     if out_file is None:
         click.echo(text, nl=not text.endswith("\n"))
@@ -245,7 +255,7 @@ def report_main(ledger_file: str, month: str, run_id: int | None, output_format:
         raise BadInput(f"--out: cannot write {out_file}: {error.strerror}") from None
 
 
-def _empty_month(ledger: Path, run_id: int, month: str) -> str:
+def _empty_month(ledger: Ledger, run_id: int, month: str) -> str:
     """What to say of a month the run has no hours in (it bills nothing): the hours it has, so that a mistyped
     month is not taken for an idle one."""
     from greengpu.accounting.ledger import hours_span_s
@@ -261,7 +271,7 @@ def _empty_month(ledger: Path, run_id: int, month: str) -> str:
 SCHEDULED_FORMATS = ("html", "csv", "json")
 
 
-def write_scheduled_reports(ledger: Path, run_id: int | None, folder: Path, now: dt.datetime,
+def write_scheduled_reports(ledger: Ledger, run_id: int | None, folder: Path, now: dt.datetime,
                             settings: ReportSettings | None = None,
                             formats: tuple[str, ...] = SCHEDULED_FORMATS) -> list[Path]:
     """Last month's report in each of `formats`, written to `folder` as greengpu-YYYY-MM.FORMAT: what the

@@ -179,7 +179,12 @@ def _embodied(root: Fields) -> Embodied | None:
 def read_settings(file: str) -> ReportSettings:
     """The settings in `file` (YAML); relative paths in it are relative to its folder."""
     doc: YamlDocument = load_yaml_file(file)
-    root = Fields(doc, (), doc.value if doc.value is not None else {})
+    if doc.value is None or doc.value == {}:
+        # An empty file (or one of comments only) is a settings file that lost its contents, not a request for
+        # the ledger's own figures: that is what leaving --settings out says.
+        raise ConfigError(file, None, "", f"no settings in the file: give at least one of {', '.join(TOP_KEYS)}, "
+                          "or leave --settings out to bill with the ledger's own figures")
+    root = Fields(doc, (), doc.value)
     root.reject_unknown(TOP_KEYS)
     base = Path(file).parent
     series: list[tuple[str, TimeSeries]] = []

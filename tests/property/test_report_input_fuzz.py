@@ -130,15 +130,17 @@ def test_hourly_price_csv(workdir: Path, billed: tuple[Path, str], data: st.Data
 @fuzz(40)
 @given(month=st.one_of(st.sampled_from(["last", "2017-10", "9999-01", "2024-13", "", "1900-01"]), ODD_VALUES),
        baseline=st.one_of(st.sampled_from(["1", "2", "3", "0", "-1"]), ODD_VALUES),
-       aggregate=st.sampled_from(["tenant", "node", "class", "job", "rack"]),
+       aggregate=st.sampled_from(["tenant", "node", "class", "job", "cluster", "rack"]),
        share=st.sampled_from(["none", "proportional", "even", "weighted"]),
-       output=st.sampled_from(["json", "csv", "html", "text", "pdf"]))
+       output=st.sampled_from(["json", "csv", "html", "text", "pdf"]),
+       fleet=st.sampled_from([(), ("--fleet",), ("--run", "1"), ("--cluster-name", "cluster"),
+                              ("--cluster-name", ""), ("--cluster-name", "٢")]))
 def test_report_flags(workdir: Path, billed: tuple[Path, str], month: str, baseline: str, aggregate: str,  # noqa: F811
-                      share: str, output: str) -> None:
+                      share: str, output: str, fleet: tuple[str, ...]) -> None:
     ledger, _ = billed
     before = ledger.read_bytes()
     code, out, err = run_cli("report", "--ledger", str(ledger), "--month", month, "--run", "2", "--baseline",
-                             baseline, "--aggregate", aggregate, "--share-idle", share, "--format", output)
+                             baseline, "--aggregate", aggregate, "--share-idle", share, "--format", output, *fleet)
     assert_clean(code, err, out=out if output == "json" else "")
     assert ledger.read_bytes() == before
 
@@ -156,3 +158,99 @@ def test_every_row_kind_and_idle_rule_renders_in_every_format(workdir: Path, bil
         assert "TOTAL" in out
         if output == "html":  # the page of a row kind with idle kept
             assert 'id="chart-rows"' in out and 'id="chart-savings"' in out
+
+
+# ------------------------------------------------------------------ issue 38: months, empty settings, ledgers
+
+UNICODE_DIGITS = st.sampled_from(["0123456789", "٠١٢٣٤٥٦٧٨٩", "۰۱۲۳۴۵۶۷۸۹", "०१२३४५६७८९", "０１２３４５６７８９"])
+
+
+@fuzz(40)
+@given(data=st.data())
+def test_a_month_in_any_digits_is_billed_only_in_ascii(workdir: Path, billed: tuple[Path, str],  # noqa: F811
+                                                       data: st.DataObject) -> None:
+    ledger, month = billed
+    digits = [data.draw(UNICODE_DIGITS, label=f"script {i}") for i in range(6)]
+    written = "".join(digits[i][int(c)] for i, c in enumerate(month[:4] + month[5:7])) if month.isascii() else month
+    written = f"{written[:4]}-{written[4:]}"
+    code, out, err = report(ledger, written)
+    assert_clean(code, err, out=out)
+    assert (code == 0) == written.isascii(), f"{written!r}: exit {code}"
+
+
+@fuzz(30)
+@given(text=st.one_of(st.sampled_from(["", "\n", "# nothing\n", "{}", "---\n", "~\n", "null\n", "...\n"]),
+                      st.text(st.sampled_from(" \t\n#"), max_size=20)))
+def test_a_settings_file_with_no_settings_is_refused(workdir: Path, billed: tuple[Path, str],  # noqa: F811
+                                                     text: str) -> None:
+    ledger, month = billed
+    target = workdir / "empty-report.yaml"
+    target.write_text(text, encoding="utf-8")
+    code, out, err = report(ledger, month, "--settings", str(target))
+    assert_clean(code, err, out=out)
+    assert code == 2 and str(target) in err
+
+
+NUMBER_COLUMNS = [("runs", "pue"), *[("tenant_hours", c) for c in ("hour_start_s", "gpu_hours", "gpu_energy_kwh",
+                                                                    "energy_kwh", "cost", "co2_kg")],
+                  *[("node_hours", c) for c in ("hour_start_s", "gpu_hours", "energy_kwh", "cost", "asleep_h")],
+                  *[("job_runs", c) for c in ("start_s", "end_s", "gpus", "energy_kwh", "cost", "co2_kg")]]
+
+
+@fuzz(60)
+@given(data=st.data())
+def test_odd_values_in_a_ledgers_number_columns(workdir: Path, billed: tuple[Path, str],  # noqa: F811
+                                                data: st.DataObject) -> None:
+    import contextlib
+    import shutil
+    import sqlite3
+
+    source, month = billed
+    ledger = workdir / "edited.db"
+    shutil.copyfile(source, ledger)
+    table, column = data.draw(st.sampled_from(NUMBER_COLUMNS), label="column")
+    value = data.draw(st.one_of(st.sampled_from(["abc", "", "1,5", "١٢", "nan", b"\x00\xff"]), ODD_VALUES,
+                                st.floats(allow_nan=False)), label="value")
+    row = data.draw(st.integers(0, 10_000), label="row")  # drawn, so that CI's derandomized runs repeat
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
+        (count,), = db.execute(f"SELECT COUNT(*) FROM {table} WHERE run_id = 2").fetchall()
+        db.execute(f"UPDATE {table} SET {column} = ? WHERE rowid IN (SELECT rowid FROM {table} "
+                   f"WHERE run_id = 2 ORDER BY rowid LIMIT 1 OFFSET ?)", (value, row % max(count, 1)))
+        db.commit()
+        (kind,) = db.execute(f"SELECT typeof({column}) FROM {table} WHERE run_id = 2 "
+                             f"AND typeof({column}) NOT IN ('integer', 'real') LIMIT 1").fetchone() or ("real",)
+    code, out, err = report(ledger, month)
+    assert_clean(code, err, out=out)
+    if kind != "real":  # text or a blob stored in a number column: refused, naming the column
+        assert code == 2 and column in err, f"{table}.{column} = {value!r} ({kind}): exit {code} {err}"
+
+
+def test_a_foreign_wal_database_is_left_as_found(workdir: Path) -> None:  # noqa: F811
+    import contextlib
+    import sqlite3
+
+    folder = workdir / "foreign-wal"
+    folder.mkdir()
+    foreign = folder / "app.db"
+    with contextlib.closing(sqlite3.connect(foreign)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE meta (key TEXT, value TEXT)")
+        db.commit()
+    code, out, err = run_cli("report", "--ledger", str(foreign), "--month", "2024-01", "--json")
+    assert_clean(code, err, out=out)
+    assert code == 2 and [p.name for p in folder.iterdir()] == ["app.db"]
+
+
+URI_PARTS = st.one_of(st.sampled_from(["", "x", "greengpu", "a b", "%", "%zz", "'", "\\", "@", ":", "/", "?", "#",
+                                       "=", "&", "٢", "\x00", "ü", "-c", "9" * 70]), ODD_VALUES)
+
+
+@fuzz(40)
+@given(user=URI_PARTS, database=URI_PARTS, parameter=URI_PARTS, value=URI_PARTS,
+       scheme=st.sampled_from(["postgresql", "postgres", "POSTGRESQL", "postgresql+psycopg"]))
+def test_odd_postgresql_uris_are_one_line(workdir: Path, user: str, database: str, parameter: str,  # noqa: F811
+                                          value: str, scheme: str) -> None:
+    # A socket folder that does not exist: libpq fails at once, and nothing leaves this machine.
+    uri = f"{scheme}://{user}@/{database}?host={workdir}/no-server&{parameter}={value}"
+    code, out, err = run_cli("report", "--ledger", uri, "--month", "2024-01", "--json")
+    assert_clean(code, err, out=out, allowed=(2,))

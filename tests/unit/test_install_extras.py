@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-OPTIONAL = ("pandas", "numpy", "statsmodels", "scipy", "matplotlib", "jinja2", "kubernetes")
+OPTIONAL = ("pandas", "numpy", "statsmodels", "scipy", "matplotlib", "jinja2", "kubernetes", "psycopg", "ray")
 WITHOUT_EXTRAS = f"""
 import sys
 class Missing:
@@ -53,3 +53,14 @@ def test_a_missing_extra_is_named_in_one_line(tmp_path: Path) -> None:
                     "--kube-host", "http://127.0.0.1:9", "verify")
     assert kube.returncode == 1 and kube.stderr.count("\n") == 1
     assert "the Kubernetes client is not installed (the 'kube' extra)" in kube.stderr
+
+
+def test_a_postgresql_ledger_without_the_fleet_extra_is_named_in_one_line(tmp_path: Path) -> None:
+    url = f"postgresql://greengpu@/ledger?host={tmp_path}"
+    report = run_slim("report", "--ledger", url, "--month", "2024-01")
+    assert report.returncode == 1 and report.stderr.count("\n") == 1, report.stderr
+    assert "this command needs the 'fleet' extra (psycopg is not installed)" in report.stderr
+    assert "python3 -m pip install '.[fleet]'" in report.stderr
+    # An SQLite ledger needs nothing installed.
+    missing = run_slim("report", "--ledger", str(tmp_path / "none.db"), "--month", "2024-01")
+    assert missing.returncode == 2 and "no such ledger file" in missing.stderr
