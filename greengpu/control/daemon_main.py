@@ -92,13 +92,13 @@ def build_body(options: DaemonOptions, state_dir: Path) -> ClusterBody:
     from greengpu.backends.wol import Waker
     from greengpu.control.kube_body import KubeBody
     from greengpu.control.kube_sleep import KUBE_SUSPEND_COMMAND, KubeSleep
-    from greengpu.control.sleep_control import SleepControl, start_suspend
+    from greengpu.control.sleep_control import SleepControl, run_suspend
     from greengpu.control.state_store import StateStore
 
     template = options.suspend_command or KUBE_SUSPEND_COMMAND
     control = SleepControl(StateStore(state_dir / "sleep.db"), Waker(cluster), options.policy.sleep)
     sleeper = KubeSleep(KubeApi(make_api_client(host=options.kube_host)), control, cluster, options.policy,
-                        lambda node: start_suspend(template, node))
+                        lambda node: run_suspend(template, node))
     return KubeBody(sleeper)
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from greengpu.backends.kubernetes import CLASS_ANNOTATION, SLEEP_ANNOTATION, KubeApi, KubeError, PodInfo
-from greengpu.control.sleep_control import SleepControl
+from greengpu.control.sleep_control import SleepControl, SuspendResult
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.energy.wake_verify import WakeEvent
 from greengpu.model import JOB_CLASSES, Cluster, ClusterSnapshot, Job, NodeState, PendingJob, PowerState, WakeNode
@@ -57,7 +57,7 @@ class SleepOutcome:
 
 class KubeSleep:
     def __init__(self, api: KubeApi, control: SleepControl, cluster: Cluster, policy: Policy,
-                 suspend: Callable[[str], object], drain_timeout_s: float = DRAIN_TIMEOUT_S,
+                 suspend: Callable[[str], SuspendResult | None], drain_timeout_s: float = DRAIN_TIMEOUT_S,
                  wait: Callable[[float], None] = time.sleep, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.api = api
         self.control = control
@@ -89,7 +89,12 @@ class KubeSleep:
             self.api.set_unschedulable(node, False, sleep_reason=None)
             return SleepOutcome(node, False, f"{node}: not put to sleep: {problem}; uncordoned")
         self.control.suspended([node], reason)
-        self._suspend(node)
+        result = self._suspend(node)  # None: a caller's own suspend that raises when it fails
+        if result is not None and not result.ok:
+            # The node is awake: recorded so (never asleep), alerted with the command's own words, usable again.
+            message = self.control.suspend_failed(result)
+            self._uncordon_after_failure(node)
+            return SleepOutcome(node, False, f"{message}; uncordoned")
         done = f" after evicting {', '.join(evicted)}" if evicted else ""
         return SleepOutcome(node, True, f"{node}: cordoned, drained and suspended{done}")
 
