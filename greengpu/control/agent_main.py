@@ -135,10 +135,13 @@ def _job_source(options: AgentOptions) -> ClassSource:
         else:
             log.info("no kubelet PodResources socket at %s: GPU -> pod from the processes' cgroups "
                      "(needs hostPID)", options.pod_resources_socket)
-        # One cluster-wide list of pending pods per tick per node: only when the policy uses it.
-        return KubernetesPods(node, api.pods_on_node, default_class,
-                              list_pending=api.pending_gpu_pods if options.policy.capping.relaxes_when_queued
-                              and options.waiting_from is None else None, pods_by_gpu_uuid=pods_by_gpu_uuid)
+        # Only this node's pods (fieldSelector spec.nodeName), never the cluster's: a node agent has no business
+        # reading every pending pod's spec (env values included), once a tick from every GPU node. What waits
+        # comes from the daemon (--waiting-from, as the shipped DaemonSet sets); without it caps stay as decided.
+        if options.policy.capping.relaxes_when_queued and options.waiting_from is None:
+            log.warning("capping.relax_when_queued needs --waiting-from (the daemon's URL) on Kubernetes: the agent "
+                        "does not list the cluster's pending pods; caps are not relaxed for queued work")
+        return KubernetesPods(node, api.pods_on_node, default_class, pods_by_gpu_uuid=pods_by_gpu_uuid)
     return LocalMap(by_gpu, default_class)
 
 

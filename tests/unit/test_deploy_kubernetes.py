@@ -110,7 +110,7 @@ DAEMON_GRANTS: set[Grant] = {
     (NAMESPACE, "coordination.k8s.io", "leases", "get", "greengpu-daemon"),
     (NAMESPACE, "coordination.k8s.io", "leases", "update", "greengpu-daemon"),
 }
-AGENT_GRANTS: set[Grant] = {("cluster", "", "pods", "get", ""), ("cluster", "", "pods", "list", "")}
+AGENT_GRANTS: set[Grant] = {("cluster", "", "pods", "list", "")}
 
 
 def _grants(service_account: str) -> set[Grant]:
