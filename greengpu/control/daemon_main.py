@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -65,6 +66,9 @@ class DaemonOptions:
     lease_name: str = "greengpu-daemon"
     ledger_file: str | None = None
     """Where metering goes (default: ledger.db in the state directory)."""
+    agent_token_file: str | None = None
+    """Kubernetes without --suspend-command: the token of the agents' POST /v1/suspend (node-local suspend)."""
+    agent_port: int = 9474
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -95,15 +99,21 @@ def build_body(options: DaemonOptions, state_dir: Path) -> ClusterBody:
     from greengpu.backends.kubernetes import KubeApi, make_api_client
     from greengpu.backends.wol import Waker
     from greengpu.control.kube_body import KubeBody
-    from greengpu.control.kube_sleep import KUBE_SUSPEND_COMMAND, KubeSleep
-    from greengpu.control.sleep_control import SleepControl, run_suspend
+    from greengpu.control.kube_sleep import KubeSleep
+    from greengpu.control.sleep_control import SleepControl, SuspendResult, run_suspend
     from greengpu.control.state_store import StateStore
 
-    template = options.suspend_command or KUBE_SUSPEND_COMMAND
     control = SleepControl(StateStore(state_dir / "sleep.db"), Waker(cluster), options.policy.sleep)
-    sleeper = KubeSleep(KubeApi(make_api_client(host=options.kube_host)), control, cluster, options.policy,
-                        lambda node: run_suspend(template, node))
-    return KubeBody(sleeper)
+    api = KubeApi(make_api_client(host=options.kube_host))
+    suspend: Callable[[str], SuspendResult]
+    if options.suspend_command is not None:
+        template = options.suspend_command
+        suspend = lambda node: run_suspend(template, node)  # noqa: E731
+    else:  # node-local: the node's agent suspends its own host (docs/SLEEP.md)
+        from greengpu.control.node_local_suspend import AgentSuspender
+
+        suspend = AgentSuspender(api.node_internal_ip, options.agent_token_file, options.agent_port)
+    return KubeBody(KubeSleep(api, control, cluster, options.policy, suspend))
 
 
 def lease_election(options: DaemonOptions, body: ClusterBody) -> LeaseElection | None:
