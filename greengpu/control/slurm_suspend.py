@@ -12,8 +12,9 @@ for a powered-down node and `state=power_up` waits for a boot that never comes (
 slurmctld 22.05); what slurmctld accepts is the running slurmd registering again, which `scontrol
 reconfigure` makes every slurmd do ("Node X now responding", the node IDLE and schedulable). slurmctld 22.05
 ignores such a registration for some seconds after the power-down, so the watcher repeats it until Slurm
-reports the node up. A node still not up after `RETURN_TIMEOUT_S` is set DOWN with the cause as its reason:
-no job waits out ResumeTimeout on it, and an administrator sees why.
+reports the node up. A node that never answers within `RETURN_TIMEOUT_S` is most likely asleep or off after
+all (a power-off can cut ssh short: 255): it is recorded asleep again and alerted, and Slurm's own resume
+path wakes it when a job needs it (DOWN would keep a sleeping node out of service for good).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def watch_suspends(control: SleepControl, template: str, nodes: Sequence[str], t
 def return_to_service(causes: dict[str, str], control: SleepControl, timeout_s: float = RETURN_TIMEOUT_S,
                       wait: Callable[[float], None] = time.sleep,
                       monotonic: Callable[[], float] = time.monotonic) -> list[str]:
-    """Bring nodes whose suspend failed (still awake, slurmd running) back into service; returns those set DOWN."""
+    """Bring nodes whose suspend failed (still awake, slurmd running) back into service; returns those that never
+    answered (recorded asleep again: see the loop's end)."""
     pending = set(causes)
     deadline = monotonic() + timeout_s
     last_reconfigure = float("-inf")
@@ -102,15 +104,14 @@ def return_to_service(causes: dict[str, str], control: SleepControl, timeout_s: 
             last_reconfigure = monotonic()
         if pending:
             wait(1.0)
-    if pending:
-        left = sorted(pending)
-        try:
-            slurm.update_nodes(left, "down", reason="greengpu: suspend command failed (see the hook log)")
-        except slurm.SlurmError as error:
-            log.error("%s: could not be set DOWN either: %s", hostlist.collect_hostlist(left), error)
-        for node in left:
-            message = (f"{node}: not back in service {timeout_s:g} s after its failed suspend; set DOWN "
-                       f"({causes[node]})")
-            control.alerts.append(message)
-            log.error("ALERT %s", message)
+    for node in sorted(pending):
+        # The running slurmd of an awake node answered the reconfigure within seconds in every try; one that
+        # never did is most likely asleep or off after all (a power-off can cut ssh before its exit status
+        # arrives: 255). Setting it DOWN would keep it out of service for good; recorded asleep, Slurm's own
+        # resume path (ResumeProgram, wake-up verification, ResumeTimeout) takes it from here.
+        message = (f"{node}: suspend command failed but the node did not answer Slurm within {timeout_s:g} s: "
+                   f"treated as asleep, Slurm resumes it when needed ({causes[node]})")
+        control.store.record_suspend(node, control.clock(), message)
+        control.alerts.append(message)
+        log.error("ALERT %s", message)
     return sorted(pending)
