@@ -190,6 +190,15 @@ class KubeApi:
         found = self._call(f"read node {node}", self._core.read_node, node)
         return dict(found.metadata.annotations or {}) if found.metadata else {}
 
+    def node_internal_ip(self, node: str) -> str:
+        """The node's InternalIP (where its host-network agent listens); LookupError when it has none."""
+        found = self._call(f"read node {node}", self._core.read_node, node)
+        addresses = found.status.addresses if found.status and found.status.addresses else []
+        for address in addresses:
+            if address.type == "InternalIP":
+                return str(address.address)
+        raise LookupError(f"node {node} reports no InternalIP")
+
     def ready_nodes(self) -> set[str]:
         """Nodes whose Ready condition is True."""
         found = self._call("list nodes", self._core.list_node)

@@ -50,11 +50,18 @@ import click
 @click.option("--cluster", "cluster_file", default=None, metavar="FILE",
               help="Cluster inventory YAML: the efficiency pick then counts this node's host power (one GPU's "
               "share of host_idle_w) exactly as greengpu simulate does; without it, GPU energy alone.")
+@click.option("--suspend-token-file", default=None, metavar="FILE",
+              help="Serve POST /v1/suspend for the daemon's node-local suspend, authenticated with the bearer token "
+              "in FILE: refused while a GPU works, else the host is suspended (docs/SLEEP.md).")
+@click.option("--host-suspend-command", default=None, metavar="COMMAND",
+              help="What suspends this host for POST /v1/suspend. Default: logind's Suspend over the host's system "
+              "D-Bus (dbus-send ... org.freedesktop.login1.Manager.Suspend).")
 def agent(policy_name: str, backend: str, classes_file: str | None, class_source: str, node: str | None,
           kube_host: str | None, pod_resources_socket: str, journal: str, listen: str,
           stale_after_s: float | None, interval_s: float,
           nonbinding_after_s: float, once: bool, dry_run: bool, fake_gpus: str, fake_state: str | None,
-          fake_busy: str, fake_not_root: bool, waiting_from: str | None, cluster_file: str | None) -> None:
+          fake_busy: str, fake_not_root: bool, waiting_from: str | None, cluster_file: str | None,
+          suspend_token_file: str | None, host_suspend_command: str | None) -> None:
     """Run on a GPU node: cap each GPU for the job class running on it, restore everything on exit.
 
     Reads power, energy, limits and clocks through NVML, applies the policy's capping decision per
@@ -78,6 +85,7 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
         fake_busy=busy, fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,
         node=node, kube_host=kube_host, journal=journal, listen=listen, interval_s=interval_s, once=once,
         dry_run=dry_run, nonbinding_after_s=nonbinding_after_s, stale_after_s=stale_after_s,
-        pod_resources_socket=pod_resources_socket, cluster=cluster, waiting_from=waiting_from))
+        pod_resources_socket=pod_resources_socket, cluster=cluster, waiting_from=waiting_from,
+        suspend_token_file=suspend_token_file, host_suspend_command=host_suspend_command))
     if code:
         raise click.exceptions.Exit(code)

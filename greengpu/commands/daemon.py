@@ -45,12 +45,18 @@ import click
 @click.option("--kube-host", default=None, metavar="URL",
               help="With --source kubernetes: the API server URL (default: in-cluster config, else kubeconfig).")
 @click.option("--suspend-command", default=None, metavar="TEMPLATE",
-              help="With --source kubernetes: run per node to suspend it ({node}); default: ssh NODE greengpu "
-              "node-suspend.")
+              help="With --source kubernetes: run per node to suspend it ({node}); default: ask the node's agent "
+              "(POST /v1/suspend with --agent-token-file), which suspends its own host.")
+@click.option("--agent-token-file", default=None, metavar="FILE",
+              help="With --source kubernetes and no --suspend-command: the bearer token the node agents' POST "
+              "/v1/suspend wants (the agent suspends its own node; docs/SLEEP.md).")
+@click.option("--agent-port", type=click.IntRange(1, 65535), default=9474, show_default=True,
+              help="With --source kubernetes: the node agents' port (on each node's InternalIP).")
 def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once: bool, dry_run: bool, listen: str,
            state_dir: str, interval_s: float, token_file: str | None, webhook_url: str | None,
            trace_file: str | None, trace_format: str, seed: int, lease_namespace: str | None,
-           lease_name: str, ledger_file: str | None, kube_host: str | None, suspend_command: str | None) -> None:
+           lease_name: str, ledger_file: str | None, kube_host: str | None, suspend_command: str | None,
+           agent_token_file: str | None, agent_port: int) -> None:
     """Run the control loop on a cluster: observe, decide with the simulator's own tick, act, account.
 
     Every action is journalled before and after it is carried out and written to the audit log; when
@@ -74,7 +80,8 @@ def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once:
         cluster_file=cluster_file, policy=load_policy(policy_name), source=source, backend=backend, once=once,
         dry_run=dry_run, listen=listen, state_dir=state_dir, interval_s=interval_s, token_file=token_file,
         webhook_url=webhook_url, trace_file=trace_file, trace_format=trace_format, seed=seed, kube_host=kube_host,
-        suspend_command=suspend_command, lease_namespace=lease_namespace, lease_name=lease_name,
+        suspend_command=suspend_command, agent_token_file=agent_token_file, agent_port=agent_port,
+        lease_namespace=lease_namespace, lease_name=lease_name,
         ledger_file=ledger_file))
     if code:
         raise click.exceptions.Exit(code)

@@ -29,7 +29,7 @@ def kube(ctx: click.Context, cluster_file: str, state_file: str, policy_name: st
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
     from greengpu.control.kube_sleep import KUBE_SUSPEND_COMMAND, KubeSleep
-    from greengpu.control.sleep_control import SleepControl, start_suspend
+    from greengpu.control.sleep_control import SleepControl, run_suspend
     from greengpu.control.state_store import StateStore
 
     cluster = load_cluster(cluster_file)
@@ -41,7 +41,7 @@ def kube(ctx: click.Context, cluster_file: str, state_file: str, policy_name: st
 
         control = SleepControl(StateStore(state_file), Waker(cluster), policy.sleep)
         ctx.obj = KubeSleep(KubeApi(make_api_client(host=kube_host)), control, cluster, policy,
-                            lambda node: start_suspend(template, node))
+                            lambda node: run_suspend(template, node))
 
 
 @contextmanager

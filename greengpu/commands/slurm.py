@@ -22,6 +22,9 @@ from greengpu.commands.common import HelpFirstGroup, echo_events, echo_lines
 @click.option("--suspend-command", default=None, metavar="TEMPLATE",
               help="Run per node to suspend it ({node} is replaced). Default: ssh NODE greengpu node-suspend "
               "--command 'systemctl poweroff' (docs/SLEEP.md: why power-off).")
+@click.option("--suspend-timeout", "suspend_timeout_s", type=click.FloatRange(min=1), default=120, show_default=True,
+              metavar="SECONDS", help="A suspend command not finished by then counts as failed (the node stays "
+              "awake and is returned to service).")
 @click.option("--ipmi-command", default=None, metavar="TEMPLATE",
               help="Power on nodes with an ipmi_host this way ({node}, {ipmi_host}), e.g. "
               "'ipmitool -I lanplus -H {ipmi_host} -U admin -E chassis power on'.")
@@ -29,7 +32,7 @@ from greengpu.commands.common import HelpFirstGroup, echo_events, echo_lines
               help="Log here (Slurm closes the hooks' stdout and stderr).")
 @click.pass_context
 def slurm(ctx: click.Context, cluster_file: str, state_file: str, policy_name: str, suspend_command: str | None,
-          ipmi_command: str | None, log_file: str | None) -> None:
+          suspend_timeout_s: float, ipmi_command: str | None, log_file: str | None) -> None:
     """Slurm power saving: SuspendProgram and ResumeProgram hooks, and greengpu driving scontrol.
 
     In slurm.conf (see deploy/slurm/): SuspendProgram and ResumeProgram point at wrappers that run
@@ -46,7 +49,8 @@ def slurm(ctx: click.Context, cluster_file: str, state_file: str, policy_name: s
     with _slurm_step(ctx.invoked_subcommand or ""):
         ctx.obj = HookContext(cluster=load_cluster(cluster_file), store_path=state_file,
                               policy=load_policy(policy_name).sleep,
-                              suspend_command=suspend_command or DEFAULT_SUSPEND_COMMAND, ipmi_command=ipmi_command)
+                              suspend_command=suspend_command or DEFAULT_SUSPEND_COMMAND, ipmi_command=ipmi_command,
+                              suspend_timeout_s=suspend_timeout_s)
 
 
 @contextmanager

@@ -30,7 +30,14 @@ from greengpu.backends.kubernetes import KubeError
 from greengpu.backends.nvml import GpuLost, NvmlBackend, NvmlUnavailable
 from greengpu.backends.slurm import SlurmError
 from greengpu.control.agent import Agent
-from greengpu.control.exporter import LoopHealth, agent_metrics_server, parse_listen, sd_notify, watchdog_interval_s
+from greengpu.control.exporter import (
+    LoopHealth,
+    PostHandler,
+    agent_metrics_server,
+    parse_listen,
+    sd_notify,
+    watchdog_interval_s,
+)
 from greengpu.control.health_watch import HealthWatch
 from greengpu.control.jobclass import ClassSource, DaemonWaiting, KubernetesPods, LocalMap, SlurmJobs, load_class_file
 from greengpu.control.journal import Journal
@@ -69,6 +76,10 @@ class AgentOptions:
     """The daemon's URL: "work waits" comes from its `/v1/waiting` instead of the class source's own view."""
     cluster: Cluster | None = None
     """The inventory (`--cluster`): this node's host power counts in the efficiency pick, as in a replay."""
+    suspend_token_file: str | None = None
+    """Serve POST /v1/suspend (the daemon's node-local suspend, greengpu.control.node_local_suspend) with this token."""
+    host_suspend_command: str | None = None
+    """What suspends the host (default: logind's Suspend over the host's system D-Bus)."""
     """A last good tick older than this makes /healthz fail and the GPUs go back to default limits
     (None: 3 intervals, at least 30 s)."""
 
@@ -135,11 +146,33 @@ def _job_source(options: AgentOptions) -> ClassSource:
         else:
             log.info("no kubelet PodResources socket at %s: GPU -> pod from the processes' cgroups "
                      "(needs hostPID)", options.pod_resources_socket)
-        # One cluster-wide list of pending pods per tick per node: only when the policy uses it.
-        return KubernetesPods(node, api.pods_on_node, default_class,
-                              list_pending=api.pending_gpu_pods if options.policy.capping.relaxes_when_queued
-                              and options.waiting_from is None else None, pods_by_gpu_uuid=pods_by_gpu_uuid)
+        # Only this node's pods (fieldSelector spec.nodeName), never the cluster's: a node agent has no business
+        # reading every pending pod's spec (env values included), once a tick from every GPU node. What waits
+        # comes from the daemon (--waiting-from, as the shipped DaemonSet sets); without it caps stay as decided.
+        if options.policy.capping.relaxes_when_queued and options.waiting_from is None:
+            log.warning("capping.relax_when_queued needs --waiting-from (the daemon's URL) on Kubernetes: the agent "
+                        "does not list the cluster's pending pods; caps are not relaxed for queued work")
+        return KubernetesPods(node, api.pods_on_node, default_class, pods_by_gpu_uuid=pods_by_gpu_uuid)
     return LocalMap(by_gpu, default_class)
+
+
+def suspend_endpoints(options: AgentOptions, backend: NvmlBackend) -> dict[str, PostHandler]:
+    """POST /v1/suspend when a token file is given: the daemon's way to suspend this node (docs/SLEEP.md)."""
+    if options.suspend_token_file is None:
+        return {}
+    from greengpu.control.node_local_suspend import HOST_SUSPEND_COMMAND, SUSPEND_PATH, SuspendEndpoint
+
+    threshold = options.policy.sleep.idle_util_threshold
+
+    def busy() -> list[str]:
+        readings = [backend.read(i) for i in range(backend.gpu_count)]
+        return ([f"GPU {r.index} (pid {', '.join(map(str, r.pids))})" for r in readings if r.pids]
+                + [f"GPU {r.index} ({r.utilization:.0%} busy)" for r in readings
+                   if not r.pids and r.utilization >= threshold])
+
+    endpoint = SuspendEndpoint(node_name(options), options.suspend_token_file, busy,
+                               options.host_suspend_command or HOST_SUSPEND_COMMAND)
+    return {SUSPEND_PATH: endpoint.handle}
 
 
 def node_name(options: AgentOptions) -> str:
@@ -186,7 +219,8 @@ def run_agent(options: AgentOptions) -> int:
     watch = HealthWatch(backend, node_name(options),
                         jobs=lambda: {i: c.job for i, c in agent.gpus.items()})
     try:
-        server = agent_metrics_server(agent, host, port, health, watch)  # bound before any GPU is touched
+        server = agent_metrics_server(agent, host, port, health, watch,  # bound before any GPU is touched
+                                      post=suspend_endpoints(options, backend))
     except OSError as error:
         log.error("cannot serve metrics on %s: %s", options.listen, error.strerror or error)
         return 1

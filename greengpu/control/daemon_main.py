@@ -15,12 +15,14 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from greengpu.config.inventory import load_cluster
 from greengpu.control.audit import Alerts, AuditLog
@@ -32,6 +34,9 @@ from greengpu.control.daemon_store import DaemonLocked, DaemonStore
 from greengpu.control.exporter import parse_listen, sd_notify
 from greengpu.errors import BadInput
 from greengpu.policy import Policy
+
+if TYPE_CHECKING:
+    from greengpu.backends.kube_lease import LeaseElection
 
 METER_INTERVAL_S = 60.0
 """The metering job's period: GPU energy counters read and charged to tenants once a minute."""
@@ -77,6 +82,9 @@ class DaemonOptions:
     lease_name: str = "greengpu-daemon"
     ledger_file: str | None = None
     """Where metering goes (default: ledger.db in the state directory)."""
+    agent_token_file: str | None = None
+    """Kubernetes without --suspend-command: the token of the agents' POST /v1/suspend (node-local suspend)."""
+    agent_port: int = 9474
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -107,28 +115,46 @@ def build_body(options: DaemonOptions, state_dir: Path) -> ClusterBody:
     from greengpu.backends.kubernetes import KubeApi, make_api_client
     from greengpu.backends.wol import Waker
     from greengpu.control.kube_body import KubeBody
-    from greengpu.control.kube_sleep import KUBE_SUSPEND_COMMAND, KubeSleep
-    from greengpu.control.sleep_control import SleepControl, start_suspend
+    from greengpu.control.kube_sleep import KubeSleep
+    from greengpu.control.sleep_control import SleepControl, SuspendResult, run_suspend
     from greengpu.control.state_store import StateStore
 
-    template = options.suspend_command or KUBE_SUSPEND_COMMAND
     control = SleepControl(StateStore(state_dir / "sleep.db"), Waker(cluster), options.policy.sleep)
-    sleeper = KubeSleep(KubeApi(make_api_client(host=options.kube_host)), control, cluster, options.policy,
-                        lambda node: start_suspend(template, node))
-    return KubeBody(sleeper)
+    api = KubeApi(make_api_client(host=options.kube_host))
+    suspend: Callable[[str], SuspendResult]
+    if options.suspend_command is not None:
+        template = options.suspend_command
+        suspend = lambda node: run_suspend(template, node)  # noqa: E731
+    else:  # node-local: the node's agent suspends its own host (docs/SLEEP.md)
+        from greengpu.control.node_local_suspend import AgentSuspender
+
+        suspend = AgentSuspender(api.node_internal_ip, options.agent_token_file, options.agent_port)
+    return KubeBody(KubeSleep(api, control, cluster, options.policy, suspend))
 
 
-def lease_election(options: DaemonOptions, body: ClusterBody) -> Callable[[float], bool] | None:
-    """On Kubernetes, the Lease that elects the one replica that acts (identity: the pod's name)."""
+def lease_election(options: DaemonOptions, body: ClusterBody) -> LeaseElection | None:
+    """On Kubernetes, the Lease that elects the one replica that acts (identity: the pod's name), and the
+    fence every action of the body checks (leadership kept through a whole drain, SIGTERM obeyed at once)."""
     if options.source != "kubernetes" or options.backend != "real":
         return None
     from greengpu.backends.kube_lease import LeaseElection
     from greengpu.control.kube_body import KubeBody
+    from greengpu.control.kube_fence import KubeFence
 
     assert isinstance(body, KubeBody)
     namespace = options.lease_namespace or os.environ.get("POD_NAMESPACE") or "default"
     identity = os.environ.get("POD_NAME") or socket.gethostname()
-    return LeaseElection(body.sleeper.api, namespace, options.lease_name, identity).lead
+    election = LeaseElection(body.sleeper.api, namespace, options.lease_name, identity)
+    fence = KubeFence(election)
+    body.sleeper.guard = fence.check
+    _STOPPING.append(fence.stopping)
+    return election
+
+
+_STOPPING: list[threading.Event] = []
+"""Set on SIGTERM/SIGINT: actions in flight (a drain) abort at their next check."""
+STOP_GRACE_S = 20.0
+"""How long the stopping daemon waits for the tick in flight to abort before it releases the Lease anyway."""
 
 
 def open_meter(options: DaemonOptions, body: ClusterBody, store: DaemonStore) -> DaemonMeter:
@@ -180,9 +206,10 @@ def run_daemon(options: DaemonOptions) -> int:
         store.release()
         raise
     audit = AuditLog(state_dir / "audit.jsonl")
+    election = lease_election(options, body)
     daemon = Daemon(body, options.policy, store, audit, Alerts(audit, options.webhook_url), dry_run=options.dry_run,
-                    leader=lease_election(options, body), meter=None if options.dry_run else open_meter(options,
-                                                                                                        body, store))
+                    leader=election.lead if election is not None else None,
+                    meter=None if options.dry_run else open_meter(options, body, store))
 
     def health() -> str | None:
         last = daemon.last_good_tick_s
@@ -210,6 +237,8 @@ def run_daemon(options: DaemonOptions) -> int:
             return 0 if report.ok else 1
         return _loop(daemon, options.interval_s, state_dir / "reports")
     finally:
+        if election is not None and election.release(time.time()):
+            log.info("Lease %s released: a standby replica takes over at its next tick", options.lease_name)
         server.stop()
         if not options.dry_run and body.name == "fake":
             body.release_gpus("daemon stopping")  # the fake cluster's agents would do this on their own
@@ -241,9 +270,11 @@ def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
     # cluster body half-way through another's change (a late job runs next, within its misfire grace).
     scheduler = BlockingScheduler(timezone="UTC", executors={"default": ThreadPoolExecutor(1)})
     ready = {"sent": False}
+    acting = threading.Lock()  # held by the tick in flight: the Lease is released only after it
 
     def tick() -> None:
-        report = daemon.tick()
+        with acting:
+            report = daemon.tick()
         if report.ok and not ready["sent"]:
             ready["sent"] = sd_notify("READY=1") or True
         sd_notify("WATCHDOG=1")
@@ -262,10 +293,14 @@ def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)
+        for event in _STOPPING:
+            event.set()  # a drain in flight uncordons its node and returns at its next poll
         scheduler.shutdown(wait=False)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     scheduler.start()
+    if not acting.acquire(timeout=STOP_GRACE_S):
+        log.warning("the tick in flight did not stop within %g s", STOP_GRACE_S)
     sys.stdout.flush()
     return 0

@@ -14,12 +14,13 @@ that is the unit NVML and `nvidia-smi` speak and the issue names (`greengpu_gpu_
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -32,6 +33,9 @@ from greengpu.control.agent import Agent
 from greengpu.control.health_watch import HealthWatch
 
 log = logging.getLogger("greengpu.exporter")
+
+PostHandler = Callable[[str | None], tuple[int, dict[str, object]]]
+"""A POST endpoint: the request's Authorization header -> (HTTP status, JSON body)."""
 
 DEFAULT_AGENT_LISTEN = "127.0.0.1:9474"
 """The agent's port; the daemon serves on 9475 (docs/DAEMON.md), so both fit on one host."""
@@ -190,9 +194,12 @@ class _ThreadingHTTPServerV6(ThreadingHTTPServer):
 class MetricsServer:
     """`/metrics` and `/healthz` over HTTP in a background thread."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int, health: LoopHealth | None = None) -> None:
-        """Binds at once (an address in use raises OSError here, before anything else happens)."""
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, health: LoopHealth | None = None,
+                 post: Mapping[str, PostHandler] | None = None) -> None:
+        """Binds at once (an address in use raises OSError here, before anything else happens). `post`: path ->
+        handler of a POST (given the Authorization header, it returns the status and a JSON body)."""
         registry_ref = registry
+        posts = dict(post or {})
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (the http.server API)
@@ -212,6 +219,23 @@ class MetricsServer:
                     body, status, content_type = b"not found\n", 404, "text/plain; charset=utf-8"
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+                handler = posts.get(self.path.split("?", 1)[0])
+                length = int(self.headers.get("Content-Length") or 0)
+                if 0 < length <= 65536:
+                    self.rfile.read(length)  # the body says nothing; read so the client sees its answer
+                document: dict[str, object]
+                if handler is None:
+                    status, document = 404, {"error": "not found"}
+                else:
+                    status, document = handler(self.headers.get("Authorization"))
+                body = (json.dumps(document) + "\n").encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -239,11 +263,12 @@ class MetricsServer:
 
 
 def agent_metrics_server(agent: Agent, host: str, port: int, health: LoopHealth | None = None,
-                         watch: HealthWatch | None = None) -> MetricsServer:
-    """The agent's metrics server, bound but not serving yet (`start()`)."""
+                         watch: HealthWatch | None = None,
+                         post: Mapping[str, PostHandler] | None = None) -> MetricsServer:
+    """The agent's metrics server, bound but not serving yet (`start()`); `post`: its POST endpoints."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(GpuCollector(agent, health, watch))
-    return MetricsServer(registry, host, port, health)
+    return MetricsServer(registry, host, port, health, post)
 
 
 def serve_agent_metrics(agent: Agent, host: str, port: int, health: LoopHealth | None = None) -> MetricsServer:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from greengpu.backends.kubernetes import KubeError
 from greengpu.control.body import ActionFailed, Observation
+from greengpu.control.kube_fence import ActionAborted
 from greengpu.control.kube_sleep import KubeSleep, pod_job
 from greengpu.model import (
     Action,
@@ -74,9 +75,10 @@ class KubeBody:
                     raise ActionFailed(outcome.message)
                 return outcome.message
             if isinstance(action, WakeNode):
+                self.sleeper.guard()
                 events = self.sleeper.control.wake([action.node], action.reason)
                 return "; ".join(e.message for e in events) or f"{action.node}: already waking"
-        except KubeError as error:
+        except (KubeError, ActionAborted) as error:
             raise ActionFailed(str(error)) from None
         raise ActionFailed(f"{type(action).__name__} is not carried out on Kubernetes (the node agents cap GPUs)")
 

@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from greengpu.backends.kubernetes import CLASS_ANNOTATION, SLEEP_ANNOTATION, KubeApi, KubeError, PodInfo
-from greengpu.control.sleep_control import SleepControl
+from greengpu.control.kube_fence import ActionAborted
+from greengpu.control.sleep_control import SleepControl, SuspendResult
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.energy.wake_verify import WakeEvent
 from greengpu.model import JOB_CLASSES, Cluster, ClusterSnapshot, Job, NodeState, PendingJob, PowerState, WakeNode
@@ -57,7 +58,7 @@ class SleepOutcome:
 
 class KubeSleep:
     def __init__(self, api: KubeApi, control: SleepControl, cluster: Cluster, policy: Policy,
-                 suspend: Callable[[str], object], drain_timeout_s: float = DRAIN_TIMEOUT_S,
+                 suspend: Callable[[str], SuspendResult | None], drain_timeout_s: float = DRAIN_TIMEOUT_S,
                  wait: Callable[[float], None] = time.sleep, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.api = api
         self.control = control
@@ -67,9 +68,25 @@ class KubeSleep:
         self.drain_timeout_s = drain_timeout_s
         self._wait = wait
         self._monotonic = monotonic
+        self.guard: Callable[[], None] = lambda: None
+        """Called before each step that writes (cordon, each drain poll, suspend); raises `ActionAborted` to stop
+        (the daemon's `KubeFence`: leadership lost, or SIGTERM)."""
 
     def sleep(self, node: str, reason: str, force: bool = False) -> SleepOutcome:
         """Cordon, drain (`force`: bare and emptyDir pods too) and suspend `node`, or say why not."""
+        cordoned: list[str] = []
+        try:
+            return self._sleep(node, reason, force, cordoned)
+        except ActionAborted as abort:
+            if not abort.undo:
+                return SleepOutcome(node, False, f"{node}: not put to sleep: {abort}; stopped at once, left as it is")
+            if cordoned:  # only what this action cordoned: never a node an administrator cordoned
+                self._uncordon_after_failure(node)
+                return SleepOutcome(node, False, f"{node}: not put to sleep: {abort}; uncordoned, left awake")
+            return SleepOutcome(node, False, f"{node}: not put to sleep: {abort}")
+
+    def _sleep(self, node: str, reason: str, force: bool, cordoned: list[str]) -> SleepOutcome:
+        self.guard()
         pods = [p for p in self.api.pods_on_node(node) if p.phase not in ENDED]
         holding = [p for p in pods if p.gpus > 0]
         if holding:
@@ -80,8 +97,10 @@ class KubeSleep:
         if refusal:
             return SleepOutcome(node, False, f"{node}: not put to sleep: {refusal} (--force evicts them)")
         self.api.set_unschedulable(node, True, sleep_reason=reason)
+        cordoned.append(node)
         try:
             problem, evicted = self._drain(movable)
+            self.guard()  # the last moment to stop: after this the node sleeps
         except KubeError:
             self._uncordon_after_failure(node)
             raise
@@ -89,12 +108,18 @@ class KubeSleep:
             self.api.set_unschedulable(node, False, sleep_reason=None)
             return SleepOutcome(node, False, f"{node}: not put to sleep: {problem}; uncordoned")
         self.control.suspended([node], reason)
-        self._suspend(node)
+        result = self._suspend(node)  # None: a caller's own suspend that raises when it fails
+        if result is not None and not result.ok:
+            # The node is awake: recorded so (never asleep), alerted with the command's own words, usable again.
+            message = self.control.suspend_failed(result)
+            self._uncordon_after_failure(node)
+            return SleepOutcome(node, False, f"{message}; uncordoned")
         done = f" after evicting {', '.join(evicted)}" if evicted else ""
         return SleepOutcome(node, True, f"{node}: cordoned, drained and suspended{done}")
 
     def _drain(self, movable: list[PodInfo]) -> tuple[str | None, tuple[str, ...]]:
         """Evict, then wait until the evicted pods are gone. Returns (why the drain failed, evicted)."""
+        self.guard()
         result = self.api.evict(movable)
         if result.blocked:
             return f"a PodDisruptionBudget blocks evicting {', '.join(result.blocked)}", result.evicted
@@ -108,6 +133,7 @@ class KubeSleep:
                 return (f"{', '.join(_names(waiting))} still terminating {self.drain_timeout_s:g} s after "
                         "eviction", result.evicted)
             self._wait(TERMINATION_POLL_S)
+            self.guard()  # renews the Lease while pods take their time; stops the drain on SIGTERM
 
     def _uncordon_after_failure(self, node: str) -> None:
         try:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import logging
 import shlex
 import subprocess
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from greengpu.backends.wol import WakeError, Waker
 from greengpu.control.state_store import StateStore, wall_clock
@@ -19,15 +20,68 @@ from greengpu.policy import SleepPolicy
 log = logging.getLogger("greengpu.sleep")
 
 
-def start_suspend(template: str, node: str) -> list[str]:
-    """Start the suspend command for `node` (`{node}` in `template` replaced), detached, and return its argv.
+SUSPEND_TIMEOUT_S = 120.0
+"""How long a suspend command may take to say how it went (ssh's ConnectTimeout is 10 s; `systemctl
+suspend` and `poweroff` return once the job is queued). Longer counts as failed: the node is then
+treated as awake, the safe side."""
+STDERR_TAIL_CHARS = 400
 
-    Detached because a Slurm hook must return at once; raises OSError when it cannot start.
+
+@dataclass(frozen=True)
+class SuspendResult:
+    """How one suspend command ended: its exit code (None: it could not start or did not finish in time)
+    and the tail of its stderr, the real cause of a failure (ssh's own words, node-suspend's refusal)."""
+
+    node: str
+    argv: tuple[str, ...]
+    returncode: int | None
+    stderr_tail: str
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def describe(self) -> str:
+        """One line for the log, the audit and the alert."""
+        command = shlex.join(self.argv)
+        if self.ok:
+            return f"{self.node}: suspend command succeeded in {self.duration_s:.1f} s: {command}"
+        how = f"exited {self.returncode}" if self.returncode is not None else "did not complete"
+        said = f": {self.stderr_tail}" if self.stderr_tail else " (no stderr)"
+        return f"{self.node}: suspend command {how} after {self.duration_s:.1f} s ({command}){said}"
+
+
+def suspend_argv(template: str, node: str) -> list[str]:
+    """The suspend command for `node`: `{node}` in `template` replaced."""
+    return [part.format(node=node) for part in shlex.split(template)]
+
+
+def run_suspend(template: str, node: str, timeout_s: float = SUSPEND_TIMEOUT_S,
+                monotonic: Callable[[], float] = time.monotonic) -> SuspendResult:
+    """Run the suspend command for `node`, wait for it (at most `timeout_s`) and say how it ended.
+
+    Never raises: a command that cannot start or hangs is a failed suspend like any other, so that every
+    caller reads the outcome and none records a node asleep that is not.
     """
-    argv = [part.format(node=node) for part in shlex.split(template)]
-    subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
-    return argv
+    argv = tuple(suspend_argv(template, node))
+    started = monotonic()
+    try:
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                timeout=timeout_s, check=False, start_new_session=True)
+    except subprocess.TimeoutExpired as error:
+        said = _tail(error.stderr)
+        return SuspendResult(node, argv, None, f"no exit within {timeout_s:g} s" + (f"; {said}" if said else ""),
+                             monotonic() - started)
+    except OSError as error:
+        return SuspendResult(node, argv, None, f"cannot start: {error}", monotonic() - started)
+    return SuspendResult(node, argv, result.returncode, _tail(result.stderr), monotonic() - started)
+
+
+def _tail(raw: bytes | str | None) -> str:
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else (raw or "")
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines)[-STDERR_TAIL_CHARS:]
 
 
 class SleepControl:
@@ -51,6 +105,16 @@ class SleepControl:
         now = self.clock()
         for node in nodes:
             self.store.add_event(now, node, "refused", f"{node}: suspend refused: {why}")
+
+    def suspend_failed(self, result: SuspendResult) -> str:
+        """The suspend command failed: the node is recorded awake (never asleep), and the alert names the
+        command's exit code and its stderr, the real cause."""
+        now = self.clock()
+        message = f"{result.describe()}; the node stays awake"
+        self.store.record_suspend_failed(result.node, now, message)
+        self.alerts.append(message)
+        log.error("ALERT %s", message)
+        return message
 
     def failed(self, nodes: Iterable[str], why: str) -> list[str]:
         """The workload manager gave up on waking `nodes`: close their wake-ups as failed and alert."""

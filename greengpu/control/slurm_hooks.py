@@ -31,7 +31,8 @@ import hostlist
 
 from greengpu.backends import slurm
 from greengpu.backends.wol import Waker
-from greengpu.control.sleep_control import SleepControl, start_suspend
+from greengpu.control.sleep_control import SUSPEND_TIMEOUT_S, SleepControl
+from greengpu.control.slurm_suspend import fork_watcher, watch_suspends
 from greengpu.control.state_store import StateStore
 from greengpu.energy.wake_verify import WakeEvent
 from greengpu.errors import BadInput
@@ -52,6 +53,7 @@ class HookContext:
     policy: SleepPolicy
     suspend_command: str
     ipmi_command: str | None
+    suspend_timeout_s: float = SUSPEND_TIMEOUT_S
 
 
 class HookFailure(Exception):
@@ -109,7 +111,10 @@ def control(context: HookContext) -> SleepControl:
 
 
 def suspend(context: HookContext, expression: str) -> int:
-    """SuspendProgram: record why each node sleeps, start its suspend command detached, return.
+    """SuspendProgram: record why each node sleeps, start a detached watcher of the suspend commands, return.
+
+    The watcher (`greengpu.control.slurm_suspend`) reads each command's exit code: a failed suspend is
+    recorded and alerted with its real cause and the node is returned to service in Slurm.
 
     Nothing is suspended unless Slurm itself confirms the nodes are idle: when `scontrol` fails the
     hook refuses (a node greengpu cannot see stays awake). Slurm counts a refused node as powered
@@ -135,13 +140,11 @@ def suspend(context: HookContext, expression: str) -> int:
         control(context).refused(unknown, "unknown to Slurm")
     chosen = [n for n in names if n not in busy and n not in unknown]
     control(context).suspended(chosen, "Slurm SuspendProgram (power saving)")
-    for node in chosen:
-        try:
-            argv = start_suspend(context.suspend_command, node)
-        except OSError as error:
-            log.error("%s: suspend command %r failed to start: %s", node, context.suspend_command, error)
-            return 1
-        log.info("%s: suspend command started: %s", node, " ".join(argv))
+    if chosen:
+        template = context.suspend_command
+        pid = fork_watcher(lambda: watch_suspends(control(context), template, chosen, context.suspend_timeout_s))
+        log.info("%s: suspend commands started (watcher pid %d): %s", hostlist.collect_hostlist(chosen), pid,
+                 template)
     return 1 if busy or unknown else 0
 
 

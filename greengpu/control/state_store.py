@@ -22,7 +22,8 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sleep_nodes (
     node TEXT PRIMARY KEY,
-    state TEXT NOT NULL,            -- asleep (greengpu put it to sleep), waking, backoff, up, failed
+    state TEXT NOT NULL,            -- asleep (greengpu put it to sleep), waking, backoff, up, failed,
+                                    -- suspend_failed (its suspend command failed: awake)
     since_s REAL NOT NULL,
     reason TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
@@ -63,6 +64,14 @@ class StateStore:
                        (node, now_s, reason))
             db.execute("INSERT INTO sleep_events (time_s, node, kind, message) VALUES (?, ?, 'suspend', ?)",
                        (now_s, node, reason))
+
+    def record_suspend_failed(self, node: str, now_s: float, message: str) -> None:
+        """The suspend command of `node` failed: it is awake, not asleep (its reason says why)."""
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO sleep_nodes (node, state, since_s, reason) "
+                       "VALUES (?, 'suspend_failed', ?, ?)", (node, now_s, message))
+            db.execute("INSERT INTO sleep_events (time_s, node, kind, message) VALUES (?, ?, 'suspend_failed', ?)",
+                       (now_s, node, message))
 
     def save_track(self, track: WakeTrack, now_s: float) -> None:
         with self._tx() as db:

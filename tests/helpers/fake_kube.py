@@ -59,7 +59,10 @@ def node(name: str, ready: bool = True) -> dict[str, Any]:
     return {"kind": "Node", "apiVersion": "v1",
             "metadata": {"name": name, "uid": f"uid-{name}", "annotations": {}, "labels": {}, "resourceVersion": "1"},
             "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "Unknown"}]}}
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "Unknown"}],
+                       # Every node's InternalIP is loopback: its host-network agent listens there in tests.
+                       "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname",
+                                                                                       "address": name}]}}
 
 
 class FakeKube:

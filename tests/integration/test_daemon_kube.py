@@ -7,7 +7,9 @@ node awake and uncordoned, with an alert."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,15 +32,17 @@ from greengpu.control.state_store import StateStore
 T0 = 1_700_000_000.0
 
 
-def make(tmp_path: Path, kube: FakeKube, port: int) -> tuple[Daemon, list[str], ManualClock, SleepControl]:
+def make(tmp_path: Path, kube: FakeKube, port: int, idle_timeout_s: float = 120.0, drain_timeout_s: float = 5.0,
+         clock: Callable[[], float] | None = None) -> tuple[Daemon, list[str], ManualClock, SleepControl]:
     inventory = write_inventory(tmp_path / "cluster.yaml", {"g4": a100_type(gpus=4)},
                                 [wol_node("gpu[1-3]", "g4", "02:00:5e:50:00:01", port)])
     cluster = load_cluster(inventory)
     base = load_policy("default")
-    policy = replace(base, sleep=replace(base.sleep, idle_timeout_s=120.0, min_awake_s=0.0, min_asleep_s=0.0,
+    policy = replace(base, sleep=replace(base.sleep, idle_timeout_s=idle_timeout_s, min_awake_s=0.0, min_asleep_s=0.0,
                                          warm_reserve_gpus=0, warm_reserve_busy_fraction=0.0))
-    clock = ManualClock(T0)
-    control = SleepControl(StateStore(tmp_path / "sleep.db"), Waker(cluster), policy.sleep, clock=clock)
+    manual = ManualClock(T0)
+    clock_now = clock or manual
+    control = SleepControl(StateStore(tmp_path / "sleep.db"), Waker(cluster), policy.sleep, clock=clock_now)
     suspended: list[str] = []
 
     def suspend(name: str) -> None:
@@ -47,10 +51,11 @@ def make(tmp_path: Path, kube: FakeKube, port: int) -> tuple[Daemon, list[str], 
         suspended.append(name)
 
     sleeper = KubeSleep(KubeApi(make_api_client(host=kube.url), sleep=lambda s: None), control, cluster, policy,
-                        suspend=suspend, drain_timeout_s=5.0, wait=lambda s: time.sleep(0.05))
+                        suspend=suspend, drain_timeout_s=drain_timeout_s, wait=lambda s: time.sleep(0.05))
     store = DaemonStore(tmp_path / "daemon")
     audit = AuditLog(tmp_path / "daemon" / "audit.jsonl")
-    return Daemon(KubeBody(sleeper), policy, store, audit, Alerts(audit), clock=clock), suspended, clock, control
+    return (Daemon(KubeBody(sleeper), policy, store, audit, Alerts(audit), clock=clock_now), suspended, manual,
+            control)
 
 
 def test_idle_nodes_are_drained_and_suspended_and_a_pending_pod_wakes_one(tmp_path: Path, udp: socket.socket) -> None:
@@ -132,3 +137,109 @@ def test_two_replicas_elect_one_leader_on_a_lease_and_the_standby_takes_over_whe
         assert lease["spec"]["holderIdentity"] == "replica-b" and lease["spec"]["leaseTransitions"] == 1
         # Both racing on the same resourceVersion: the API server lets one write through, the other gets 409.
         assert first.leader is not None and not first.leader(clock.now_s)  # b renewed it: a stands by
+
+
+def test_two_replicas_never_lead_at_once_while_pods_take_longer_than_the_lease_to_terminate(
+        tmp_path: Path, udp: socket.socket) -> None:
+    """Evicted pods take 4 s to terminate, the Lease lasts 3 s. Before, the leader renewed it only at the start of
+    a tick: mid-drain the standby found it expired, both led and both suspended the same nodes. Now the drain
+    renews it between polls (and stops at once if it cannot): one leader at every moment, each node suspended
+    once, by the leader."""
+    from greengpu.backends.kube_lease import LeaseElection
+    from greengpu.control.kube_fence import KubeFence
+
+    with FakeKube() as kube:
+        kube.nodes = {name: node(name) for name in ("gpu1", "gpu2", "gpu3")}
+        kube.pods = [pod(f"web-{i}", f"u{i}", f"gpu{i}", gpus=0) for i in (1, 2, 3)]
+        kube.termination_s = 4.0
+        replicas = []
+        for who in ("replica-a", "replica-b"):
+            (tmp_path / who).mkdir()
+            daemon, suspended, _, _ = make(tmp_path / who, kube, udp.getsockname()[1], idle_timeout_s=0.0,
+                                           drain_timeout_s=30.0, clock=time.time)
+            election = LeaseElection(KubeApi(make_api_client(host=kube.url), sleep=lambda s: None), "greengpu",
+                                     "greengpu-daemon", who, lease_duration_s=3)
+            daemon.leader = election.lead
+            assert isinstance(daemon.body, KubeBody)
+            daemon.body.sleeper.guard = KubeFence(election).check
+            replicas.append((daemon, suspended, election))
+        stop = threading.Event()
+        both_leading: list[float] = []
+
+        def watch() -> None:
+            while not stop.is_set():
+                now_s = time.time()
+                if all(election.holds(now_s) for _, _, election in replicas):
+                    both_leading.append(now_s)
+                time.sleep(0.02)
+
+        def run(daemon: Daemon, delay_s: float) -> None:
+            time.sleep(delay_s)
+            while not stop.is_set():
+                daemon.tick()
+                time.sleep(0.2)
+
+        threads = [threading.Thread(target=watch)] + [threading.Thread(target=run, args=(daemon, 0.5 * i))
+                                                      for i, (daemon, _, _) in enumerate(replicas)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(replicas[0][1]) + len(replicas[1][1]) < 3:
+            time.sleep(0.2)
+        time.sleep(1.0)  # a second replica acting late would show now
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        first, second = replicas[0][1], replicas[1][1]
+        assert both_leading == []
+        assert not set(first) & set(second), (first, second)  # never both suspending the same node
+        assert sorted(first + second) == ["gpu1", "gpu2", "gpu3"]  # each idle node suspended once
+        assert first and not second  # the first leader kept the Lease through 12 s of drains
+
+
+def test_sigterm_mid_drain_uncordons_the_node_releases_the_lease_and_exits_at_once(
+        tmp_path: Path, udp: socket.socket) -> None:
+    """The real daemon process, draining a node whose pod takes 120 s to terminate, gets SIGTERM. Before, it went
+    on draining (30 s and more), and its Lease stayed held for another 60 s. Now: exit within seconds, the node
+    uncordoned and awake, the Lease released (empty holder) so a standby takes over at its next tick."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    with FakeKube() as kube:
+        kube.nodes = {"gpu1": node("gpu1")}
+        kube.pods = [pod("web-1", "u1", "gpu1", gpus=0)]
+        kube.termination_s = 120.0
+        inventory = write_inventory(tmp_path / "cluster.yaml", {"g4": a100_type(gpus=4)},
+                                    [wol_node("gpu1", "g4", "02:00:5e:50:00:01", udp.getsockname()[1])])
+        policy = tmp_path / "policy.yaml"
+        policy.write_text("sleep:\n  idle_timeout_s: 0\n  min_awake_s: 0\n  warm_reserve_gpus: 0\n"
+                          "  warm_reserve_busy_fraction: 0\n")
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "greengpu", "daemon", "--cluster", str(inventory), "--policy", str(policy),
+             "--source", "kubernetes", "--backend", "real", "--kube-host", kube.url, "--state", str(tmp_path / "s"),
+             "--listen", "127.0.0.1:0", "--interval-s", "1", "--suspend-command", "true",
+             "--lease-namespace", "greengpu"],
+            env={**os.environ, "POD_NAME": "replica-a"}, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not any("deletionTimestamp" in p["metadata"] for p in kube.pods):
+                time.sleep(0.1)
+            assert kube.nodes["gpu1"]["spec"].get("unschedulable") is True, "the daemon never started the drain"
+            assert kube.leases[("greengpu", "greengpu-daemon")]["spec"]["holderIdentity"] == "replica-a"
+            time.sleep(1.0)
+            sent = time.monotonic()
+            daemon.send_signal(signal.SIGTERM)
+            code = daemon.wait(timeout=30)
+            took_s = time.monotonic() - sent
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+            stderr = daemon.stderr.read() if daemon.stderr else ""
+        assert code == 0, stderr
+        assert took_s < 5.0, (took_s, stderr)
+        assert kube.nodes["gpu1"]["spec"]["unschedulable"] is False, stderr  # uncordoned, left awake
+        lease = kube.leases[("greengpu", "greengpu-daemon")]
+        assert lease["spec"].get("holderIdentity") is None and lease["spec"]["leaseDurationSeconds"] == 1
+        assert "the daemon is stopping (SIGTERM)" in stderr

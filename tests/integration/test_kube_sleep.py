@@ -208,3 +208,22 @@ def test_the_fake_api_server_refuses_what_the_real_one_refuses(kube: FakeKube) -
     assert code == 429 and answer["details"]["causes"][0]["reason"] == "DisruptionBudget"
     kube.pdbs = []
     assert post({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}})[0] == 201
+
+
+def test_a_failed_suspend_command_leaves_the_node_awake_uncordoned_and_alerted(tmp_path: Path, kube: FakeKube,
+                                                                              udp: socket.socket) -> None:
+    """The shipped Deployment's ssh from a pod with no key exits 255: before, the outcome said "cordoned, drained
+    and suspended" and the store said asleep. Now the exit code is read: awake, uncordoned, alerted with ssh's words."""
+    from greengpu.control.sleep_control import run_suspend
+
+    kube.pods = [pod("web-0", "u2", "gpu2", gpus=0)]
+    sleeper, _, _ = setup(tmp_path, kube, udp.getsockname()[1])
+    failing = "sh -c 'echo \"{node}: Permission denied (publickey).\" >&2; exit 255'"
+    sleeper._suspend = lambda node_name: run_suspend(failing, node_name)
+    outcome = sleeper.sleep("gpu2", "idle 900 s")
+    assert not outcome.slept
+    assert "gpu2: suspend command exited 255" in outcome.message
+    assert "gpu2: Permission denied (publickey)." in outcome.message and outcome.message.endswith("uncordoned")
+    assert kube.nodes["gpu2"]["spec"]["unschedulable"] is False
+    assert {(r.node, r.state) for r in sleeper.control.store.records()} == {("gpu2", "suspend_failed")}
+    assert sleeper.control.alerts == [outcome.message.removesuffix("; uncordoned")]

@@ -206,3 +206,56 @@ def test_a_node_resumed_from_ram_registers_again_and_keeps_its_job(slurm_cluster
 def _boot_time(cluster: SlurmCluster, node: str) -> str:
     record = cluster.run("scontrol", "-o", "show", "node", node).stdout
     return next(part.split("=", 1)[1] for part in record.split() if part.startswith("BootTime="))
+
+
+@pytest.mark.parametrize("slurm_cluster", [2], indirect=True)
+def test_a_failed_suspend_is_recorded_alerted_and_the_node_returned_to_service(slurm_cluster: SlurmCluster) -> None:
+    """The shipped wrapper's ssh fails (exit 255) on node1 and `greengpu node-suspend` refuses on node2 (a GPU
+    process runs): neither is recorded asleep, the alert names the exit code and stderr, and Slurm has both
+    back in service (IDLE, not POWERED_DOWN) so the next job runs at once: no ResumeProgram, no ResumeTimeout,
+    no requeue. Before the fix the hook logged "suspend command started", status said asleep, and the job
+    waited out ResumeTimeout on a node Slurm held powered down while its slurmd ran."""
+    root = slurm_cluster.root
+    port = slurm_cluster.listen_for_magic_packets(MACS)
+    inventory = write_inventory(root / "cluster.yaml", {"gpu4": a100_type(gpus=4, host_idle_w=300, boot_s=10)},
+                                [wol_node("node[1-2]", "gpu4", MACS["node1"], port)])
+    state = root / "state.db"
+    hook_log = root / "log" / "greengpu-hooks.log"
+    # node1: what ssh does when the node cannot be reached; node2: node-suspend with a GPU process on GPU 0.
+    suspend = root / "suspend-node.sh"
+    suspend.write_text(
+        "#!/bin/sh\n"
+        "if [ \"$1\" = node1 ]; then echo \"ssh: connect to host $1 port 22: Connection refused\" >&2; exit 255; fi\n"
+        f"exec {sys.executable} -m greengpu node-suspend --backend fake --fake-gpus 2xA100 --fake-busy 0\n")
+    suspend.chmod(0o755)
+    write_hook_wrappers(root, f"--cluster {inventory} --state {state} --log {hook_log} "
+                              f"--suspend-command '{suspend} {{node}}'")
+    slurm_cluster.write_config(root / "suspend.sh", root / "resume.sh", root / "resume-failed.sh",
+                               resume_timeout_s=30)
+    slurm_cluster.start()
+    env = slurm_cluster.env
+    options = ["--cluster", str(inventory), "--state", str(state)]
+
+    assert greengpu("slurm", *options, "power-down", "node[1-2]", env=env).returncode == 0
+    alerted = ("ALERT node1", "ALERT node2")
+    slurm_cluster.wait(lambda: hook_log.exists() and all(a in hook_log.read_text() for a in alerted), 30,
+                       "the failed suspends' alerts")
+    log_text = hook_log.read_text()
+    assert "ALERT node1: suspend command exited 255" in log_text
+    assert "ssh: connect to host node1 port 22: Connection refused" in log_text
+    assert "ALERT node2: suspend command exited 1" in log_text
+    assert "not suspending: work on GPU 0" in log_text
+    status = json.loads(greengpu("slurm", *options, "status", "--json", env=env).stdout)
+    assert {(r["node"], r["state"]) for r in status} == {("node1", "suspend_failed"), ("node2", "suspend_failed")}
+
+    # Slurm has them back: IDLE and responding, not powered down, their slurmd never stopped.
+    slurm_cluster.wait(lambda: all(slurm_cluster.states()[n] == {"IDLE"} for n in ("node1", "node2")), 90,
+                       "node1 and node2 back in service")
+    assert slurm_cluster.slurmd_run_state("node1") not in ("gone", "T", "t")
+    slurm_cluster.wait(lambda: hook_log.read_text().count("back in service in Slurm") == 2, 10,
+                       "the watcher to log both nodes back in service")
+    job = slurm_cluster.run("sbatch", "--parsable", "-N", "2", "--gres=gpu:1", "--wrap", "echo ran").stdout.strip()
+    slurm_cluster.wait(lambda: slurm_cluster.job_state(job) == "COMPLETED", 30, f"job {job} to complete at once")
+    assert_back_in_service_and_not_requeued(slurm_cluster, job, ["node1", "node2"])
+    assert slurm_cluster.packets == []  # never "resumed": Slurm knew they were awake
+    assert "ResumeFailProgram" not in hook_log.read_text()

@@ -110,7 +110,7 @@ DAEMON_GRANTS: set[Grant] = {
     (NAMESPACE, "coordination.k8s.io", "leases", "get", "greengpu-daemon"),
     (NAMESPACE, "coordination.k8s.io", "leases", "update", "greengpu-daemon"),
 }
-AGENT_GRANTS: set[Grant] = {("cluster", "", "pods", "get", ""), ("cluster", "", "pods", "list", "")}
+AGENT_GRANTS: set[Grant] = {("cluster", "", "pods", "list", "")}
 
 
 def _grants(service_account: str) -> set[Grant]:
@@ -437,3 +437,38 @@ def test_the_alerts_fire_when_they_should_and_not_before(tmp_path: Path) -> None
                             text=True, timeout=30, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+def test_the_daemons_grace_period_outlasts_its_longest_uncut_action() -> None:
+    """SIGKILL must not land mid-suspend: the grace period covers a suspend command's timeout and the stop grace."""
+    from greengpu.control.daemon_main import STOP_GRACE_S
+    from greengpu.control.sleep_control import SUSPEND_TIMEOUT_S
+
+    documents = list(yaml.safe_load_all((KUBERNETES / "daemon.yaml").read_text()))
+    deployment = next(d for d in documents if d and d.get("kind") == "Deployment")
+    grace_s = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace_s >= SUSPEND_TIMEOUT_S + STOP_GRACE_S
+
+
+def test_the_daemon_suspends_through_each_nodes_agent_with_a_shared_token() -> None:
+    """The shipped Deployment cannot ssh (no key, UID 65532): it sets no --suspend-command and asks the agents,
+    which mount the host's system bus for logind's Suspend; both read the token from the same Secret."""
+    daemon = _container(_one("Deployment", "greengpu-daemon"))
+    agent_set = _one("DaemonSet", "greengpu-agent")
+    agent = _container(agent_set)
+    daemon_args = _args(daemon)
+    assert "--suspend-command" not in daemon_args
+    volumes = {v["name"]: v for v in agent_set["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}
+    assert volumes[mounts["/run/dbus/system_bus_socket"]]["hostPath"] == {"path": "/run/dbus/system_bus_socket",
+                                                                          "type": "Socket"}
+    secrets = set()
+    for workload, container, flag in ((_one("Deployment", "greengpu-daemon"), daemon, "--agent-token-file"),
+                                      (agent_set, agent, "--suspend-token-file")):
+        path = _args(container)[flag]
+        name = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}[path.rsplit("/", 1)[0]]
+        volume = next(v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == name)
+        secrets.add(volume["secret"]["secretName"])
+    assert secrets == {"greengpu-agent-token"}
+    assert agent["securityContext"]["capabilities"]["add"] == ["SYS_ADMIN"]  # nothing more for the suspend
+    assert not agent_set["spec"]["template"]["spec"].get("hostPID")
