@@ -421,7 +421,9 @@ class Simulation:
             failures=self.failures.stats.as_dict() if self.failures is not None else None,
             spot_share=cloud.spot_share, cloud_cost=cloud.cost, interruptions=cloud.interruptions,
             deadline_misses=deadline_misses(jobs, work.finish_s, self.clock.now_s),
-            cloud_pools=self.cloud.to_json() if self.cloud is not None else None)
+            cloud_pools=self.cloud.to_json() if self.cloud is not None else None,
+            interruption_lost_gpu_hours=cloud.lost_gpu_s / 3600.0,
+            come_backs=len(self.cloud.come_backs) if self.cloud is not None else 0)
 
     def _cloud_figures(self) -> CloudFigures:
         if self.cloud is None:

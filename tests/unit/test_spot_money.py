@@ -1,0 +1,85 @@
+"""Spot that saves money (issue 37): the +96% case now saves money, and a cloud job comes back on-premises."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from spot_traces import with_two_long_jobs
+
+from greengpu.config.inventory import load_cluster, load_cluster_text
+from greengpu.config.policy import load_policy
+from greengpu.model import Job
+from greengpu.policy import Policy
+from greengpu.sim.engine import Simulation
+
+HOUR = 3600.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+def replay(policy: Policy, jobs: list[Job], cluster_file: str = "burst-cloud") -> tuple[dict[str, Any], Simulation]:
+    simulation = Simulation(load_cluster(REPO / "examples" / f"{cluster_file}.cluster.yaml"), policy, jobs, seed=0)
+    return simulation.run().to_json(), simulation
+
+
+def rent_at_once(policy: Policy) -> Policy:
+    """The rule before issue 37: any wait for capacity rents, no job comes back, no bound on lost work."""
+    return replace(policy, name="rent-at-once", spot=replace(policy.spot, waiting={}, come_back=False,
+                                                              max_expected_lost_fraction=1.0))
+
+
+def test_two_long_jobs_without_checkpoints_wait_on_premises_and_the_default_saves_money() -> None:
+    """The +96% case: two 30 h 8-GPU jobs without checkpoints arrive at the peak, every on-premises GPU taken.
+    Renting them on-demand for 30 h costs far more than waiting for the core's predicted start."""
+    jobs = with_two_long_jobs(seed=0)
+    always_on, _ = replay(load_policy("always-on"), jobs)
+    default, simulation = replay(load_policy("default"), jobs)
+    before, _ = replay(rent_at_once(load_policy("default")), jobs)
+    assert default["cost"] < always_on["cost"]
+    assert default["cost"] < before["cost"]
+    for job_id in ("long0", "long1"):  # both ran on-premises, after a wait the tolerance of p95 absorbs
+        assert job_id in simulation.first_start and job_id not in simulation.cloud.completed  # type: ignore[union-attr]
+    assert default["deadline_misses"] <= always_on["deadline_misses"]
+    assert default["wait_s"]["p95"] <= max(1.10 * always_on["wait_s"]["p95"], always_on["wait_s"]["p95"] + 60.0)
+    on_spot = default["cloud_pools"]["aws-spot"]["placements_by_class"]
+    assert on_spot.get("inference", 0) == 0 and on_spot.get("interactive", 0) == 0
+    assert default["invariant_violations"] == 0 and default["jobs_completed"] == default["jobs"]
+
+
+CLUSTER = """\
+site: {pue: 1.2, price_per_kwh: 0.1}
+node_types:
+  a8: {gpus: 8, gpu_model: A100, gpu_idle_w: 50, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 400,
+       host_sleep_w: 8, boot_s: 300}
+nodes:
+  - {name: n1, type: a8}
+tenants:
+  t: {quota_gpus: 8}
+pools:
+  sp: {type: a8, spot: true, price_per_hour: 5.47, interruptions_per_hour: 0.0, max_nodes: 2}
+  od: {type: a8, price_per_hour: 24.48, max_nodes: 2}
+"""
+
+
+def test_a_cloud_job_comes_back_on_premises_at_a_checkpoint_and_its_node_stops() -> None:
+    base = load_policy("always-on")  # no capping or sleep: only the spot lever differs
+    policy = replace(base, name="spot", spot=replace(load_policy("default").spot))
+    blocker = Job("blocker", "t", 8, 2 * HOUR, submit_time_s=0.0, interruptible=False, priority=100)
+    job = Job("ckpt", "t", 8, 10 * HOUR, submit_time_s=10.0, checkpoint_interval_s=1800.0)
+    simulation = Simulation(load_cluster_text(CLUSTER, "c.yaml"), policy, [blocker, job], seed=0)
+    result = simulation.run().to_json()
+    assert simulation.cloud is not None
+    # It rented spot at once (it can come back), and at its first checkpoint after the blocker ended it moved.
+    assert [job_id for job_id, _ in simulation.cloud.come_backs] == ["ckpt"]
+    moved_s = simulation.cloud.come_backs[0][1]
+    assert 2 * HOUR <= moved_s <= 2 * HOUR + 1800.0 + 300.0
+    assert result["come_backs"] == 1 and result["preemptions"] == 0 and result["lost_gpu_hours"] == 0.0
+    assert "ckpt" not in simulation.cloud.completed and result["jobs_completed"] == 2
+    # Its spot node stopped when it left: paid from its request to the move, not on for another start-up.
+    assert result["cloud_pools"]["sp"]["node_hours"] * HOUR <= moved_s + 1.0
+    # Renting at once without the move, it stays in the cloud to its end and costs more.
+    stays = Simulation(load_cluster_text(CLUSTER, "c.yaml"), rent_at_once(policy), [blocker, job], seed=0)
+    figures = stays.run().to_json()
+    assert figures["come_backs"] == 0 and "ckpt" in stays.cloud.completed  # type: ignore[union-attr]
+    assert figures["cost"] > result["cost"]
