@@ -83,3 +83,16 @@ def test_a_cloud_job_comes_back_on_premises_at_a_checkpoint_and_its_node_stops()
     figures = stays.run().to_json()
     assert figures["come_backs"] == 0 and "ckpt" in stays.cloud.completed  # type: ignore[union-attr]
     assert figures["cost"] > result["cost"]
+
+
+def test_simulate_headline_prints_total_cost_and_never_a_saving_when_it_rose() -> None:
+    from greengpu.commands.simulate import headline
+
+    base = {"policy": "always-on", "energy_kwh": 100.0, "co2_kg": 38.0, "cost": 1383.0, "currency": "USD"}
+    rose = {"policy": "default", "energy_kwh": 31.7, "co2_kg": 12.0, "cost": 2707.0, "currency": "USD"}
+    line = headline(rose, base)
+    assert "68.3% less facility energy" in line and "68.4% less CO2" in line
+    assert "2,707.00 USD against 1,383.00: 95.7% more" in line and "less" not in line.split("total cost")[1]
+    fell = headline({**rose, "cost": 1000.0, "energy_kwh": 120.0}, base)
+    assert "20.0% more facility energy" in fell and fell.endswith("27.7% less")
+    assert headline({**base, "policy": "same"}, base).endswith("no change")
