@@ -26,48 +26,19 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from greengpu.model import GPU_UNITS, Cluster, Job, PendingJob, Pool, gpus_to_units
 from greengpu.policy import Policy
 from greengpu.sched.backfill import Reservation
-from greengpu.sched.waits import Wait, WaitReason
+from greengpu.sched.waits import Wait
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.cloud_choice import CloudChooser
+from greengpu.sim.cloud_parts import BURST_REASONS, CloudJob, CloudNode
 from greengpu.sim.results import JobOutcomes, PoolFigures
-from greengpu.spot.decide import CapacityKind, PoolPrice, SpotJobFacts, leaves_spot
-from greengpu.spot.wait_or_rent import ComeBackFacts, comes_back
-
-BURST_REASONS = frozenset({WaitReason.CAPACITY, WaitReason.GANG, WaitReason.RESERVATION, WaitReason.NO_MODEL,
-                           WaitReason.WAKE})
-"""Waits more capacity would end. Quota waits stay (a tenant's limits hold in the cloud too), and so do jobs whose
-preempted victims are already stopping for them."""
-
-
-@dataclass
-class CloudNode:
-    name: str
-    pool: str
-    units: int
-    requested_s: float
-    ready_s: float
-    free_units: int
-    jobs: set[str] = field(default_factory=set)
-    idle_token: int = 0
-    reclaim_s: float | None = None
-    """Set by an interruption's notice: no new work, and the node is gone at this time."""
-
-
-@dataclass
-class CloudJob:
-    pending: PendingJob
-    kind: CapacityKind
-    units_by_node: dict[str, int]
-    token: int
-    start_s: float | None = None
-    saved_s: float | None = None
-    """Work saved by the checkpoint written in an interruption's notice (None: none written)."""
+from greengpu.spot.decide import CapacityKind, leaves_spot
+from greengpu.spot.wait_or_rent import ComeBackFacts, comes_back, slack_runs_out
 
 
 class CloudPools:
@@ -109,6 +80,8 @@ class CloudPools:
         self.fits_on_premises: Callable[[Job], bool] = lambda job: False
         """Whether on-premises capacity that fits a job is free now, with nothing queued there (set by the body:
         the come-back move asks it at a cloud job's checkpoint)."""
+        self._urgent_priority = max((job.priority for job in originals.values()), default=0) + 1
+        """Above every job of the trace: where a deadline job whose slack runs out waits (`_urgent_if_late`)."""
         self.come_backs: list[tuple[str, float]] = []
         """(job, time) of each move back on-premises at a checkpoint (greengpu.spot.wait_or_rent.comes_back)."""
 
@@ -118,12 +91,6 @@ class CloudPools:
         return bool(self.jobs)
 
     # ------------------------------------------------------------------ choosing
-
-    def _price(self, job: Job, pool: Pool) -> PoolPrice:
-        return self.chooser.price(job, pool)
-
-    def _facts(self, job: Job, now_s: float) -> SpotJobFacts:
-        return self.chooser.facts(job, now_s)
 
     def choose(self, job: Job, wait: Wait, now_s: float,
                reserved_start_s: float | None = None) -> tuple[CapacityKind, Pool] | None:
@@ -191,6 +158,7 @@ class CloudPools:
                 continue
             chosen = self.choose(waiting.job, wait, now_s, reserved_s.get(job_id))
             if chosen is None:
+                self._urgent_if_late(waiting, pending, wait, now_s, reserved_s.get(job_id))
                 continue
             kind, pool = chosen
             room = self._room(waiting.job, pool)
@@ -200,6 +168,18 @@ class CloudPools:
             self._shape.pop(pool.name, None)
             sent += 1
         return sent
+
+    def _urgent_if_late(self, waiting: PendingJob, pending: dict[str, PendingJob], wait: Wait, now_s: float,
+                        reserved_start_s: float | None) -> None:
+        """A deadline job the cloud does not take now whose slack runs out waits above every other job from the
+        next cycle on: the core then makes room for it on-premises, preempting interruptible work."""
+        job = waiting.job
+        if job.deadline_s is None or not self.policy.spot.enabled or job.priority >= self._urgent_priority:
+            return
+        start_in_s = self.chooser.predicted_start_in_s(job, wait, now_s, reserved_start_s)
+        left_s = job.submit_time_s + job.deadline_s - now_s
+        if slack_runs_out(job.duration_s, left_s, self.policy.spot.restart_s, start_in_s):
+            pending[job.job_id] = replace(waiting, job=replace(job, priority=self._urgent_priority))
 
     def _place(self, waiting: PendingJob, kind: CapacityKind, pool: Pool, room: dict[str, int], now_s: float) -> None:
         job = waiting.job
@@ -276,8 +256,8 @@ class CloudPools:
         ran_s = now_s - cloud_job.start_s
         pool = self.pools[self.nodes[next(iter(cloud_job.units_by_node))].pool]
         left = replace(job, duration_s=job.duration_s - ran_s)
-        facts = self._facts(left, now_s)
-        if cloud_job.kind == "spot" and leaves_spot(facts, self._price(job, pool), self.policy.spot):
+        facts = self.chooser.facts(left, now_s)
+        if cloud_job.kind == "spot" and leaves_spot(facts, self.chooser.price(job, pool), self.policy.spot):
             self.moves.append((job.job_id, now_s))
             back = False
         elif self._comes_back(left, facts.deadline_remaining_s, pool):

@@ -107,16 +107,20 @@ class CloudChooser:
                 return None
         return kind, pool
 
+    def predicted_start_in_s(self, job: Job, wait: Wait, now_s: float, reserved_start_s: float | None) -> float | None:
+        """The core's predicted start from now: its reservation, or the boot of the sleeping nodes it waits for
+        (None: no prediction)."""
+        if reserved_start_s is not None:
+            return max(0.0, reserved_start_s - now_s)
+        if wait.reason is WaitReason.WAKE:
+            return self.on_premises_boot_s(job)
+        return None
+
     def _waits(self, job: Job, wait: Wait, now_s: float, reserved_start_s: float | None, kind: CapacityKind,
                pool: Pool, facts: SpotJobFacts) -> bool:
         """The wait-or-rent rule (greengpu.spot.wait_or_rent) on the core's predicted start: a reservation's
         start, or for a job waiting for sleeping nodes their boot."""
-        if reserved_start_s is not None:
-            start_in_s: float | None = max(0.0, reserved_start_s - now_s)
-        elif wait.reason is WaitReason.WAKE:
-            start_in_s = self.on_premises_boot_s(job)
-        else:
-            start_in_s = None
+        start_in_s = self.predicted_start_in_s(job, wait, now_s, reserved_start_s)
         room = self.room(job, pool)
         assert room is not None  # cheapest only offers pools with room
         price = self.price(job, pool)

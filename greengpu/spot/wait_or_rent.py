@@ -17,6 +17,8 @@ to a trace):
   only ever trades money for a wait the core has predicted.
 - A deadline job waits only while the predicted start still leaves it its run time and a restart before the
   deadline: its slack is spent on-premises first, never past the point where only a guaranteed start helps.
+- A deadline job whose slack runs out while no cloud pool has room for it (the predicted start no longer leaves
+  its run and a restart) is raised above the queue, so that the core makes room for it on-premises.
 - A cloud job that checkpoints comes back on-premises at a checkpoint when on-premises capacity that fits it
   is free and the move pays: the cloud cost of the work left exceeds what the restart costs, its delay priced
   at the value of waiting.
@@ -102,6 +104,18 @@ def deadline_allows_waiting(facts: WaitOrRentFacts) -> bool:
     if facts.on_premises_start_in_s is None:
         return False
     return facts.on_premises_start_in_s + facts.remaining_s + facts.restart_s <= facts.deadline_remaining_s
+
+
+def slack_runs_out(remaining_s: float, deadline_remaining_s: float | None, restart_s: float,
+                   on_premises_start_in_s: float | None) -> bool:
+    """A deadline job no cloud pool takes now: whether starting at its predicted on-premises start (unknown: now)
+    would no longer leave its run and a restart before the deadline. Then waiting in the queue's order cannot keep
+    it: it must be given the capacity that guarantees it, on-premises first (the body raises it above the
+    queue, so the core makes room by preempting interruptible work, which checkpoints first)."""
+    if deadline_remaining_s is None:
+        return False
+    start_in_s = on_premises_start_in_s if on_premises_start_in_s is not None else 0.0
+    return start_in_s + remaining_s + restart_s > deadline_remaining_s
 
 
 def waits_on_premises(facts: WaitOrRentFacts, waiting: Waiting) -> bool:

@@ -96,3 +96,27 @@ def test_simulate_headline_prints_total_cost_and_never_a_saving_when_it_rose() -
     fell = headline({**rose, "cost": 1000.0, "energy_kwh": 120.0}, base)
     assert "20.0% more facility energy" in fell and fell.endswith("27.7% less")
     assert headline({**base, "policy": "same"}, base).endswith("no change")
+
+
+FULL_POOLS = CLUSTER.replace("max_nodes: 2", "max_nodes: 1")
+
+
+def test_a_deadline_job_whose_slack_runs_out_with_the_cloud_full_gets_on_premises_room() -> None:
+    """The cause of the misses: with every cloud pool full, a deadline job waited in the on-premises queue's order
+    behind work without deadlines, its slack unseen. Now its slack running out raises it above the queue, and the
+    core makes room by preempting interruptible work (which checkpoints first)."""
+    jobs = [Job("onprem", "t", 8, 10 * HOUR, submit_time_s=0.0, checkpoint_interval_s=1800.0),
+            Job("c1", "t", 8, 10 * HOUR, submit_time_s=10.0, checkpoint_interval_s=1800.0),
+            Job("c2", "t", 8, 10 * HOUR, submit_time_s=20.0, checkpoint_interval_s=1800.0),
+            Job("due", "t", 8, HOUR, submit_time_s=60.0, deadline_s=3 * HOUR)]
+    results = {}
+    for name in ("always-on", "default"):
+        simulation = Simulation(load_cluster_text(FULL_POOLS, "c.yaml"), load_policy(name), jobs, seed=0)
+        results[name] = simulation.run().to_json()
+        if name == "default":
+            assert "due" not in simulation.cloud.completed  # type: ignore[union-attr]  # on-premises first
+            assert simulation.finish_s["due"] <= 60.0 + 3 * HOUR
+    assert results["always-on"]["deadline_misses"] == 1
+    assert results["default"]["deadline_misses"] == 0
+    # The victim loses at most the work since its last periodic checkpoint (8 GPUs x 30 minutes).
+    assert 0.0 < results["default"]["lost_gpu_hours"] <= 8 * 0.5

@@ -84,3 +84,13 @@ def test_policy_keys_default_validate_and_fail_in_one_line() -> None:
         with pytest.raises(ConfigError) as error:
             build_policy(load_yaml_text(bad, "p.yaml"), "p")
         assert "\n" not in str(error.value) and "p.yaml" in str(error.value)
+
+
+def test_slack_runs_out_when_the_predicted_start_leaves_no_run_and_restart() -> None:
+    from greengpu.spot.wait_or_rent import slack_runs_out
+
+    assert not slack_runs_out(HOUR, None, 600.0, 10 * HOUR)  # no deadline: never urgent
+    assert not slack_runs_out(HOUR, 3 * HOUR, 600.0, HOUR)  # 1 h + 1 h + 10 min fit in 3 h
+    assert slack_runs_out(HOUR, 3 * HOUR, 600.0, 2 * HOUR)
+    assert not slack_runs_out(HOUR, 3 * HOUR, 600.0, None)  # unknown start: taken as now
+    assert slack_runs_out(HOUR, HOUR + 300.0, 600.0, None)
