@@ -125,6 +125,30 @@ class SleepPolicy:
     """First delay before a wake-up is sent again; doubles per attempt (energy.wake_verify)."""
 
 
+ON_DEMAND_VALUE = "on-demand"
+"""A value of waiting priced at the on-demand price of the GPU-hours waited: an hour of waiting is worth what
+renting that capacity for the hour would cost."""
+
+
+@dataclass(frozen=True)
+class ClassWaiting:
+    """How long one class waits for on-premises capacity before it rents, and what its waiting is worth
+    (greengpu.spot.wait_or_rent)."""
+
+    tolerance_s: float = 0.0
+    """Extra wait beyond a cloud node's start-up the class always accepts."""
+    value_per_gpu_hour: float | str | None = None
+    """What an hour of one GPU waiting costs the class, in the site currency, or `on-demand`; None: the class
+    never waits to save money (it rents once its tolerance is exceeded)."""
+
+
+def _default_waiting() -> dict[str, ClassWaiting]:
+    # Work that can wait is worth the capacity it waits for; inference and interactive are not listed:
+    # they rent rather than wait (a latency promise is not for sale).
+    return {"training": ClassWaiting(value_per_gpu_hour=ON_DEMAND_VALUE),
+            "batch": ClassWaiting(value_per_gpu_hour=ON_DEMAND_VALUE)}
+
+
 @dataclass(frozen=True)
 class SpotPolicy:
     """Lever 3: which jobs may go to spot capacity, and what an interruption costs them (greengpu.spot.decide)."""
@@ -139,6 +163,13 @@ class SpotPolicy:
     restart_s: float = 600.0
     """Time from an interruption until the job runs again elsewhere (requeue, new node's start-up, reload): the
     slack a deadline job must keep to stay on spot."""
+    max_expected_lost_fraction: float = 0.1
+    """Most of a job's expected spot GPU-hours that may be work redone after interruptions: a job above it is
+    not placed on spot, however cheap (without checkpoints a long job redoes most of its run)."""
+    waiting: Mapping[str, ClassWaiting] = field(default_factory=_default_waiting)
+    """Per class, wait for on-premises capacity or rent (a class not listed never waits beyond a cloud start)."""
+    come_back: bool = True
+    """A cloud job that checkpoints moves back on-premises at a checkpoint when room is free and it pays."""
 
 
 @dataclass(frozen=True)

@@ -166,5 +166,22 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
     base = results[0]
     for other in results[1:]:
         if base["energy_kwh"]:
-            saved = 1 - other["energy_kwh"] / base["energy_kwh"]
-            Console().print(f"{other['policy']} vs {base['policy']}: {saved:.1%} less facility energy")
+            Console().print(headline(other, base))
+
+
+def _change(value: float, base: float) -> str:
+    """'12.5% less' or '3.0% more' (never a saving when the figure rose), 'no change' when equal."""
+    if value == base:
+        return "no change"
+    if not base:
+        return "more" if value > base else "less"
+    share = abs(value / base - 1)
+    return f"{share:.1%} {'more' if value > base else 'less'}"
+
+
+def headline(other: dict[str, Any], base: dict[str, Any]) -> str:
+    """One line: facility energy, CO2 and total cost (energy plus cloud) of `other` against `base`."""
+    currency = other.get("currency", "")
+    return (f"{other['policy']} vs {base['policy']}: {_change(other['energy_kwh'], base['energy_kwh'])} facility "
+            f"energy, {_change(other['co2_kg'], base['co2_kg'])} CO2, total cost (energy plus cloud) "
+            f"{other['cost']:,.2f} {currency} against {base['cost']:,.2f}: {_change(other['cost'], base['cost'])}")

@@ -13,11 +13,13 @@ from greengpu.errors import BadInput
 from greengpu.model import JOB_CLASSES
 from greengpu.policy import (
     CAPPING_MODES,
+    ON_DEMAND_VALUE,
     VICTIM_ORDERS,
     WEEKDAYS,
     BackfillPolicy,
     CappingPolicy,
     ClassCapping,
+    ClassWaiting,
     FairSharePolicy,
     Policy,
     PreemptionPolicy,
@@ -225,7 +227,7 @@ def _spot(fields: Fields | None) -> SpotPolicy:
     if fields is None:
         return SpotPolicy()
     fields.reject_unknown(("enabled", "classes", "require_checkpointing", "notice_s", "checkpoint_cost_s",
-                           "restart_s"))
+                           "restart_s", "max_expected_lost_fraction", "waiting", "come_back"))
     d = SpotPolicy()
     classes: list[str] = []
     for path, item in fields.items("classes"):
@@ -239,7 +241,35 @@ def _spot(fields: Fields | None) -> SpotPolicy:
         notice_s=_num(fields, "notice_s", d.notice_s),
         checkpoint_cost_s=_num(fields, "checkpoint_cost_s", d.checkpoint_cost_s),
         restart_s=_num(fields, "restart_s", d.restart_s),
+        max_expected_lost_fraction=_num(fields, "max_expected_lost_fraction", d.max_expected_lost_fraction,
+                                        maximum=1.0),
+        waiting=_waiting(fields.sub("waiting")) if fields.has("waiting") else d.waiting,
+        come_back=fields.boolean("come_back", d.come_back),
     )
+
+
+def _waiting(fields: Fields | None) -> dict[str, ClassWaiting]:
+    """`spot.waiting`: per class `tolerance_s` and `value_per_gpu_hour` (a number or `on-demand`); the classes
+    listed replace the defaults, and a class not listed never waits beyond a cloud node's start-up."""
+    if fields is None:
+        return {}
+    fields.reject_unknown(JOB_CLASSES)
+    waiting: dict[str, ClassWaiting] = {}
+    for name in fields.data:
+        entry = fields.sub(name, required=True)
+        assert entry is not None
+        entry.reject_unknown(("tolerance_s", "value_per_gpu_hour"))
+        value: float | str | None = None
+        raw = entry.raw("value_per_gpu_hour")
+        if isinstance(raw, str):
+            if raw != ON_DEMAND_VALUE:
+                raise entry.error("value_per_gpu_hour",
+                                  f"expected a price per GPU-hour or {ON_DEMAND_VALUE!r}, got {raw!r}")
+            value = raw
+        elif raw is not None:
+            value = _num(entry, "value_per_gpu_hour", 0.0)
+        waiting[name] = ClassWaiting(tolerance_s=_num(entry, "tolerance_s", 0.0), value_per_gpu_hour=value)
+    return waiting
 
 
 def build_policy(doc: YamlDocument, default_name: str) -> Policy:

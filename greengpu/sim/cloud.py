@@ -1,80 +1,44 @@
 """Cloud pools in a replay: nodes that start when the queue needs them, stop when idle, and (spot) get interrupted.
 
-After each scheduling cycle the engine hands over the jobs the core left waiting for capacity
-(`burst`). For each, the spot lever's pure rules (greengpu.spot.decide) choose spot, on-demand or
-neither, from the cheapest pool of each kind that has room for it; a job waiting for a sleeping
-on-premises node keeps waiting unless that boot costs more than the cloud. A pool starts a node of its
-type when no running one has room (at most `max_nodes`); the node is paid from its request, is usable
-`boot_s` later, and stops once it has been idle as long as a boot takes (renting it longer costs more
-than starting a new one). The core never sees cloud nodes: on-premises quotas, fair share and
-preemption stay on-premises.
+After each scheduling cycle the engine hands over the jobs the core left waiting for capacity (`burst`), with
+the cycle's reservations. For each, sim/cloud_choice.py gathers the facts and the pure rules answer: spot,
+on-demand or neither (greengpu.spot.decide), and whether to rent at all or wait for the core's predicted start
+on-premises (greengpu.spot.wait_or_rent). A pool starts a node of its type when no running one has room (at
+most `max_nodes`); the node is paid from its request, is usable `boot_s` later, and stops once it has been
+idle as long as a boot takes (renting it longer costs more than starting a new one), or at once when its job
+came back on-premises. The core never sees cloud nodes: on-premises quotas, fair share and preemption stay
+on-premises.
 
-Spot interruptions are a Poisson process per node at its pool's `interruptions_per_hour`, drawn from a
-random stream seeded by `simulate --seed` and the pool's name (same seed, same interruptions). An
-interruption gives `spot.notice_s` of notice: a job that checkpoints (it has a checkpoint interval) and
-can write one within the notice stops `checkpoint_cost_s` later with all its work saved; any other job
-runs until the node is taken back and loses the work since its last periodic checkpoint (or all of it).
-Either way it is requeued with the rest of its work and decided again.
+Spot interruptions are a Poisson process per node at its pool's `interruptions_per_hour`, seeded by
+`simulate --seed` and the pool's name. An interruption gives `spot.notice_s` of notice: a job that
+checkpoints and can write one within the notice stops `checkpoint_cost_s` later with all its work saved; any
+other job runs until the node is taken back and loses the work since its last periodic checkpoint (or all of
+it). Either way it is requeued with the rest of its work and decided again.
 
-The proactive move (Uniform Progress, greengpu.spot.decide.leaves_spot): a job with a deadline and a
-checkpoint interval that runs on spot is decided again at each periodic checkpoint it writes; when rule 4
-would no longer place it on spot (behind the uniform rate to its deadline, or without the slack for one
-more interruption), it stops there with that checkpoint's work saved and is requeued, where the same rule
-sends it on-premises or to on-demand. Jobs without a deadline or without checkpoints get no such event:
-replays of traces without deadlines are unchanged.
+At each periodic checkpoint a job writes in the cloud (deadline jobs on spot; with `spot.come_back`, every
+job that checkpoints): a deadline job on spot moves off it when Uniform Progress says so (`leaves_spot`), and
+a job comes back on-premises when room is free there and the move pays (`comes_back`). Both stop with that
+checkpoint's work saved and are requeued; replays without pools never see these events.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from greengpu.model import GPU_UNITS, Cluster, Job, PendingJob, Pool, gpus_to_units
 from greengpu.policy import Policy
-from greengpu.sched.waits import Wait, WaitReason
+from greengpu.sched.backfill import Reservation
+from greengpu.sched.waits import Wait
 from greengpu.sim.clock import EventClock, EventKind
+from greengpu.sim.cloud_choice import CloudChooser
+from greengpu.sim.cloud_parts import BURST_REASONS, CloudJob, CloudNode
 from greengpu.sim.results import JobOutcomes, PoolFigures
-from greengpu.spot.decide import (
-    CapacityKind,
-    PoolPrice,
-    SpotJobFacts,
-    cloud_capacity_for,
-    leaves_spot,
-    prefer_waking,
-)
-
-BURST_REASONS = frozenset({WaitReason.CAPACITY, WaitReason.GANG, WaitReason.RESERVATION, WaitReason.NO_MODEL,
-                           WaitReason.WAKE})
-"""Waits more capacity would end. Quota waits stay (a tenant's limits hold in the cloud too), and so do jobs whose
-preempted victims are already stopping for them."""
-
-
-@dataclass
-class CloudNode:
-    name: str
-    pool: str
-    units: int
-    requested_s: float
-    ready_s: float
-    free_units: int
-    jobs: set[str] = field(default_factory=set)
-    idle_token: int = 0
-    reclaim_s: float | None = None
-    """Set by an interruption's notice: no new work, and the node is gone at this time."""
-
-
-@dataclass
-class CloudJob:
-    pending: PendingJob
-    kind: CapacityKind
-    units_by_node: dict[str, int]
-    token: int
-    start_s: float | None = None
-    saved_s: float | None = None
-    """Work saved by the checkpoint written in an interruption's notice (None: none written)."""
+from greengpu.spot.decide import CapacityKind, leaves_spot
+from greengpu.spot.wait_or_rent import ComeBackFacts, comes_back, slack_runs_out
 
 
 class CloudPools:
@@ -111,7 +75,15 @@ class CloudPools:
         self._shape: dict[str, tuple[int, int]] = {}
         """Per pool, during one burst: the most free units on one open node and the open empty nodes (a job that
         fits neither, with no start left, is refused without a scan: overloaded replays offer thousands)."""
-        self._boot_cost = self._on_premises_boot_kwh()
+        self.chooser = CloudChooser(cluster, policy, self.pools, self._room, self._ready_in_s, price_per_kwh,
+                                    originals)
+        self.fits_on_premises: Callable[[Job], bool] = lambda job: False
+        """Whether on-premises capacity that fits a job is free now, with nothing queued there (set by the body:
+        the come-back move asks it at a cloud job's checkpoint)."""
+        self._urgent_priority = max((job.priority for job in originals.values()), default=0) + 1
+        """Above every job of the trace: where a deadline job whose slack runs out waits (`_urgent_if_late`)."""
+        self.come_backs: list[tuple[str, float]] = []
+        """(job, time) of each move back on-premises at a checkpoint (greengpu.spot.wait_or_rent.comes_back)."""
 
     @property
     def busy(self) -> bool:
@@ -120,49 +92,16 @@ class CloudPools:
 
     # ------------------------------------------------------------------ choosing
 
-    def _gpu_price(self, pool: Pool) -> float:
-        return pool.price_per_hour / self.cluster.node_types[pool.type_name].gpus
-
-    def _nodes_needed(self, job: Job, pool: Pool) -> int:
-        per_node = self.cluster.node_types[pool.type_name].gpus
-        return 1 if job.gpus <= per_node else math.ceil(job.gpus / per_node)
-
-    def _price(self, job: Job, pool: Pool) -> PoolPrice:
-        rate = pool.interruptions_per_hour * self._nodes_needed(job, pool)  # any of its nodes stops it
-        return PoolPrice(self._gpu_price(pool), rate, self.policy.spot.notice_s)
-
-    def _facts(self, job: Job, now_s: float) -> SpotJobFacts:
-        original = self.originals.get(job.job_id, job)
-        left_s = job.submit_time_s + job.deadline_s - now_s if job.deadline_s is not None else None
-        return SpotJobFacts(job.job_class, job.interruptible, job.checkpoint_interval_s,
-                            self.policy.spot.checkpoint_cost_s, job.duration_s, left_s, job.gpus,
-                            work_s=original.duration_s, deadline_s=job.deadline_s)
-
-    def _cheapest(self, job: Job, spot: bool) -> Pool | None:
-        fits = [p for p in self.pools.values() if p.spot == spot and self._room(job, p) is not None
-                and (job.gpu_types is None or self.cluster.node_types[p.type_name].gpu_model in job.gpu_types)]
-        return min(fits, key=lambda p: (self._gpu_price(p), p.name)) if fits else None
-
-    def _on_premises_boot_kwh(self) -> float:
-        """Facility energy of the dearest on-premises boot (a node idling through its boot time)."""
-        types = {n.type_name for n in self.cluster.nodes}
-        kwh = [self.cluster.node_types[t].node_idle_w * self.cluster.node_types[t].boot_s / 3.6e6 for t in types]
-        return max(kwh, default=0.0) * self.cluster.site.pue
-
-    def choose(self, job: Job, wait: Wait, now_s: float) -> tuple[CapacityKind, Pool] | None:
+    def choose(self, job: Job, wait: Wait, now_s: float,
+               reserved_start_s: float | None = None) -> tuple[CapacityKind, Pool] | None:
         """The cloud pool a waiting job should go to now (None: it keeps waiting on-premises)."""
-        spot, on_demand = self._cheapest(job, True), self._cheapest(job, False)
-        facts = self._facts(job, now_s)
-        kind = cloud_capacity_for(facts, self._price(job, spot) if spot else None,
-                                  self._price(job, on_demand) if on_demand else None, self.policy.spot)
-        pool = spot if kind == "spot" else on_demand if kind == "on-demand" else None
-        if kind is None or pool is None:
-            return None
-        if wait.reason is WaitReason.WAKE:
-            cloud_cost = self._gpu_price(pool) * job.gpus * job.duration_s / 3600.0
-            if prefer_waking(self._boot_cost * self.price_per_kwh(now_s), cloud_cost):
-                return None
-        return kind, pool
+        return self.chooser.choose(job, wait, now_s, reserved_start_s)
+
+    def _ready_in_s(self, room: dict[str, int], pool: Pool, now_s: float) -> float:
+        """Seconds from now until every node of `room` is up: running ones as they are, new ones a start-up."""
+        boot_s = self.cluster.node_types[pool.type_name].boot_s
+        return max((max(0.0, self.nodes[name].ready_s - now_s) if name in self.nodes else boot_s)
+                   for name in room)
 
     # ------------------------------------------------------------------ placing
 
@@ -176,7 +115,7 @@ class CloudPools:
             if shape is None:
                 frees = [n.free_units for n in self.nodes.values() if n.pool == pool.name and n.reclaim_s is None]
                 shape = self._shape[pool.name] = (max(frees, default=0), frees.count(node_units))
-            if (units > shape[0]) if units <= node_units else (self._nodes_needed(job, pool) > shape[1]):
+            if (units > shape[0]) if units <= node_units else (self.chooser.nodes_needed(job, pool) > shape[1]):
                 return None
         open_nodes = [n for n in self.nodes.values() if n.pool == pool.name and n.reclaim_s is None]
         if units <= node_units:
@@ -185,7 +124,7 @@ class CloudPools:
                 best = min(fitting, key=lambda n: (n.free_units, n.ready_s, n.name))  # best fit, up soonest
                 return {best.name: units}
             return {"": units} if starts_left > 0 else None
-        needed = self._nodes_needed(job, pool)
+        needed = self.chooser.nodes_needed(job, pool)
         empty = sorted((n for n in open_nodes if not n.jobs), key=lambda n: (n.ready_s, n.name))[:needed]
         if len(empty) + starts_left < needed:
             return None
@@ -206,16 +145,20 @@ class CloudPools:
             self.clock.push(now_s + gap_s, EventKind.CLOUD, ("notice", node.name, 0))
         return node
 
-    def burst(self, waits: Mapping[str, Wait], pending: dict[str, PendingJob], now_s: float) -> int:
-        """Send the jobs the cycle left waiting for capacity to the cloud where the rules say so; how many left."""
+    def burst(self, waits: Mapping[str, Wait], pending: dict[str, PendingJob], now_s: float,
+              reservations: Iterable[Reservation] = ()) -> int:
+        """Send the jobs the cycle left waiting for capacity to the cloud where the rules say so; how many left.
+        `reservations`: the cycle's, whose starts are the core's predicted starts (wait or rent)."""
         sent = 0
         self._shape = {}
+        reserved_s = {r.job_id: r.start_s for r in reservations}
         for job_id, wait in waits.items():
             waiting = pending.get(job_id)
             if waiting is None or wait.reason not in BURST_REASONS:
                 continue
-            chosen = self.choose(waiting.job, wait, now_s)
+            chosen = self.choose(waiting.job, wait, now_s, reserved_s.get(job_id))
             if chosen is None:
+                self._urgent_if_late(waiting, pending, wait, now_s, reserved_s.get(job_id))
                 continue
             kind, pool = chosen
             room = self._room(waiting.job, pool)
@@ -225,6 +168,18 @@ class CloudPools:
             self._shape.pop(pool.name, None)
             sent += 1
         return sent
+
+    def _urgent_if_late(self, waiting: PendingJob, pending: dict[str, PendingJob], wait: Wait, now_s: float,
+                        reserved_start_s: float | None) -> None:
+        """A deadline job the cloud does not take now whose slack runs out waits above every other job from the
+        next cycle on: the core then makes room for it on-premises, preempting interruptible work."""
+        job = waiting.job
+        if job.deadline_s is None or not self.policy.spot.enabled or job.priority >= self._urgent_priority:
+            return
+        start_in_s = self.chooser.predicted_start_in_s(job, wait, now_s, reserved_start_s)
+        left_s = job.submit_time_s + job.deadline_s - now_s
+        if slack_runs_out(job.duration_s, left_s, self.policy.spot.restart_s, start_in_s):
+            pending[job.job_id] = replace(waiting, job=replace(job, priority=self._urgent_priority))
 
     def _place(self, waiting: PendingJob, kind: CapacityKind, pool: Pool, room: dict[str, int], now_s: float) -> None:
         job = waiting.job
@@ -279,32 +234,53 @@ class CloudPools:
         self._next_checkpoint(cloud_job, now_s)
 
     def _next_checkpoint(self, cloud_job: CloudJob, now_s: float) -> None:
-        """A spot job with a deadline is decided again at its next periodic checkpoint (before its end)."""
+        """A job is decided again at its next periodic checkpoint (before its end): a deadline job on spot
+        (Uniform Progress) and, with `come_back`, any job that checkpoints (it may return on-premises)."""
         job = cloud_job.pending.job
         interval = job.checkpoint_interval_s
-        if cloud_job.kind != "spot" or job.deadline_s is None or not interval or cloud_job.start_s is None:
+        if not interval or cloud_job.start_s is None:
+            return
+        deadline_on_spot = cloud_job.kind == "spot" and job.deadline_s is not None
+        if not (deadline_on_spot or (self.policy.spot.enabled and self.policy.spot.come_back)):
             return
         at_s = now_s + interval
         if at_s < cloud_job.start_s + job.duration_s:
             self.clock.push(at_s, EventKind.CLOUD, ("checkpoint", job.job_id, cloud_job.token))
 
     def _checkpoint(self, cloud_job: CloudJob) -> None:
-        """A periodic checkpoint of a deadline job on spot: it moves off spot here when rule 4 says so."""
+        """A periodic checkpoint: a deadline job moves off spot here when rule 4 says so, and a job comes back
+        on-premises when room is free there and the move pays; else it runs on to its next one."""
         now_s = self.clock.now_s
         job = cloud_job.pending.job
         assert cloud_job.start_s is not None
         ran_s = now_s - cloud_job.start_s
         pool = self.pools[self.nodes[next(iter(cloud_job.units_by_node))].pool]
-        facts = self._facts(replace(job, duration_s=job.duration_s - ran_s), now_s)
-        if not leaves_spot(facts, self._price(job, pool), self.policy.spot):
+        left = replace(job, duration_s=job.duration_s - ran_s)
+        facts = self.chooser.facts(left, now_s)
+        if cloud_job.kind == "spot" and leaves_spot(facts, self.chooser.price(job, pool), self.policy.spot):
+            self.moves.append((job.job_id, now_s))
+            back = False
+        elif self._comes_back(left, facts.deadline_remaining_s, pool):
+            self.come_backs.append((job.job_id, now_s))
+            back = True
+        else:
             self._next_checkpoint(cloud_job, now_s)
             return
-        self.moves.append((job.job_id, now_s))
         cloud_job.saved_s = ran_s  # the checkpoint just written: nothing is lost
-        self._stop(cloud_job)
+        self._stop(cloud_job, counted=not back)
 
-    def _leave(self, cloud_job: CloudJob) -> None:
-        """The job's units go back to its nodes; its run time and GPU-hours are counted."""
+    def _comes_back(self, left: Job, deadline_remaining_s: float | None, pool: Pool) -> bool:
+        spot = self.policy.spot
+        if not (spot.enabled and spot.come_back):
+            return False
+        facts = ComeBackFacts(left.job_class, left.gpus, left.duration_s, self.chooser.gpu_price(pool),
+                              self.fits_on_premises(left), spot.restart_s,
+                              self.chooser.on_demand_per_gpu_hour(left), deadline_remaining_s)
+        return comes_back(facts, spot.waiting)
+
+    def _leave(self, cloud_job: CloudJob, release_idle: bool = False) -> None:
+        """The job's units go back to its nodes; its run time and GPU-hours are counted. `release_idle`: a node
+        it leaves idle stops at once (the job went back on-premises: nothing here is waiting for it)."""
         now_s = self.clock.now_s
         job = cloud_job.pending.job
         del self.jobs[job.job_id]
@@ -319,8 +295,8 @@ class CloudPools:
             node.jobs.discard(job.job_id)
             if not node.jobs:
                 node.idle_token += 1
-                if node.reclaim_s is not None:
-                    self._release(node)  # nothing left to finish before it is taken back
+                if node.reclaim_s is not None or release_idle:
+                    self._release(node)  # nothing left to finish before it is taken back, or it came back
                 else:
                     keep_s = node.ready_s - node.requested_s  # as long as a new node's boot: rent or buy
                     self.clock.push(max(now_s, node.ready_s) + keep_s, EventKind.CLOUD,
@@ -362,8 +338,9 @@ class CloudPools:
             self.clock.push(min(end_s, stop_s), EventKind.CLOUD, (what, job_id, cloud_job.token))
         self.clock.push(node.reclaim_s, EventKind.CLOUD, ("reclaim", name, 0))
 
-    def _stop(self, cloud_job: CloudJob) -> None:
-        """An interrupted job stops: requeued with the work saved by its checkpoint taken off."""
+    def _stop(self, cloud_job: CloudJob, counted: bool = True) -> None:
+        """An interrupted job stops: requeued with the work saved by its checkpoint taken off. `counted`: it
+        counts as a preemption (a move back on-premises at a checkpoint does not: nothing was taken from it)."""
         now_s = self.clock.now_s
         job = cloud_job.pending.job
         assert cloud_job.start_s is not None
@@ -375,8 +352,8 @@ class CloudPools:
             lost_s = ran_s - saved_s
             pool = self.nodes[next(iter(cloud_job.units_by_node))].pool
             self.figures[pool].lost_gpu_s += lost_s * job.gpus
-        self._leave(cloud_job)
-        self.preemptions += 1
+        self._leave(cloud_job, release_idle=not counted)
+        self.preemptions += counted
         remaining = replace(job, duration_s=max(1.0, job.duration_s - saved_s))
         self.requeue(PendingJob(remaining, preemptions=cloud_job.pending.preemptions))
 

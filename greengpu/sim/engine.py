@@ -42,6 +42,7 @@ from greengpu.sched.slack import QueueGuard, model_of_nodes
 from greengpu.sim.checks import PlacementChecks
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.cloud import CloudPools
+from greengpu.sim.cloud_choice import fits_free_awake
 from greengpu.sim.failures import FailureReplay, GpuEvent
 from greengpu.sim.jobs import JobRunner
 from greengpu.sim.nodes import NodeFleet, SimNode
@@ -92,6 +93,9 @@ class Simulation:
                                  {job.job_id: job for job in self.jobs}, seed, self._requeued, self._demand_changed_by,
                                  self.meter.price_per_kwh) if cluster.pools else None)
         """The inventory's cloud pools (sim/cloud.py; None without pools: every figure as before)."""
+        if self.cloud is not None:  # a come-back never jumps the on-premises queue
+            self.cloud.fits_on_premises = lambda job: not self.pending and fits_free_awake(
+                job, self.fleet.nodes.values(), cluster)
         self.offered_gpus = 0.0
         """Running + pending GPUs: the demand the forecast-driven warm reserve follows."""
         self.gpu_hours_allocated = 0.0
@@ -192,7 +196,7 @@ class Simulation:
         for job_id in scheduled.cycle.withdrawn:  # its beneficiary started elsewhere: it runs on
             self.work.withdraw(job_id)
         if self.cloud is not None and self.pending:  # what still waits for capacity may go to the cloud
-            self.cloud.burst(scheduled.cycle.waits, self.pending, self.clock.now_s)
+            self.cloud.burst(scheduled.cycle.waits, self.pending, self.clock.now_s, scheduled.cycle.reservations)
         if self.check_every_cycle:
             placed = [self.running[a.job_id] for a in actions if isinstance(a, PlaceJob)]
             self.checks.record(self.checks.check_placements(placed, self.fleet.nodes))
@@ -417,7 +421,9 @@ class Simulation:
             failures=self.failures.stats.as_dict() if self.failures is not None else None,
             spot_share=cloud.spot_share, cloud_cost=cloud.cost, interruptions=cloud.interruptions,
             deadline_misses=deadline_misses(jobs, work.finish_s, self.clock.now_s),
-            cloud_pools=self.cloud.to_json() if self.cloud is not None else None)
+            cloud_pools=self.cloud.to_json() if self.cloud is not None else None,
+            interruption_lost_gpu_hours=cloud.lost_gpu_s / 3600.0,
+            come_backs=len(self.cloud.come_backs) if self.cloud is not None else 0)
 
     def _cloud_figures(self) -> CloudFigures:
         if self.cloud is None:

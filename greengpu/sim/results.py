@@ -88,6 +88,10 @@ class SimResult:
     """Jobs with a deadline that finished after it, or had not finished when it passed."""
     cloud_pools: Mapping[str, Any] | None = None
     """Per pool: node-hours, cost, GPU-hours, lost GPU-hours, interruptions, jobs per class (None without pools)."""
+    interruption_lost_gpu_hours: float = 0.0
+    """The part of `lost_gpu_hours` redone after spot interruptions (the rest: preemptions, failures)."""
+    come_backs: int = 0
+    """Cloud jobs that moved back on-premises at a checkpoint (not counted in `preemptions`)."""
 
     def to_json(self) -> dict[str, Any]:
         """The result as the JSON object `greengpu simulate --json` prints (one per policy)."""
@@ -123,7 +127,10 @@ class SimResult:
             "cloud_cost": self.cloud_cost,
             "interruptions": self.interruptions,
             "deadline_misses": self.deadline_misses,
-            **({"cloud_pools": dict(self.cloud_pools)} if self.cloud_pools is not None else {}),
+            # Only with pools: a replay without them keeps its keys exactly.
+            **({"cloud_pools": dict(self.cloud_pools),
+                "interruption_lost_gpu_hours": self.interruption_lost_gpu_hours,
+                "come_backs": self.come_backs} if self.cloud_pools is not None else {}),
             **(self.failures or {}),
         }
 

@@ -8,7 +8,9 @@ The rules, in order:
    would break a latency promise or a job that cannot restart.
 3. An interruptible job goes to spot when its expected cost there beats on-demand: the spot price times
    its expected run time, which includes the work redone after each expected interruption (everything
-   since its last checkpoint, or since its start when it never checkpoints) and its checkpoint overhead.
+   since its last checkpoint, or since its start when it never checkpoints) and its checkpoint overhead;
+   and only while the work it is expected to redo stays within `max_expected_lost_fraction` of that run
+   time (lost work is a cost the price alone hides: GPU-hours burnt and a later finish).
 4. A job with a deadline follows Uniform Progress (Wu et al., "Can't Be Late", NSDI'24): it stays on spot
    only while its progress is at or ahead of the uniform rate to its deadline and it has the slack to
    survive one more interruption; otherwise it goes to on-demand, so that it finishes on time. The rule
@@ -118,6 +120,16 @@ def worst_interruption_loss_s(facts: SpotJobFacts, spot: PoolPrice) -> float:
     return facts.remaining_s
 
 
+def expected_lost_fraction(facts: SpotJobFacts, spot: PoolPrice) -> float:
+    """The share of the job's expected spot run time that is work redone after interruptions (0 to 1)."""
+    run_s = expected_spot_run_s(facts, spot)
+    if not math.isfinite(run_s):
+        return 1.0
+    if run_s <= 0.0:
+        return 0.0
+    return max(0.0, 1.0 - (max(0.0, facts.remaining_s) + checkpoint_overhead_s(facts)) / run_s)
+
+
 def spot_cost(facts: SpotJobFacts, spot: PoolPrice) -> float:
     """Expected cost of finishing the job on spot."""
     return spot.price_per_gpu_hour * facts.gpus * expected_spot_run_s(facts, spot) / 3600.0
@@ -162,7 +174,8 @@ def cloud_capacity_for(facts: SpotJobFacts, spot: PoolPrice | None, on_demand: P
                        policy: SpotPolicy) -> CapacityKind | None:
     """The cloud capacity a job waiting for on-premises capacity should take (rules 2-4); None: no cloud pool
     may take it (there is none of the kinds it may use)."""
-    spot_ok = spot is not None and may_use_spot(facts, policy) and deadline_allows_spot(facts, spot, policy)
+    spot_ok = (spot is not None and may_use_spot(facts, policy) and deadline_allows_spot(facts, spot, policy)
+               and expected_lost_fraction(facts, spot) <= policy.max_expected_lost_fraction)
     if spot is not None and spot_ok:
         expected = spot_cost(facts, spot)
         if on_demand is None:

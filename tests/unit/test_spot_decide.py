@@ -121,3 +121,21 @@ def test_a_running_deadline_job_leaves_spot_at_a_checkpoint_only_when_rule_4_wou
     assert not leaves_spot(ahead, SPOT, POLICY)
     assert leaves_spot(behind, SPOT, POLICY) and leaves_spot(tight, SPOT, POLICY)
     assert not leaves_spot(facts(deadline_remaining_s=None), SPOT, POLICY)  # no deadline: never moved early
+
+
+def test_lost_work_bound_keeps_a_cheap_job_that_would_redo_much_of_its_run_off_spot() -> None:
+    from dataclasses import replace
+
+    from greengpu.spot.decide import expected_lost_fraction
+
+    # Without checkpoints at 0.1 interruptions per hour: 1 h redoes about 5% of its spot time, 3 h about 14%.
+    one_hour, three_hours = facts(checkpoint_interval_s=None, remaining_s=3600.0), facts(
+        checkpoint_interval_s=None, remaining_s=3 * 3600.0)
+    assert 0.04 < expected_lost_fraction(one_hour, SPOT) < 0.06
+    assert 0.13 < expected_lost_fraction(three_hours, SPOT) < 0.15
+    assert expected_lost_fraction(facts(), SPOT) < 0.01  # checkpoints within the notice: one checkpoint each
+    assert spot_cost(three_hours, SPOT) < 3 * 8 * ON_DEMAND.price_per_gpu_hour  # still far cheaper on spot ...
+    assert cloud_capacity_for(one_hour, SPOT, ON_DEMAND, POLICY) == "spot"
+    assert cloud_capacity_for(three_hours, SPOT, ON_DEMAND, POLICY) == "on-demand"  # ... but redoes too much
+    lenient = replace(POLICY, max_expected_lost_fraction=0.2)
+    assert cloud_capacity_for(three_hours, SPOT, ON_DEMAND, lenient) == "spot"
