@@ -159,9 +159,27 @@ def read_exclusions(run: Callable[..., str] = slurm.run) -> SuspendExclusions:
 
 
 
-def disagreements(inventory_nodes: Sequence[str], exclusions: SuspendExclusions, policy_sleeps: bool) -> list[str]:
+def conf_nodes(text: str) -> list[str]:
+    """The node names of slurm.conf's `NodeName=` lines (DEFAULT left out). ValueError on a bad hostlist."""
+    names: list[str] = []
+    for raw in text.splitlines():
+        fields = dict(part.split("=", 1) for part in raw.split("#", 1)[0].split() if "=" in part)
+        value = next((v for k, v in fields.items() if k.lower() == "nodename"), None)
+        if value is None or value.upper() == "DEFAULT":
+            continue
+        try:
+            names.extend(hostlist.expand_hostlist(value))
+        except hostlist.BadHostlist as error:
+            raise ValueError(f"NodeName={value!r} is not a hostlist ({error})") from None
+    return names
+
+
+def disagreements(inventory_nodes: Sequence[str], exclusions: SuspendExclusions, policy_sleeps: bool,
+                  slurm_nodes: Sequence[str] = ()) -> list[str]:
     """Where the inventory and Slurm's power-save exclusions disagree, one line each: nodes the policy may sleep
-    that Slurm keeps up (greengpu keeps them up too), and nodes Slurm's exclusions name that the inventory lacks."""
+    that Slurm keeps up (greengpu keeps them up too), and the reverse, nodes Slurm may power down on its own timer
+    that the inventory does not list (greengpu's SuspendProgram cannot suspend or wake them: list them in
+    SuspendExcNodes, docs/DEPLOY.md)."""
     lines: list[str] = []
     known = set(inventory_nodes)
     always = sorted(node for node in known if exclusions.always(node))
@@ -172,10 +190,11 @@ def disagreements(inventory_nodes: Sequence[str], exclusions: SuspendExclusions,
         if count is not None and policy_sleeps and names & known:
             lines.append(f"{hostlist.collect_hostlist(sorted(names & known))}: Slurm keeps {count} of them up "
                          "(SuspendExcNodes): greengpu sleeps only the rest")
-    named = set().union(*(names for names, _ in exclusions.sets))
-    unknown = sorted(named - known)
-    if unknown:
-        lines.append(f"{hostlist.collect_hostlist(unknown)}: named in SuspendExcNodes but not in the inventory")
+    unmanaged = sorted(node for node in set(slurm_nodes) - known if not exclusions.always(node))
+    if unmanaged:
+        lines.append(f"{hostlist.collect_hostlist(unmanaged)}: Slurm may power them down (not in SuspendExcNodes/"
+                     "SuspendExcParts) but the inventory does not list them: greengpu's hooks cannot suspend or "
+                     "wake them")
     for partition in sorted(exclusions.partitions):
         if not exclusions.partition_nodes.get(partition):
             lines.append(f"SuspendExcParts names partition {partition!r}, which has no nodes Slurm lists")

@@ -57,11 +57,12 @@ def check(cluster_file: str, policy_name: str | None, slurm_conf: str | None, sl
 def _exclusion_warnings(cluster: Any, policy: Any, slurm_conf: str | None, live: bool) -> list[str]:
     """Where the inventory and Slurm's power-save exclusions (from slurm.conf, or the running slurmctld) disagree."""
     from greengpu.backends import slurm
-    from greengpu.backends.slurm_config import disagreements, exclusions_from, read_exclusions
+    from greengpu.backends.slurm_config import conf_nodes, disagreements, exclusions_from, read_exclusions
 
     if live:
         try:
             exclusions = read_exclusions()
+            slurm_nodes = list(slurm.nodes())
         except slurm.SlurmError as error:
             raise BadInput(f"cannot read Slurm's power-save exclusions: {error}") from None
     else:
@@ -72,10 +73,11 @@ def _exclusion_warnings(cluster: Any, policy: Any, slurm_conf: str | None, live:
             raise BadInput(f"{slurm_conf}: cannot read: {error}") from None
         try:
             exclusions = exclusions_from(text, text)
+            slurm_nodes = conf_nodes(text)
         except ValueError as error:
             raise BadInput(f"{slurm_conf}: {error}") from None
     sleeps = policy is None or policy.sleep.enabled
-    return disagreements([node.name for node in cluster.nodes], exclusions, sleeps)
+    return disagreements([node.name for node in cluster.nodes], exclusions, sleeps, slurm_nodes)
 
 
 def _resume_timeout_s(slurm_conf: str) -> float:

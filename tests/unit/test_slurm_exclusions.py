@@ -70,10 +70,13 @@ def test_check_warns_when_the_inventory_and_slurm_disagree(tmp_path: Path, capsy
     inventory = write_inventory(tmp_path / "c.yaml", {"g": a100_type(gpus=4)}, ['{name: "node[1-4]", type: g}'])
     conf = tmp_path / "slurm.conf"
     conf.write_text("ResumeTimeout=3000\nSuspendExcNodes=node4,other7\nSuspendExcParts=debug\n"
+                    "NodeName=node[1-4] CPUs=2\nNodeName=other[7-9] CPUs=2 # not greengpu's\n"
                     "PartitionName=debug Nodes=node3\n")
     assert main(["check", "--cluster", str(inventory), "--policy", "default", "--slurm-conf", str(conf),
                  "--json"]) == 0
     warnings = json.loads(capsys.readouterr().out)["warnings"]
     assert any(w.startswith("node[3-4]: the policy may sleep them but Slurm keeps them") for w in warnings)
-    assert any(w.startswith("other7: named in SuspendExcNodes but not in the inventory") for w in warnings)
+    # The reverse: nodes greengpu does not manage that Slurm may power down itself (other7 is excluded).
+    assert any(w.startswith("other[8-9]: Slurm may power them down") for w in warnings)
+    assert len([w for w in warnings if "Slurm" in w]) == 2, warnings
     assert disagreements(["node1"], exclusions_from("SuspendExcNodes=node1", None), policy_sleeps=False) == []
