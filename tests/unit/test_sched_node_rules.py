@@ -4,9 +4,12 @@ nodes they allow; jobs without constraints decide exactly as before."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
+import pytest
 from schedkit import job, make_cluster, node_type
 
+from greengpu.errors import BadInput
 from greengpu.model import (
     ClusterSnapshot,
     GpuSlot,
@@ -104,3 +107,23 @@ def test_node_allows_reads_every_constraint_and_unknown_partitions_allow() -> No
     assert not node_allows(replace(node, partitions=frozenset({"cpu"})), job("j", partitions=frozenset({"gpu"})))
     assert node_allows(replace(node, partitions=frozenset({"cpu", "gpu"})), job("j", partitions=frozenset({"gpu"})))
     assert job("j").node_rule is None and job("j", exclusive=True).node_rule is not None
+
+
+def test_inventory_features_and_partitions_reach_the_core(tmp_path: Path) -> None:
+    from inventories import a100_type, write_inventory
+
+    from greengpu.config.inventory import load_cluster
+
+    inventory = write_inventory(tmp_path / "c.yaml", {"g": a100_type(gpus=4)}, [
+        '{name: "n[1-2]", type: g}', '{name: "n3", type: g, features: [ib, nvlink], partitions: "gpu,long"}'])
+    cluster = load_cluster(inventory)
+    assert cluster.nodes[2].features == {"ib", "nvlink"} and cluster.nodes[2].partitions == {"gpu", "long"}
+    assert cluster.nodes[0].features == frozenset() and cluster.nodes[0].partitions == frozenset()
+    snapshot = ClusterSnapshot(time_s=0.0, cluster=cluster, pending=(
+        PendingJob(job("ib", gpus=4, features=(frozenset({"ib"}),))),),
+        node_states={n.name: NodeState(power=PowerState.ASLEEP) for n in cluster.nodes})
+    result = schedule_cycle(snapshot, SchedulerPolicy(), incremental=False)
+    assert [a.node for a in result.actions if isinstance(a, WakeNode)] == ["n3"]
+    bad = write_inventory(tmp_path / "bad.yaml", {"g": a100_type(gpus=4)}, ['{name: "n1", type: g, features: 3}'])
+    with pytest.raises(BadInput, match="features"):
+        load_cluster(bad)
