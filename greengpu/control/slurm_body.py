@@ -156,6 +156,8 @@ class SlurmBody:
         self._exclusions = exclusions
         self._exclusions_read_s = float("inf") if exclusions is not None else float("-inf")
         self._warned: set[str] = set()
+        self._job_problems: set[str] = set()
+        """The constraint problems of the last tick's jobs (each logged once while its job waits)."""
 
     def exclusions(self, now_s: float) -> SuspendExclusions | None:
         """SuspendExcNodes/SuspendExcParts as slurmctld holds them (read again every EXCLUSIONS_TTL_S); None while
@@ -185,9 +187,9 @@ class SlurmBody:
         problems: list[str] = []
         running, pending = parse_jobs(self._run("squeue", "--json"), known, problems)
         for problem in problems:
-            if problem not in self._warned:
-                self._warned.add(problem)
+            if problem not in self._job_problems:  # once per job while it waits, not every tick
                 log.warning("squeue --json: %s", problem)
+        self._job_problems = set(problems)
         states: dict[str, NodeState] = {}
         faults: dict[str, str] = {}
         busy: set[str] = set()

@@ -35,6 +35,10 @@ def node_power(state: str, flags: set[str] | frozenset[str]) -> NodeState | None
         return NodeState(power=PowerState.WAKING)
     if state in ("future", "unknown") or flags & DRAINED_FLAGS:
         return NodeState(drained=True)
+    if state == "allocated":
+        # Every CPU taken, or a job holds it whole (--exclusive): Slurm starts nothing more there, whatever GPUs
+        # its jobs leave free, so the core must not count them (it would plan no wake for work that needs one).
+        return NodeState(drained=True)
     return None
 
 

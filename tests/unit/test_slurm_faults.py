@@ -4,10 +4,11 @@ Slurm's reason, never slept nor planned as capacity; a node Slurm keeps out of p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from test_slurm_constraints import ALL_ASLEEP, SQUEUE, body, only_jobs, sinfo
+from test_slurm_constraints import ALL_ASLEEP, DATA, SQUEUE, body, only_jobs, sinfo
 
 from greengpu.backends.slurm_config import (
     SuspendExclusions,
@@ -22,6 +23,7 @@ from greengpu.model import PowerState, SleepNode, WakeNode
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.core import schedule_cycle
 
+RUNNING_JOB = json.loads((DATA / "squeue-22.05.json").read_text())["jobs"][0]
 RESUME_TIMEOUT = "ResumeTimeout reached [slurm@2026-12-02T14:10:00]"
 NO_JOBS = {**SQUEUE, "jobs": []}
 
@@ -71,3 +73,15 @@ def test_nodes_slurm_keeps_up_are_never_slept(tmp_path: Path) -> None:
 def test_unreadable_exclusions_sleep_nothing(tmp_path: Path) -> None:
     slurm = body(tmp_path, NO_JOBS, sinfo({}), exclusions=None)
     assert slurm.observe(1000.0, 0, 0).sleep.idle_awake == ()  # scontrol show config not answered: fail safe
+
+
+def test_an_allocated_node_takes_no_more_work_whatever_gpus_its_jobs_leave(tmp_path: Path) -> None:
+    # node1 runs a 1-GPU job (3 of its GPUs free by gres_detail); a 2-GPU job waits, node2 is asleep.
+    running = {**RUNNING_JOB, "nodes": "node1", "gres_detail": ["gpu:1(IDX:0)"], "tres_per_node": "gres:gpu:1"}
+    waiting = {**only_jobs("6")["jobs"][0], "tres_per_node": "gres:gpu:2"}
+    squeue = {**SQUEUE, "jobs": [running, waiting]}
+    power = {"node2": ["POWERED_DOWN"], "node3": ["POWERED_DOWN"], "node4": ["POWERED_DOWN"]}
+    for node1, woken in (("mixed", []), ("allocated", ["node2"])):  # --exclusive, or every CPU taken
+        seen = body(tmp_path, squeue, sinfo(power, state={"node1": node1})).observe(1000.0, 0, 0)
+        result = schedule_cycle(seen.snapshot, SchedulerPolicy(), incremental=False)
+        assert [a.node for a in result.actions if isinstance(a, WakeNode)] == woken, node1
