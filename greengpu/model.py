@@ -84,6 +84,10 @@ class Node:
     wol_host: str = "255.255.255.255"
     wol_port: int = 9
     ipmi_host: str | None = None
+    features: frozenset[str] = frozenset()
+    """Node features jobs may ask for (Slurm `Features=`, inventory `features:`)."""
+    partitions: frozenset[str] = frozenset()
+    """Partitions the node belongs to (Slurm `sinfo`, inventory `partitions:`); empty: not known."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,17 @@ class Job:
     gpus_per_node: int | None = None
     """For multi-node jobs: GPUs on each node; None: as few nodes as possible."""
     gpu_memory_gb: float | None = None
+    required_nodes: frozenset[str] | None = None
+    """Nodes the job was pinned to (Slurm `-w`): it runs on none but these; None: any."""
+    excluded_nodes: frozenset[str] | None = None
+    """Nodes the job may not use (Slurm `-x`); None: none excluded."""
+    features: tuple[frozenset[str], ...] | None = None
+    """Node features it needs (Slurm `--constraint`), as alternatives: a node qualifies with every feature of any
+    one of them (`a&b|c` -> ({a, b}, {c})); None: any node."""
+    partitions: frozenset[str] | None = None
+    """Partitions it may run in (a node qualifies in any of them); None: any."""
+    exclusive: bool = False
+    """Whole nodes only (Slurm `--exclusive`): it shares no node with other work."""
 
     @classmethod
     def trusted(cls, **values: object) -> Job:
@@ -218,6 +233,15 @@ class Job:
     def whole_gpus(self) -> int:
         """Whole GPUs requested (1 for a fractional request's one shared GPU)."""
         return max(1, int(math.ceil(self.gpus - 1e-9)))
+
+    @cached_property
+    def node_rule(self) -> tuple[object, ...] | None:
+        """The job's node constraints as one hashable key, None when it has none (almost every job: the core
+        then decides exactly as it does without constraints, at the same cost)."""
+        if (self.required_nodes is None and self.excluded_nodes is None and self.features is None
+                and self.partitions is None and not self.exclusive):
+            return None
+        return (self.required_nodes, self.excluded_nodes, self.features, self.partitions, self.exclusive)
 
 
 _JOB_DEFAULTS = {f.name: f.default for f in fields(Job) if f.default is not MISSING}

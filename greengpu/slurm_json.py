@@ -50,3 +50,109 @@ def gpus_asked(record: Mapping[str, Any]) -> tuple[float, int | None] | None:
     if per_job and int(per_job.group(1)) > 0:
         return float(per_job.group(1)), None
     return None
+
+
+def _names(value: Any, what: str) -> frozenset[str] | None:
+    """A hostlist field (`node[1-2],gpu3`) as node names; None when empty. ValueError on a bad hostlist."""
+    import hostlist
+
+    text = ",".join(str(v) for v in value) if isinstance(value, list) else str(value or "")
+    if not text.strip():
+        return None
+    try:
+        return frozenset(hostlist.expand_hostlist(text.strip()))
+    except hostlist.BadHostlist as error:
+        raise ValueError(f"{what} {text!r} is not a hostlist: {error}") from None
+
+
+FEATURE_TOKEN = re.compile(r"\s*(?:([A-Za-z0-9_.:+-]+)(?:\*\d+)?|([&,|()\[\]]))")
+
+
+def feature_alternatives(text: str) -> tuple[frozenset[str], ...] | None:
+    """A `--constraint` expression as alternatives of features that must all be present: `a&b|c` ->
+    ({a, b}, {c}); `&` (or `,`) binds tighter than `|`; brackets and parentheses group; counts (`a*2`) are read
+    as the feature alone. None for an empty expression; ValueError for one that does not parse."""
+    tokens: list[tuple[str, str]] = []
+    position = 0
+    text = text.strip()
+    while position < len(text):
+        found = FEATURE_TOKEN.match(text, position)
+        if not found or found.end() == position:
+            raise ValueError(f"constraint {text!r}: cannot read it at {text[position:]!r}")
+        tokens.append(("name", found.group(1)) if found.group(1) else ("op", found.group(2)))
+        position = found.end()
+    if not tokens:
+        return None
+    at = 0
+
+    def either() -> list[frozenset[str]]:
+        nonlocal at
+        alternatives = both()
+        while at < len(tokens) and tokens[at] == ("op", "|"):
+            at += 1
+            alternatives = alternatives + both()
+        return alternatives
+
+    def both() -> list[frozenset[str]]:
+        nonlocal at
+        alternatives = single()
+        while at < len(tokens) and tokens[at] in (("op", "&"), ("op", ",")):
+            at += 1
+            right = single()
+            alternatives = [left | other for left in alternatives for other in right]
+        return alternatives
+
+    def single() -> list[frozenset[str]]:
+        nonlocal at
+        if at >= len(tokens):
+            raise ValueError(f"constraint {text!r} ends too soon")
+        kind, value = tokens[at]
+        at += 1
+        if kind == "name":
+            return [frozenset({value})]
+        if value in "([":
+            inner = either()
+            if at >= len(tokens) or tokens[at][1] not in ")]":
+                raise ValueError(f"constraint {text!r}: a bracket is not closed")
+            at += 1
+            return inner
+        raise ValueError(f"constraint {text!r}: {value!r} where a feature was expected")
+
+    alternatives = either()
+    if at != len(tokens):
+        raise ValueError(f"constraint {text!r}: cannot read it at {tokens[at][1]!r}")
+    return tuple(dict.fromkeys(alternatives))
+
+
+def _exclusive(record: Mapping[str, Any]) -> bool:
+    """`--exclusive`: 22.05 writes `"shared": "none"`, 23.02 and later a list of flags under `shared` or
+    `exclusive`."""
+    shared = record.get("shared")
+    flags = {str(f).lower() for f in shared} if isinstance(shared, list) else {str(shared or "").lower()}
+    exclusive = record.get("exclusive")
+    marks = {str(f).lower() for f in exclusive} if isinstance(exclusive, list) else {str(exclusive or "").lower()}
+    return "none" in flags or bool(marks & {"true", "user", "mcs", "topo"})
+
+
+def node_constraints(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The node constraints of a pending job record as `Job` fields (only those it sets): `required_nodes`
+    (`-w`), `excluded_nodes` (`-x`), `features` (`--constraint`), `partitions` (`-p a,b`), `exclusive`.
+    ValueError, naming the field, when one does not parse."""
+    found: dict[str, Any] = {}
+    required = _names(record.get("required_nodes"), "required_nodes")
+    if required is not None:
+        found["required_nodes"] = required
+    excluded = _names(record.get("excluded_nodes"), "excluded_nodes")
+    if excluded is not None:
+        found["excluded_nodes"] = excluded
+    features = record.get("features")
+    if isinstance(features, str) and features.strip():
+        found["features"] = feature_alternatives(features)
+    partition = record.get("partition")
+    names = partition if isinstance(partition, list) else str(partition or "").split(",")
+    partitions = frozenset(str(p).strip() for p in names if str(p).strip())
+    if partitions:
+        found["partitions"] = partitions
+    if _exclusive(record):
+        found["exclusive"] = True
+    return found

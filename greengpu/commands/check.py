@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,16 @@ from greengpu.errors import BadInput
               help="Built-in policy name (always-on, idle-timeout, default) or a policy YAML file.")
 @click.option("--slurm-conf", "slurm_conf", default=None, metavar="FILE",
               help="slurm.conf: refuse a policy whose wake-up retries cannot finish inside its ResumeTimeout.")
+@click.option("--slurm-live", is_flag=True,
+              help="Ask the running slurmctld (scontrol show config) for SuspendExcNodes/SuspendExcParts.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
-def check(cluster_file: str, policy_name: str | None, slurm_conf: str | None, as_json: bool) -> None:
+def check(cluster_file: str, policy_name: str | None, slurm_conf: str | None, slurm_live: bool,
+          as_json: bool) -> None:
     """Validate a cluster inventory and optionally a policy, then summarise them.
 
     Prints nodes and GPUs per model, idle and peak power, tenants and quotas, and warns when
-    quotas promise more GPUs than are installed. Any error is one line naming file, line and key.
+    quotas promise more GPUs than are installed, or when the inventory and Slurm's SuspendExcNodes/
+    SuspendExcParts disagree. Any error is one line naming file, line and key.
     """
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
@@ -39,12 +43,41 @@ def check(cluster_file: str, policy_name: str | None, slurm_conf: str | None, as
         if problem:
             raise BadInput(problem)
     summary = summarize(cluster)
+    if slurm_conf or slurm_live:
+        extra = _exclusion_warnings(cluster, policy, slurm_conf, slurm_live)
+        summary = replace(summary, warnings=[*summary.warnings, *extra])
     if as_json:
         payload: dict[str, Any] = asdict(summary)
         payload["policy"] = policy.name if policy else None
         click.echo(json.dumps(payload, indent=2, sort_keys=True))
         return
     _print_check(cluster_file, summary, policy_lines(policy) if policy else [])
+
+
+def _exclusion_warnings(cluster: Any, policy: Any, slurm_conf: str | None, live: bool) -> list[str]:
+    """Where the inventory and Slurm's power-save exclusions (from slurm.conf, or the running slurmctld) disagree."""
+    from greengpu.backends import slurm
+    from greengpu.backends.slurm_config import conf_nodes, disagreements, exclusions_from, read_exclusions
+
+    if live:
+        try:
+            exclusions = read_exclusions()
+            slurm_nodes = list(slurm.nodes())
+        except slurm.SlurmError as error:
+            raise BadInput(f"cannot read Slurm's power-save exclusions: {error}") from None
+    else:
+        assert slurm_conf is not None
+        try:
+            text = Path(slurm_conf).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise BadInput(f"{slurm_conf}: cannot read: {error}") from None
+        try:
+            exclusions = exclusions_from(text, text)
+            slurm_nodes = conf_nodes(text)
+        except ValueError as error:
+            raise BadInput(f"{slurm_conf}: {error}") from None
+    sleeps = policy is None or policy.sleep.enabled
+    return disagreements([node.name for node in cluster.nodes], exclusions, sleeps, slurm_nodes)
 
 
 def _resume_timeout_s(slurm_conf: str) -> float:

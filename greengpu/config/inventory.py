@@ -35,7 +35,7 @@ NODE_TYPE_KEYS = (
     "gpus", "gpu_model", "gpu_idle_w", "gpu_max_w", "gpu_min_limit_w", "host_idle_w", "host_sleep_w",
     "boot_s", "gpu_memory_gb", "gpu_max_clock_mhz",
 )
-NODE_KEYS = ("name", "type", "domain", "mac", "wol_host", "wol_port", "ipmi_host")
+NODE_KEYS = ("name", "type", "domain", "mac", "wol_host", "wol_port", "ipmi_host", "features", "partitions")
 TENANT_KEYS = ("quota_gpus", "weight", "borrow_limit_gpus", "quota_gpus_by_model", "max_gpu_memory_gb")
 POOL_KEYS = ("type", "spot", "price_per_hour", "interruptions_per_hour", "max_nodes", "instance_type", "region", "zone",
              "price_csv", "node_names", "launch_command", "release_command", "command_timeout_s")
@@ -213,6 +213,7 @@ def _nodes(doc: YamlDocument, root: Fields, node_types: dict[str, NodeType]) -> 
         ipmi_host = fields.string("ipmi_host")
         if ipmi_host is not None:
             _check_host(fields, "ipmi_host", ipmi_host)
+        features, partitions = _words(fields, "features"), _words(fields, "partitions")
         for offset, name in enumerate(names):
             if name in seen_names:
                 raise fields.error("name", f"duplicate node name {name!r} (also in {seen_names[name]})")
@@ -226,9 +227,20 @@ def _nodes(doc: YamlDocument, root: Fields, node_types: dict[str, NodeType]) -> 
                 mac = format_mac(value)
             nodes.append(
                 Node(name=name, type_name=type_name, domain=domain, mac=mac, wol_host=wol_host,
-                     wol_port=wol_port, ipmi_host=ipmi_host)
+                     wol_port=wol_port, ipmi_host=ipmi_host, features=features, partitions=partitions)
             )
     return tuple(nodes)
+
+
+def _words(fields: Fields, key: str) -> frozenset[str]:
+    """A list of names (`[ib, nvlink]`) or one comma-separated string (`"ib,nvlink"`, as Slurm writes them)."""
+    if not fields.has(key):
+        return frozenset()
+    value = fields.raw(key)
+    items = value if isinstance(value, list) else str(value).split(",") if isinstance(value, str) else None
+    if items is None or not all(isinstance(item, str) and item.strip() for item in items):
+        raise fields.error(key, f"expected a list of names or a comma-separated string, got {value!r}")
+    return frozenset(item.strip() for item in items)
 
 
 def _check_host(fields: Fields, key: str, host: str) -> None:

@@ -6,7 +6,7 @@ decide: every choice comes from the tick (`greengpu.tick.tick.control_tick`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from greengpu.model import Action, Cluster, ClusterSnapshot
@@ -27,6 +27,9 @@ class Observation:
     gpu_settings: dict[tuple[str, int], tuple[float, int | None]]
     """Each observed GPU's limit (W) and locked SM clock (MHz, None: unlocked) now: only what differs is
     written (a journal line and an NVML write per GPU per tick would be noise)."""
+    node_faults: dict[str, str] = field(default_factory=dict)
+    """Nodes the workload manager reports failed (Slurm `down~`, ResumeTimeout reached), with its reason: the
+    daemon alerts once per node and counts them in its failed-node gauge."""
 
 
 class ActionFailed(RuntimeError):

@@ -135,6 +135,8 @@ class Daemon:
         self._woken: dict[str, float] = {}
         self._refused_until: dict[tuple[str, str, int | None], float] = {}
         """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
+        self._faulted: set[str] = set()
+        """Nodes reported failed and alerted already (`_check_faults`)."""
         self.energy_by_tenant_j: dict[str, float] = {}
 
     # --- start-up ------------------------------------------------------------------------------
@@ -192,6 +194,7 @@ class Daemon:
                 log.warning("cannot tell whether this replica leads (%s): standing by", error)
         if self.leading:  # a standby does not alert (the leader does)
             self._check_wakes(seen, now_s)
+            self._check_faults(seen, now_s)
         # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
         result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s),
                               seen.gpu_settings)
@@ -267,6 +270,19 @@ class Daemon:
                 self.alerts.raise_alert("wake_failed", f"{node}: not up {now_s - sent_s:.0f} s after its wake-up "
                                         f"({state.power.value}); check its power, BMC and wake-on-LAN", now_s,
                                         node=node)
+
+    def _check_faults(self, seen: Observation, now_s: float) -> None:
+        """One `node_failed` alert per node the workload manager reports failed, with its reason; again only after
+        the node came back."""
+        for node in list(self._faulted):
+            if node not in seen.node_faults:
+                self._faulted.discard(node)
+        for node, reason in sorted(seen.node_faults.items()):
+            if node not in self._faulted:
+                self._faulted.add(node)
+                self.metrics.alerts.labels("node_failed").inc()
+                self.alerts.raise_alert("node_failed", f"{node}: failed in {self.body.name} ({reason}); not slept, "
+                                        "not counted as capacity until it is back", now_s, node=node, reason=reason)
 
     def _failed(self, now_s: float, message: str) -> TickReport:
         self.metrics.ticks.labels("failed").inc()

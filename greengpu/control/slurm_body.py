@@ -10,14 +10,18 @@ nodes for the jobs it schedules, through greengpu's ResumeProgram. Capping stays
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 import hostlist
 
 from greengpu.backends import slurm
+from greengpu.backends.slurm_config import SuspendExclusions, read_exclusions
 from greengpu.control.body import ActionFailed, Observation
+from greengpu.control.slurm_nodes import fault_reason, node_features, node_partitions, node_power
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.model import (
     JOB_CLASSES,
@@ -26,6 +30,7 @@ from greengpu.model import (
     ClusterSnapshot,
     GpuSlot,
     Job,
+    Node,
     NodeState,
     PendingJob,
     PowerState,
@@ -33,14 +38,19 @@ from greengpu.model import (
     SleepNode,
     WakeNode,
 )
+from greengpu.sched.node_rules import node_allows
 from greengpu.sim.trace_formats import QOS_PRIORITY
-from greengpu.slurm_json import gpus_asked, job_states, json_number
+from greengpu.slurm_json import gpus_asked, job_states, json_number, node_constraints
 from greengpu.tick.sleep import SleepObservation
+
+log = logging.getLogger(__name__)
 
 CLASS_COMMENT = re.compile(r"greengpu\.class=(\w+)")
 GPU_IDX = re.compile(r"^gpu(?::[^:(]+)?:(\d+)\(IDX:([^)]*)\)")
 DEFAULT_DURATION_S = 3600.0
 """A pending job's run time when it has no time limit (what the core's backfill and wake plans assume)."""
+EXCLUSIONS_TTL_S = 300.0
+"""How long SuspendExcNodes/SuspendExcParts as read from `scontrol show config` are used before asking again."""
 
 
 def _indices(spec: str) -> list[int]:
@@ -66,11 +76,14 @@ def _job(record: dict[str, Any], gpus: float, per_node: int | None) -> Job:
                gpus_per_node=per_node)
 
 
-def parse_jobs(text: str, known: set[str]) -> tuple[list[RunningJob], list[PendingJob]]:
-    """`squeue --json` -> running GPU jobs (with their GPU indices per node) and pending GPU jobs.
+def parse_jobs(text: str, known: set[str], problems: list[str] | None = None,
+               ) -> tuple[list[RunningJob], list[PendingJob]]:
+    """`squeue --json` -> running GPU jobs (with their GPU indices per node) and pending GPU jobs, with the
+    nodes they may use (`-w`, `-x`, `--constraint`, `-p`, `--exclusive`: greengpu.slurm_json.node_constraints).
 
     Jobs without GPUs are left out (greengpu manages GPU nodes; a CPU job on a GPU node still keeps it
-    from sleeping, which `sinfo`'s node state says).
+    from sleeping, which `sinfo`'s node state says). A pending job whose constraints do not parse is taken as
+    unconstrained (it may wake a node it cannot use, never keep one asleep it needs) and said in `problems`.
     """
     running: list[RunningJob] = []
     pending: list[PendingJob] = []
@@ -94,22 +107,35 @@ def parse_jobs(text: str, known: set[str]) -> tuple[list[RunningJob], list[Pendi
         elif "PENDING" in states:
             asked = gpus_asked(record)  # per node times the node count, or per job (Slurm 23: gres/gpu=N)
             if asked is not None:
-                pending.append(PendingJob(_job(record, asked[0], asked[1])))
+                job = _job(record, asked[0], asked[1])
+                try:
+                    constraints = node_constraints(record)
+                except ValueError as error:
+                    constraints = {}
+                    if problems is not None:
+                        problems.append(f"job {job.job_id}: {error}; taken as unconstrained")
+                pending.append(PendingJob(replace(job, **constraints) if constraints else job))
     return running, pending
 
 
-def node_power(state: str, flags: set[str]) -> NodeState | None:
-    """A node's state as the core takes it from `sinfo --json`'s state and flags (None: awake and usable)."""
-    if "POWERED_DOWN" in flags:
-        return NodeState(power=PowerState.ASLEEP)
-    if "POWERING_DOWN" in flags or "POWER_DOWN" in flags:
-        return NodeState(power=PowerState.SUSPENDING)
-    if "POWERING_UP" in flags:
-        return NodeState(power=PowerState.WAKING)
-    if state in ("down", "fail", "future", "unknown") or flags & {"DRAIN", "NOT_RESPONDING", "FAIL", "MAINTENANCE",
-                                                                   "RESERVED"}:
-        return NodeState(drained=True)
-    return None
+CONSTRAINT_FIELDS = ("required_nodes", "excluded_nodes", "features", "partitions")
+
+
+def bare_constraints(job: Job, nodes: Iterable[Node]) -> Job:
+    """`job` without the constraints that bar none of `nodes` (every Slurm job names a partition; one that all the
+    managed nodes are in changes nothing, and a job without constraints keeps the core's fast path)."""
+    if job.node_rule is None:
+        return job
+    nodes = tuple(nodes)
+    loose: dict[str, Any] = {}
+    for name in CONSTRAINT_FIELDS:
+        value = getattr(job, name)
+        if value is None:
+            continue
+        alone = Job(job_id=job.job_id, tenant=job.tenant, gpus=job.gpus, duration_s=job.duration_s, **{name: value})
+        if all(node_allows(node, alone) for node in nodes):
+            loose[name] = None
+    return replace(job, **loose) if loose else job
 
 
 class SlurmBody:
@@ -118,30 +144,76 @@ class SlurmBody:
     name = "slurm"
     schedules_jobs = False
 
-    def __init__(self, cluster: Cluster, run: Callable[..., str] = slurm.run) -> None:
+    def __init__(self, cluster: Cluster, run: Callable[..., str] = slurm.run,
+                 exclusions: SuspendExclusions | None = None) -> None:
         self.cluster = cluster
         self._run = run
         self._idle_since: dict[str, float] = {}
         self._asleep_since: dict[str, float] = {}
+        self._seen_cluster = cluster
+        """The inventory with each node's features and partitions as `sinfo` gives them (rebuilt when they change:
+        the core keeps its books per cluster object)."""
+        self._exclusions = exclusions
+        self._exclusions_read_s = float("inf") if exclusions is not None else float("-inf")
+        self._warned: set[str] = set()
+        self._job_problems: set[str] = set()
+        """The constraint problems of the last tick's jobs (each logged once while its job waits)."""
+
+    def exclusions(self, now_s: float) -> SuspendExclusions | None:
+        """SuspendExcNodes/SuspendExcParts as slurmctld holds them (read again every EXCLUSIONS_TTL_S); None while
+        they could never be read (then no node is slept: Slurm may keep any of them up)."""
+        if now_s - self._exclusions_read_s >= EXCLUSIONS_TTL_S:
+            try:
+                self._exclusions = read_exclusions(self._run)
+                self._exclusions_read_s = now_s
+                self._warned.discard("exclusions")
+            except slurm.SlurmError as error:
+                if "exclusions" not in self._warned:
+                    self._warned.add("exclusions")
+                    kept = "the last ones read are kept" if self._exclusions is not None else "no node is slept"
+                    log.warning("cannot read SuspendExcNodes/SuspendExcParts (%s): %s", error, kept)
+        return self._exclusions
+
+    def _cluster_as_seen(self, records: dict[str, dict[str, Any]]) -> Cluster:
+        nodes = tuple(replace(node, features=node_features(records[node.name]) | node.features,
+                              partitions=node_partitions(records[node.name]) or node.partitions)
+                      if node.name in records else node for node in self.cluster.nodes)
+        if nodes != self._seen_cluster.nodes:
+            self._seen_cluster = replace(self.cluster, nodes=nodes)
+        return self._seen_cluster
 
     def observe(self, now_s: float, suspends_last_minute: int, wakes_last_minute: int) -> Observation:
         known = {n.name for n in self.cluster.nodes}
-        running, pending = parse_jobs(self._run("squeue", "--json"), known)
+        problems: list[str] = []
+        running, pending = parse_jobs(self._run("squeue", "--json"), known, problems)
+        for problem in problems:
+            if problem not in self._job_problems:  # once per job while it waits, not every tick
+                log.warning("squeue --json: %s", problem)
+        self._job_problems = set(problems)
         states: dict[str, NodeState] = {}
+        faults: dict[str, str] = {}
         busy: set[str] = set()
         nodes = slurm.json_reply(self._run("sinfo", "--json"), "sinfo --json").get("nodes") or []
         if not isinstance(nodes, list):
             raise slurm.SlurmError("sinfo --json: no list of nodes")
+        records: dict[str, dict[str, Any]] = {}
         for record in nodes:
             name = str(record.get("name"))
-            if name not in known:
+            if name not in known or not isinstance(record, dict):
                 continue
+            records[name] = record
             state, flags = str(record.get("state", "")).lower(), set(record.get("state_flags") or [])
             found = node_power(state, flags)
             if found is not None:
                 states[name] = found
+            reason = fault_reason(record, found)
+            if reason is not None:
+                faults[name] = reason
             if state in ("allocated", "mixed", "completing") or "COMPLETING" in flags:
                 busy.add(name)  # any job, GPU or not: a node with work never sleeps
+        cluster = self._cluster_as_seen(records)
+        pending = [PendingJob(bare_constraints(p.job, cluster.nodes), p.preemptions)
+                   if p.job.node_rule is not None else p for p in pending]
         idle_awake: list[NodeView] = []
         asleep: list[NodeView] = []
         ready = 0
@@ -149,13 +221,14 @@ class SlurmBody:
         idle_w = {node.name: idle_draw_w(self.cluster.node_types[node.type_name]) for node in self.cluster.nodes}
         for name in sorted(known):
             seen = states.get(name)
-            if seen is not None and seen.power is PowerState.ASLEEP:
+            if seen is not None and seen.power is PowerState.ASLEEP and not seen.drained:
                 since = self._asleep_since.setdefault(name, now_s)
                 asleep.append(NodeView(name, gpus_of[name], PowerState.ASLEEP, since, False, None, idle_w[name]))
                 self._idle_since.pop(name, None)
                 continue
             self._asleep_since.pop(name, None)
             if name in busy or seen is not None:
+                # Failed, drained, on its way up or down, or at work: neither sleepable nor idle capacity.
                 self._idle_since.pop(name, None)
                 if seen is not None and seen.power is PowerState.WAKING:
                     ready += gpus_of[name]
@@ -164,16 +237,33 @@ class SlurmBody:
             idle_awake.append(NodeView(name, gpus_of[name], PowerState.AWAKE, 0.0, False,
                                        self._idle_since.setdefault(name, now_s), idle_w[name]))
             ready += gpus_of[name]
-        snapshot = ClusterSnapshot(now_s, self.cluster, tuple(running), tuple(pending), states)
+        idle_awake = self._sleepable(idle_awake, now_s, states, busy, known)
+        snapshot = ClusterSnapshot(now_s, cluster, tuple(running), tuple(pending), states)
         sleep = SleepObservation(now_s=now_s, idle_awake=tuple(idle_awake), asleep=tuple(asleep),
                                  ready_idle_gpus=ready, busy_gpus=float(sum(r.job.gpus for r in running)),
                                  suspends_last_minute=suspends_last_minute, wakes_last_minute=wakes_last_minute,
                                  timezone=self.cluster.site.timezone)
-        return Observation(snapshot, (), sleep, {}, {})
+        return Observation(snapshot, (), sleep, {}, {}, faults)
+
+    def _sleepable(self, idle_awake: list[NodeView], now_s: float, states: dict[str, NodeState], busy: set[str],
+                   known: set[str]) -> list[NodeView]:
+        """The idle nodes Slurm lets power down (SuspendExcNodes/SuspendExcParts); none while those are unknown."""
+        exclusions = self.exclusions(now_s)
+        if exclusions is None:
+            return []
+        if not exclusions.sets and not exclusions.partitions:
+            return idle_awake
+        up = {name for name in known if name not in states}  # awake and usable, busy or not
+        allowed = set(exclusions.may_suspend([view.name for view in idle_awake], up))
+        return [view for view in idle_awake if view.name in allowed]
 
     def act(self, action: Action, now_s: float) -> str:
         try:
             if isinstance(action, SleepNode):
+                exclusions = self.exclusions(now_s)
+                if exclusions is None or exclusions.always(action.node):
+                    raise ActionFailed(f"{action.node}: Slurm keeps it out of power saving (SuspendExcNodes/"
+                                       "SuspendExcParts), or those could not be read: not powered down")
                 self._run("scontrol", "update", f"nodename={action.node}", "state=POWER_DOWN",
                           f"reason=greengpu: {action.reason}"[:200])
                 self._idle_since.pop(action.node, None)

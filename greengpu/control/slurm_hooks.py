@@ -30,6 +30,7 @@ from pathlib import Path
 import hostlist
 
 from greengpu.backends import slurm
+from greengpu.backends.slurm_config import read_exclusions
 from greengpu.backends.wol import Waker
 from greengpu.control.sleep_control import SUSPEND_TIMEOUT_S, SleepControl
 from greengpu.control.slurm_suspend import fork_watcher, watch_suspends
@@ -205,6 +206,15 @@ def power_down(cluster: Cluster, expression: str) -> list[str]:
     if busy:
         raise BadInput(f"{hostlist.collect_hostlist(busy)}: jobs are running there; a busy node is never "
                        "powered down")
+    # Slurm's own exclusions: a node it keeps out of power saving is never powered down by greengpu either.
+    exclusions = read_exclusions()
+    if exclusions.sets or exclusions.partitions:
+        counted = any(count is not None for _, count in exclusions.sets)
+        up = {n for n, s in (slurm.nodes() if counted else states).items() if s.up and not s.busy}
+        refused = sorted(set(names) - set(exclusions.may_suspend(names, up)))
+        if refused:
+            raise BadInput(f"{hostlist.collect_hostlist(refused)}: Slurm keeps them out of power saving "
+                           "(SuspendExcNodes/SuspendExcParts in scontrol show config); not powered down")
     slurm.update_nodes(names, "power_down")
     return names
 

@@ -31,7 +31,6 @@ from greengpu.model import (
     KillJob,
     PendingJob,
     PlaceJob,
-    PowerState,
     PreemptJob,
     RunningJob,
     WakeNode,
@@ -43,6 +42,7 @@ from greengpu.sched.claims import Claimant, Claims, claimants_of
 from greengpu.sched.claims_kept import KeptClaims
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.index_order import IndexOrder
+from greengpu.sched.node_rules import WAKEABLE, fits_asleep
 from greengpu.sched.order import queue_order
 from greengpu.sched.pending_index import AlikeRestWaits, PendingIndex, QueueWaits, RestOfWalk
 from greengpu.sched.placement import chunks_for, needs_healthy_gpus, place, warning_gpus_by_node
@@ -63,7 +63,6 @@ from greengpu.sched.wake import WakePlan
 
 __all__ = ["WAIT_CAPACITY", "WAIT_NO_MODEL", "WAIT_PREEMPTING", "WAIT_QUOTA", "WAIT_WAKE", "CycleResult",
            "schedule", "schedule_cycle"]
-WAKEABLE = (PowerState.ASLEEP, PowerState.WAKING, PowerState.SUSPENDING)
 _RESERVED_WAITS_KEPT = 4096
 _KIND_WAITS = frozenset({WaitReason.QUOTA, WaitReason.NO_MODEL})
 """Waits that hold for every job of a kind whatever its duration (no backfill changes them)."""
@@ -74,8 +73,10 @@ EVERYWHERE = "every free node is owed"
 def alike_key(job: Job) -> tuple[object, ...]:
     """Everything a waiting job's quota verdict and wait depend on but its duration: jobs with the same key
     are decided alike (the duration only decides whether they may backfill). Placement keeps some classes off
-    warning GPUs (`needs_healthy_gpus`), so two jobs alike but for that may be placed apart."""
-    return (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible, needs_healthy_gpus(job))
+    warning GPUs (`needs_healthy_gpus`), so two jobs alike but for that may be placed apart; node constraints
+    (`Job.node_rule`, None for nearly every job) decide which nodes it may use."""
+    return (job.tenant, job.gpu_types, job.units, job.gpus_per_node, job.interruptible, needs_healthy_gpus(job),
+            job.node_rule)
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,8 @@ class _Cycle(CycleState):
         True) when its shape fits on none of them (remembered for the shape: backfill_failed); (None, False) when
         only GPUs owed to claimants would take it (not a failure of its shape: others may use them)."""
         usable = self._backfill_nodes(ends_at_s)
+        if usable and item.job.node_rule is not None:
+            usable = usable - self.rules().barred(item.job)  # `only` wins over `excluded`: bar them here too
         if usable and self._lending_refuses(item.job, models):
             return None, False
         slots = place(self.state, item.job, excluded=excluded - usable, only=usable) if usable else None
@@ -250,7 +253,7 @@ class _Cycle(CycleState):
                 self.stopping_for.setdefault(job.job_id, []).append(victim)
         self._hold(job.job_id, choice.nodes)
         if grace_s <= 0:
-            slots = place(self.state, job, excluded=self._excluded_for(job.job_id),
+            slots = place(self.state, job, excluded=self.excluded_for_job(job),
                           warning=warning_gpus_by_node(self.state, self.snapshot.node_states))  # GPU health
             if slots is not None and self.admit(pending, slots, backfilled=False):
                 return True
@@ -293,11 +296,11 @@ class _Cycle(CycleState):
                 return
             if self.attempts_left > 0 and self.finder.outranks_own(job):
                 self.attempts_left -= 1
-                if self.try_preempt(item, self._excluded_for(job.job_id), self.finder.find_for_quota):
+                if self.try_preempt(item, self.excluded_for_job(job), self.finder.find_for_quota):
                     return
             self.waits[job.job_id] = blocked
             return
-        excluded = self._excluded_for(job.job_id)
+        excluded = self.excluded_for_job(job)
         if not self._lending_refuses(job, models):
             slots = self._lendable(item, excluded, self._place(item, models, excluded))
             if slots is not None:
@@ -458,7 +461,6 @@ class _Cycle(CycleState):
 
     def _wait_alike(self, item: PendingJob, models: tuple[str, ...], key: tuple[object, ...]) -> Wait | None:
         job = item.job
-        job_id = job.job_id
         wait = self._alike_waits.get(key)
         if wait is not None and wait.reason in _KIND_WAITS:
             return wait
@@ -477,7 +479,7 @@ class _Cycle(CycleState):
         wait = self.quota_blocked(job, models)
         everywhere = False  # refused by the lending rule wherever it went, whatever its length
         if wait is None:
-            excluded = self._excluded_for(job_id)
+            excluded = self.excluded_for_job(job)
             everywhere = self._lending_refuses(job, models)
             if not everywhere and self._lendable(item, excluded, self._place(item, models, excluded)) is not None:
                 return None
@@ -515,7 +517,7 @@ class _Cycle(CycleState):
         remembered: for its request shape when no reserved node could take it (backfill_failed), for its
         kind when only nodes owed to claimants could: a job alike ending later may use only a subset of the
         same reserved nodes, less the same owed ones."""
-        slots, shape_failed = self._backfill_slots(item, self._excluded_for(item.job.job_id), models, ends_at_s)
+        slots, shape_failed = self._backfill_slots(item, self.excluded_for_job(item.job), models, ends_at_s)
         if slots is not None:
             return True
         if not shape_failed:
@@ -573,6 +575,8 @@ class _Cycle(CycleState):
 
     def fits_after_wake(self, job: Job, models: tuple[str, ...]) -> bool:
         """Whether nodes that are asleep or on their way (all idle, by construction) could hold the job."""
+        if job.node_rule is not None:  # only the sleeping nodes its constraints allow (not kept: such jobs are few)
+            return fits_asleep(self.state, self.snapshot.node_states, self.rules().barred_asleep(job), job, models)
         if self._wakeable is None:
             self._wakeable = {}
             layout_model, layout_size = self.state.model, self.state.size
@@ -1069,7 +1073,10 @@ class _Cycle(CycleState):
             wait = changed.get(job_id)
             if wait is None or not wait.capacity_bound:
                 continue
-            if room and plan.claim(item.job, models_for(item.job), excluded):
+            job_excluded = excluded
+            if item.job.node_rule is not None:
+                job_excluded = excluded | self.rules().barred_asleep(item.job)
+            if room and plan.claim(item.job, models_for(item.job), job_excluded):
                 changed[job_id] = self.wait(item.job, WaitReason.WAKE)
                 self._wakes_claimed = True
             else:

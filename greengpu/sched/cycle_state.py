@@ -18,6 +18,7 @@ from greengpu.model import (
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.backfill import Reservation
 from greengpu.sched.books import Books
+from greengpu.sched.node_rules import NodeRules
 from greengpu.sched.order import fair_share
 from greengpu.sched.placement import allowed_models, chunks_for, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimFinder
@@ -102,6 +103,8 @@ class CycleState:
         self.attempts_left = 0
         self.reservations_left = 0
         self._wakeable: dict[str, list[int]] | None = None
+        self._rules: NodeRules | None = None
+        """The nodes constrained jobs may not use (built for the first such job: most cycles have none)."""
         self._nothing_left_key: tuple[int, ...] = ()
         self._nothing_left = False
 
@@ -172,8 +175,8 @@ class CycleState:
     def backfill_known_to_fail(self, job: Job, models: tuple[str, ...], ends_at_s: float) -> bool:
         """Whether a job of the same request shape, no larger and ending no later, already failed to
         backfill on the nodes as they are now."""
-        if not self.shortcuts:
-            return False
+        if not self.shortcuts or job.node_rule is not None:
+            return False  # a constrained job may use fewer nodes than others of its shape: never compared
         failed = self._backfill_failed.get((self.request_shape(job, models), self._released_version,
                                             self._layout_version))
         if failed:
@@ -185,6 +188,8 @@ class CycleState:
 
     def backfill_failed(self, job: Job, models: tuple[str, ...], ends_at_s: float) -> None:
         """Remember that `job` could not backfill (see backfill_known_to_fail)."""
+        if job.node_rule is not None:
+            return
         key = (self.request_shape(job, models), self._released_version, self._layout_version)
         self._backfill_failed.setdefault(key, []).append((job.units, ends_at_s))
 
@@ -199,13 +204,27 @@ class CycleState:
         excluded.update(n for n in self.reserved_nodes if n not in own)
         return excluded
 
+    def rules(self) -> NodeRules:
+        """The cycle's node rules (greengpu.sched.node_rules)."""
+        if self._rules is None:
+            self._rules = NodeRules(self.state, self.snapshot.cluster)
+        return self._rules
+
+    def excluded_for_job(self, job: Job) -> set[int]:
+        """`_excluded_for(job.job_id)` plus the nodes the job's own constraints bar (the same shared set for a job
+        without constraints: callers must not change it)."""
+        excluded = self._excluded_for(job.job_id)
+        if job.node_rule is None:
+            return excluded
+        return excluded | self.rules().barred(job)
+
     def _release(self, slots: tuple[GpuSlot, ...]) -> None:
         self.state.release(slots)
         self._released_version += 1
 
     def _shape(self, job_id: str, job: Job, models: tuple[str, ...]) -> tuple[object, ...] | None:
-        if job_id in self.held_for:
-            return None  # placed with its own held nodes: not comparable with other jobs
+        if job_id in self.held_for or job.node_rule is not None:
+            return None  # placed with its own held nodes, or on the nodes it allows: not comparable with other jobs
         return (self.request_shape(job, models), self._released_version)
 
     def _request_shape(self, job: Job, models: tuple[str, ...]) -> tuple[object, ...]:

@@ -69,20 +69,27 @@ class WakePlan:
             self.to_wake[node] = job_id
 
     def claim(self, job: Job, models: tuple[str, ...], excluded: Collection[int]) -> bool:
-        """Find and hold room for `job` on waking or asleep nodes (plus awake leftovers for a gang)."""
+        """Find and hold room for `job` on waking or asleep nodes (plus awake leftovers for a gang). A job with
+        node constraints (`Job.node_rule`) comes with the nodes they bar in `excluded`, asleep ones included."""
         gpus = max(1, job.whole_gpus)  # a fractional job holds a whole GPU here: a wake is per node
         sizes = self.state.node_size_by_model
+        constrained = job.node_rule is not None
         best: tuple[int, int, int] | None = None
         for model in models:
             if gpus > sizes[model] or job.gpus_per_node not in (None, gpus):
                 continue
             entries = self.by_model.get(model, [])
             position = bisect.bisect_left(entries, (gpus, -1, -1))
+            if constrained:
+                found = self._allowed_entry(entries, position, excluded, job.exclusive)
+                if found is not None and (best is None or found < best):
+                    best = found
+                continue
             # Among nodes with the same free count prefer one already waking (rank sorts before node).
             if position < len(entries) and (best is None or entries[position] < best):
                 best = entries[position]
         if best is not None:
-            self._take(best[2], gpus, job.job_id)
+            self._take(best[2], self.state.size[best[2]] if job.exclusive else gpus, job.job_id)
             return True
         if job.is_fractional:
             return False
@@ -90,19 +97,34 @@ class WakePlan:
             chunks = chunks_for(job, sizes[model])
             if chunks is None or (len(chunks) < 2 and job.gpus_per_node is None):
                 continue
-            if self._claim_gang(job.job_id, chunks, model, excluded):
+            if self._claim_gang(job.job_id, chunks, model, excluded, constrained, job.exclusive):
                 return True
         return False
 
-    def _claim_gang(self, job_id: str, chunks: list[int], model: str, excluded: Collection[int]) -> bool:
+    def _allowed_entry(self, entries: list[tuple[int, int, int]], position: int, excluded: Collection[int],
+                       whole: bool) -> tuple[int, int, int] | None:
+        """The first entry from `position` on a node not in `excluded` (and untouched by this plan if `whole`)."""
+        size = self.state.size
+        for entry in entries[position:]:
+            node = entry[2]
+            if node not in excluded and (not whole or entry[0] == size[node]):
+                return entry
+        return None
+
+    def _claim_gang(self, job_id: str, chunks: list[int], model: str, excluded: Collection[int],
+                    constrained: bool = False, whole: bool = False) -> bool:
+        """`whole`: each node taken whole and only if untouched (an exclusive job)."""
         state = self.state
         smallest = min(chunks)
         candidates = [(rank, free, node) for free, rank, node in self.by_model.get(model, []) if free >= smallest]
+        if constrained:  # the asleep nodes its constraints bar are in `excluded` too
+            candidates = [(rank, free, node) for rank, free, node in candidates
+                          if node not in excluded and (not whole or free == state.size[node])]
         buckets = state.buckets[model]
         for free in range(smallest, len(buckets)):
             for node in buckets[free]:
                 left = free - self.awake_claimed.get(node, 0)
-                if left >= smallest and node not in excluded:
+                if left >= smallest and node not in excluded and (not whole or left == state.size[node]):
                     candidates.append((_AWAKE, left, node))
         if len(candidates) < len(chunks):
             return False
@@ -118,6 +140,8 @@ class WakePlan:
             else:
                 return False
         for rank, node, chunk in assignment:
+            if whole:
+                chunk = state.size[node]
             if rank == _AWAKE:
                 self.awake_claimed[node] = self.awake_claimed.get(node, 0) + chunk
             else:

@@ -393,7 +393,21 @@ tests:
         values: '0x9 1x20'
       - series: 'greengpu_daemon_alerts_total{pod="daemon-a",kind="observe_failed"}'
         values: '0+1x30'
+      - series: 'greengpu_daemon_nodes{pod="daemon-a",state="failed"}'
+        values: '0x4 1x40'
     alert_rule_test:
+      - eval_time: 12m
+        alertname: GreengpuNodesFailed
+        exp_alerts: []
+      - eval_time: 20m
+        alertname: GreengpuNodesFailed
+        exp_alerts:
+          - exp_labels: {severity: warning}
+            exp_annotations:
+              summary: 1 node(s) failed in the workload manager for 10 minutes
+              description: >-
+                Slurm set them DOWN or FAIL (down~: ResumeTimeout reached). greengpu neither sleeps them nor
+                counts them as capacity; its node_failed alert names each node with Slurm's reason.
       - eval_time: 3h
         alertname: GreengpuDaemonPausedTooLong
         exp_alerts: []

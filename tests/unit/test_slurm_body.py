@@ -12,6 +12,7 @@ from inventories import a100_type, write_inventory
 from test_slurm_cli import dead_slurm  # noqa: F401 - a slurm.conf whose slurmctld does not listen
 
 from greengpu.backends.slurm import SlurmError
+from greengpu.backends.slurm_config import SuspendExclusions
 from greengpu.config.inventory import load_cluster
 from greengpu.control.body import ActionFailed
 from greengpu.control.slurm_body import SlurmBody, node_power, parse_jobs
@@ -74,7 +75,11 @@ def test_a_pending_job_that_asks_gpus_per_job_is_seen() -> None:
     ("idle", {"POWERING_DOWN"}, PowerState.SUSPENDING, False),
     ("idle", {"POWERING_UP"}, PowerState.WAKING, False),
     ("idle", {"DRAIN"}, PowerState.AWAKE, True),
-    ("down", set(), PowerState.AWAKE, True),
+    ("down", set(), PowerState.FAILED, True),
+    ("down", {"POWERED_DOWN"}, PowerState.FAILED, True),  # down~: ResumeTimeout reached
+    ("idle", {"POWERED_DOWN", "NOT_RESPONDING"}, PowerState.FAILED, True),
+    ("idle", {"POWERED_DOWN", "DRAIN"}, PowerState.ASLEEP, True),
+    ("idle", {"NOT_RESPONDING"}, PowerState.AWAKE, True),
 ])
 def test_node_states_map_to_the_cores(state: str, flags: set[str], power: PowerState | None,
                                       drained: bool | None) -> None:
@@ -95,7 +100,7 @@ def body(tmp_path: Path, answers: dict[str, str], calls: list[tuple[str, ...]]) 
             return answers[name]
         raise SlurmError(f"{name} {' '.join(args)}: Invalid node state specified")
 
-    return SlurmBody(cluster, run=run)
+    return SlurmBody(cluster, run=run, exclusions=SuspendExclusions())
 
 
 def test_the_observation_and_the_actions(tmp_path: Path) -> None:
