@@ -69,6 +69,8 @@ class KeptClaims:
         """owed_nodes' answers, until anything changes."""
         self._everywhere: dict[tuple[str, tuple[str, ...]], bool] = {}
         """owed_everywhere's answers, until anything changes."""
+        self._everywhere_by_needs: dict[tuple[object, ...], bool] = {}
+        """The same answers by what they read of the claimants (every tenant but the claimants' own reads the same)."""
 
     # ------------------------------------------------------------------ upkeep
 
@@ -80,6 +82,7 @@ class KeptClaims:
         self._as_of = as_of
         self._sets.clear()
         self._everywhere.clear()
+        self._everywhere_by_needs.clear()
         new = self._started[self._seen_started:]
         self._seen_started = len(self._started)
         index = self.state.index
@@ -323,15 +326,19 @@ class KeptClaims:
         key = (tenant, models)
         found = self._everywhere.get(key)
         if found is None:
-            found = self._everywhere[key] = self._owed_everywhere(tenant, models)
+            # The answer reads the tenant only through the other tenants' claimants' needs: tenants that are not
+            # claimants themselves share it, so a thousand tenants cost one answer per start, not a thousand.
+            buckets = self.state.buckets
+            needs = tuple((model, self._others(model, tenant)) for model in models if model in buckets)
+            found = self._everywhere_by_needs.get(needs)
+            if found is None:
+                found = self._everywhere_by_needs[needs] = self._owed_everywhere(needs)
+            self._everywhere[key] = found
         return found
 
-    def _owed_everywhere(self, tenant: str, models: tuple[str, ...]) -> bool:
+    def _owed_everywhere(self, needs: tuple[tuple[str, tuple[int | None, bool, int | None]], ...]) -> bool:
         state = self.state
-        for model in models:
-            if model not in state.buckets:
-                continue
-            need, _, units = self._others(model, tenant)
+        for model, (need, _, units) in needs:
             buckets = state.buckets[model]
             if units is None:
                 fewest = next((gpus for gpus in range(1, len(buckets)) if buckets[gpus]), None)

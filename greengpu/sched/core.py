@@ -872,8 +872,7 @@ class _Cycle(CycleState):
         """Take from `order`, up to the first job that might start, every job the walk would give a wait without
         asking: its kind's (`kind_waits`, from `_waiting_kinds`, while its memos hold) or the one `_known_wait`
         gives. Nothing changes while jobs only wait (not the state, nor the shares the order reads, nor whether
-        anything is left to try), so they are taken a run of the order at a time: no Python step per job but
-        its wait."""
+        anything is left to try), so each costs one step of the merge and its wait (IndexOrder.take_while)."""
         if self._alike_state() != self._alike_token:
             return
         kind_of, waits, now_s = index.kind_of, self.waits, self.now_s
@@ -881,32 +880,24 @@ class _Cycle(CycleState):
         epoch = self._epoch()
         valid_at = self._valid_at
         own = self.held_for.keys() | self.stopping_for.keys()  # decided on their own, never as their kind
-        while (run := order.run()) is not None:
-            entries, first, end = run
-            stop = first
-            while stop < end:
-                _, job_id, item = entries[stop]
-                if own and job_id in own:
-                    break
-                key = cast(tuple[object, ...], kind_of[job_id])
-                if valid_at.get(key) != epoch and not self._valid_now(key, item.job, epoch):
-                    kind_waits.pop(key, None)
-                    break  # its kind's memos no longer hold: the walk asks it
-                entry = kind_waits.get(key)
-                if entry is not None and marks.get(key) is entry[1]:
-                    wait = entry[0]
-                else:
-                    bound = wait_from.get(key)
-                    if bound is None or now_s + item.job.duration_s < bound:
-                        break  # it might start: the walk asks it
-                    wait = alike_waits[key]
-                waits[job_id] = wait
-                stop += 1
-            if stop > first:
-                considered.extend([entry[2] for entry in entries[first:stop]])
-                order.skip(stop - first)
-            if stop < end:
-                return
+
+        def wait_of(entry: tuple[float, str, PendingJob]) -> Wait | None:
+            job_id = entry[1]
+            if own and job_id in own:
+                return None
+            key = cast(tuple[object, ...], kind_of[job_id])
+            if valid_at.get(key) != epoch and not self._valid_now(key, entry[2].job, epoch):
+                kind_waits.pop(key, None)
+                return None  # its kind's memos no longer hold: the walk asks it
+            known = kind_waits.get(key)
+            if known is not None and marks.get(key) is known[1]:
+                return known[0]
+            bound = wait_from.get(key)
+            if bound is None or now_s + entry[2].job.duration_s < bound:
+                return None  # it might start: the walk asks it
+            return alike_waits[key]
+
+        order.take_while(wait_of, cast(dict[str, object], waits), considered)
 
     def _rest_of_walk(self, in_order: Iterator[PendingJob], index: PendingIndex) -> RestOfWalk:
         """The jobs `in_order` has not yet given, in its order, taken only if asked for (after the cycle, maybe)."""

@@ -1,19 +1,18 @@
-"""The kept queue's order (greengpu.sched.pending_index), taken one job at a time or a run at a time.
+"""The kept queue's order (greengpu.sched.pending_index), taken one job at a time or while jobs only wait.
 
 The order is greengpu.sched.order's: priority levels (base priority plus age boost) from the highest,
 and within a level the tenants' jobs merged by (fair share, submit time, tenant), the share read live
 after each job is decided (a start raises its tenant's share). Between starts the shares do not move, so
-the jobs come in runs: the tenant at the head of the merge keeps it for as long as its next job's
-(share, submit time) is below the best of the others. `run` names the next run, found by bisection,
-and `skip` takes some of it at once: a saturated cycle gives thousands of jobs the wait their kind
-already has without a Python step per job in the order itself.
+`take_while` takes the jobs that only wait (the core gives them their kind's wait) one merge step each,
+with no share read again but the one the tenant rejoins with: a saturated cycle with a thousand tenants
+walks thousands of such jobs.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from greengpu.model import PendingJob
@@ -58,31 +57,28 @@ class IndexOrder(Iterator[PendingJob]):
         self._returning = tenant
         return self._queues[tenant][head][2]
 
-    def run(self) -> tuple[list[_Entry], int, int] | None:
-        """The jobs that come next, as long as none of them starts: (entries, first, end), all of one tenant's
-        queue at this level; None at the end of the queue. Takes nothing (see `skip`)."""
-        if not self._ready():
-            return None
-        heap = self._heap
-        tenant = heap[0][2]
-        queue, head = self._queues[tenant], self._heads[tenant]
-        if len(heap) == 1:
-            return queue, head, len(queue)
-        share = self._share_of(tenant)  # what it rejoins the merge with after each of its jobs
-        other_share, other_submit_s, other = min(heap[1:3])  # the best of the other tenants
-        if share < other_share:
-            return queue, head, len(queue)
-        if share > other_share:
-            return queue, head, head + 1
-        # Equal shares: its jobs come while submitted before the other's head (or at the same time, tenant first).
-        cut = bisect_right if tenant < other else bisect_left
-        return queue, head, max(head + 1, cut(queue, other_submit_s, head + 1, len(queue), key=_submit_s))
-
-    def skip(self, count: int) -> None:
-        """Take the first `count` jobs of `run` (at least one) without returning them."""
-        tenant = heapq.heappop(self._heap)[2]
-        self._heads[tenant] += count
-        self._returning = tenant
+    def take_while(self, wait_of: Callable[[_Entry], object | None], waits: dict[str, object],
+                   taken: list[PendingJob]) -> None:
+        """Take jobs in order while `wait_of` gives each one its wait: recorded in `waits`, the job appended to
+        `taken`. The first job it gives None is left to come next. Only waiting jobs are taken, so no share
+        moves: each job costs one step of the merge, not a `run` (a thousand tenants' runs are a job long)."""
+        share_of = self._share_of
+        while self._ready():
+            heap = self._heap
+            tenant = heap[0][2]
+            queue, head = self._queues[tenant], self._heads[tenant]
+            entry = queue[head]
+            wait = wait_of(entry)
+            if wait is None:
+                return
+            waits[entry[1]] = wait
+            taken.append(entry[2])
+            head += 1
+            self._heads[tenant] = head
+            if head < len(queue):  # it rejoins the merge as `_ready` would rejoin it
+                heapq.heapreplace(heap, (share_of(tenant), queue[head][0], tenant))
+            else:
+                heapq.heappop(heap)
 
     def _ready(self) -> bool:
         """Bring the merge to the next job: the last tenant rejoins it, or the next level starts. False at the end."""
@@ -134,6 +130,3 @@ class IndexOrder(Iterator[PendingJob]):
         heapq.heapify(self._heap)
         return True
 
-
-def _submit_s(entry: _Entry) -> float:
-    return entry[0]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from greengpu.model import Job, PendingJob
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.core import alike_key
-from greengpu.sched.order import age_boost, queue_order
+from greengpu.sched.order import queue_order
 from greengpu.sched.pending_index import PendingIndex
 from greengpu.sched.waits import Wait, WaitReason
 
@@ -129,10 +129,11 @@ def test_a_requeued_job_in_place_of_its_old_object_is_replaced() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(jobs=st.lists(JOBS, min_size=1, max_size=30), now_s=st.sampled_from([3600.0, 7200.0, 40000.0]),
-       choices=st.lists(st.tuples(st.booleans(), st.integers(1, 30), st.booleans()), min_size=60, max_size=60))
-def test_runs_of_the_kept_order_are_the_jobs_that_come_next_while_none_starts(jobs, now_s, choices) -> None:  # noqa: ANN001
-    """The core takes the jobs it gives its kind's wait a run at a time (`run`, `skip`), and the rest one at a
-    time, some of which start (raising their tenant's share): the jobs come in queue_order's order."""
+       choices=st.lists(st.tuples(st.booleans(), st.integers(0, 30), st.booleans()), min_size=60, max_size=60))
+def test_jobs_taken_while_they_wait_come_in_queue_order(jobs, now_s, choices) -> None:  # noqa: ANN001
+    """The core takes the jobs it gives their kind's wait without asking them (`take_while`), and the rest one at
+    a time, some of which start (raising their tenant's share): the jobs come in queue_order's order, and
+    `take_while` stops before the first job it is given no wait for, leaving it to come next."""
     pending = tuple(make_job(n, *values) for n, values in enumerate(jobs))
     index = fresh(pending)
     policy = SchedulerPolicy(age_boost_per_hour=1.0, age_boost_max=2.0)
@@ -145,27 +146,32 @@ def test_runs_of_the_kept_order_are_the_jobs_that_come_next_while_none_starts(jo
 
     order = index.ordered(now_s, policy, share_of)
     walked: list[str] = []
-    whole_runs: list[int] = []  # where in `walked` a whole run ended
-    for by_run, count, starts in choices:
-        run = order.run()
-        if run is None:
-            assert len(walked) == len(pending)  # nothing left
-            break
-        entries, first, end = run
-        assert first < end <= len(entries)
-        if by_run:
-            count = min(count, end - first)
-            walked.extend(entry[1] for entry in entries[first:first + count])
-            order.skip(count)
-            if count == end - first:
-                whole_runs.append(len(walked))
+    waits: dict[str, object] = {}
+    for by_take, count, starts in choices:
+        if by_take:
+            asked: list[str] = []
+
+            def wait_of(entry: tuple[float, str, PendingJob], asked: list[str] = asked, count: int = count) -> object:
+                asked.append(entry[1])
+                return "waits" if len(asked) <= count else None
+
+            taken_now: list[PendingJob] = []
+            order.take_while(wait_of, waits, taken_now)
+            walked.extend(item.job.job_id for item in taken_now)
+            assert [item.job.job_id for item in taken_now] == asked[:count]
+            assert all(waits[item.job.job_id] == "waits" for item in taken_now)
+            if len(asked) > count:  # stopped before a job: it comes next
+                job = next(order).job
+                assert job.job_id == asked[count]
+                walked.append(job.job_id)
         else:
-            job = next(order).job
-            assert job.job_id == entries[first][1]
-            walked.append(job.job_id)
+            job = next(order, None)
+            if job is None:
+                break
+            walked.append(job.job.job_id)
             if starts:
-                started.add(job.job_id)
-                taken[job.tenant] = taken.get(job.tenant, 0) + 1
+                started.add(job.job.job_id)
+                taken[job.job.tenant] = taken.get(job.job.tenant, 0) + 1
     walked.extend(item.job.job_id for item in order)  # the rest, one at a time, none starting
     assert sorted(walked) == sorted(p.job.job_id for p in pending)
     taken.clear()
@@ -175,16 +181,6 @@ def test_runs_of_the_kept_order_are_the_jobs_that_come_next_while_none_starts(jo
         if item.job.job_id in started:
             taken[item.job.tenant] = taken.get(item.job.tenant, 0) + 1
     assert walked == expected
-    # A run is as long as it can be: the job after a whole run is another tenant's, or of another priority level.
-    by_id = {p.job.job_id: p for p in pending}
-
-    def level(job_id: str) -> tuple[str, float]:
-        job = by_id[job_id].job
-        return job.tenant, job.priority + age_boost((now_s - job.submit_time_s) / 3600.0, 2.0)
-
-    for end in whole_runs:
-        if end < len(walked):
-            assert level(walked[end]) != level(walked[end - 1])
 
 
 def test_the_kept_order_among_some_jobs_is_their_queue_order() -> None:
