@@ -3,8 +3,10 @@
 Start-up order: the state directory's lock first (a second daemon on the same state is one line and
 exit 1, nothing touched), the HTTP address next (in use: one line, exit 1), then the journal is
 reconciled, then the loop starts. systemd hears READY=1 after the first good tick and WATCHDOG=1
-after every tick (Type=notify, WatchdogSec). The control tick runs on a `BlockingScheduler` job,
-coalesced with at most one instance: a slow tick delays the next one, never overlaps it.
+after every tick while the last good tick is recent (Type=notify, WatchdogSec): a daemon whose every
+tick fails or hangs stops feeding it and is restarted. The control tick runs on a `BlockingScheduler`
+job, coalesced with at most one instance: a slow tick delays the next one, never overlaps it, and a
+tick past its deadline (`--tick-deadline-s`) is a failed one (greengpu.control.tick_deadline).
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ from pathlib import Path
 from types import FrameType
 
 from greengpu.config.inventory import load_cluster
-from greengpu.control.audit import Alerts, AuditLog
+from greengpu.control.audit import Alerts, AuditLog, check_webhook_url
 from greengpu.control.body import ClusterBody
-from greengpu.control.daemon import Daemon, freeze_long_lived_heap
-from greengpu.control.daemon_http import DaemonServer, read_token
+from greengpu.control.daemon import Daemon, TickReport, freeze_long_lived_heap
+from greengpu.control.daemon_http import DaemonServer
 from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_store import DaemonLocked, DaemonStore
 from greengpu.control.exporter import parse_listen, sd_notify
+from greengpu.control.state_checks import read_token
+from greengpu.control.tick_deadline import DeadlineTicks, default_deadline_s
 from greengpu.errors import BadInput
 from greengpu.policy import Policy
 
@@ -61,6 +65,8 @@ class DaemonOptions:
     lease_name: str = "greengpu-daemon"
     ledger_file: str | None = None
     """Where metering goes (default: ledger.db in the state directory)."""
+    tick_deadline_s: float | None = None
+    """A tick that has not returned after this long is a failed one (None: `default_deadline_s`)."""
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -127,6 +133,10 @@ def open_meter(options: DaemonOptions, body: ClusterBody, store: DaemonStore) ->
 
 def check_source(options: DaemonOptions) -> None:
     """Refuse, before anything is touched, options that do not go together."""
+    check_webhook_url(options.webhook_url, "--webhook")
+    if options.backend == "real" and options.source == "fake":
+        raise BadInput("--source fake runs a simulated cluster: use it with --backend fake (--backend real needs "
+                       "--source slurm or kubernetes)")
     if (options.lease_namespace is not None or options.lease_name != "greengpu-daemon") \
             and options.source != "kubernetes":
         raise BadInput("--lease-namespace and --lease-name elect a replica on Kubernetes: use them with "
@@ -154,12 +164,14 @@ def run_daemon(options: DaemonOptions) -> int:
         log.error("%s", error)
         return 1
     try:
+        store.bind_cluster(options.cluster_file)
         body = build_body(options, state_dir)
     except BaseException:
         store.release()
         raise
     audit = AuditLog(state_dir / "audit.jsonl")
-    daemon = Daemon(body, options.policy, store, audit, Alerts(audit, options.webhook_url), dry_run=options.dry_run,
+    alerts = Alerts(audit, options.webhook_url, background=not options.once)
+    daemon = Daemon(body, options.policy, store, audit, alerts, dry_run=options.dry_run,
                     leader=lease_election(options, body), meter=None if options.dry_run else open_meter(options,
                                                                                                         body, store))
 
@@ -181,13 +193,15 @@ def run_daemon(options: DaemonOptions) -> int:
         for line in daemon.reconcile():
             log.warning("reconciled: %s", line)
         freeze_long_lived_heap()
+        ticks = DeadlineTicks(daemon, options.tick_deadline_s or default_deadline_s(options.interval_s,
+                                                                                    options.source))
         if options.once:
-            report = daemon.tick()
+            report = ticks.tick()
             daemon.meter_energy()  # the first reading of the counters (charged from the next run on)
             print(json.dumps({"ok": report.ok, "message": report.message,
                               "actions": [{"kind": k, "target": t, "outcome": o} for k, t, o in report.actions]}))
             return 0 if report.ok else 1
-        return _loop(daemon, options.interval_s, state_dir / "reports")
+        return _loop(daemon, ticks, options.interval_s, health, state_dir / "reports")
     finally:
         server.stop()
         if not options.dry_run and body.name == "fake":
@@ -212,7 +226,25 @@ def monthly_reports(daemon: Daemon, folder: Path, now: datetime | None = None) -
     return written
 
 
-def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
+def loop_turn(ticks: DeadlineTicks, health: Callable[[], str | None], ready: dict[str, bool]) -> TickReport:
+    """One turn of the loop: a tick (with its deadline), then systemd's READY=1 (after the first good tick)
+    and WATCHDOG=1, fed only while the last good tick is recent: one failed tick is no reason to restart,
+    a daemon whose every tick fails or hangs is."""
+    report = ticks.tick()
+    if report.ok and not ready.get("sent"):
+        ready["sent"] = sd_notify("READY=1") or True
+    problem = health()
+    if problem is None:
+        sd_notify("WATCHDOG=1")
+    else:
+        log.error("not feeding the systemd watchdog: %s", problem)
+    for kind, target, outcome in report.actions:
+        log.info("%s %s: %s", kind, target, outcome)
+    return report
+
+
+def _loop(daemon: Daemon, ticks: DeadlineTicks, interval_s: float, health: Callable[[], str | None],
+          reports: Path) -> int:
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.schedulers.blocking import BlockingScheduler
 
@@ -222,12 +254,7 @@ def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
     ready = {"sent": False}
 
     def tick() -> None:
-        report = daemon.tick()
-        if report.ok and not ready["sent"]:
-            ready["sent"] = sd_notify("READY=1") or True
-        sd_notify("WATCHDOG=1")
-        for kind, target, outcome in report.actions:
-            log.info("%s %s: %s", kind, target, outcome)
+        loop_turn(ticks, health, ready)
 
     started = datetime.now(UTC)
     scheduler.add_job(tick, "interval", seconds=interval_s, coalesce=True, max_instances=1,

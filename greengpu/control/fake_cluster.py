@@ -19,6 +19,7 @@ import os
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from greengpu.backends.fake_nvml import FakeGpu, FakeNvml
 from greengpu.backends.nvml import NvmlBackend
@@ -26,6 +27,7 @@ from greengpu.control.agent import gpu_observation
 from greengpu.control.body import ActionFailed, Observation
 from greengpu.control.jobclass import GpuJob
 from greengpu.energy.sleep import NodeView, idle_draw_w
+from greengpu.errors import BadInput
 from greengpu.model import (
     Action,
     Cluster,
@@ -145,7 +147,18 @@ class FakeCluster:
     def _load(self) -> None:
         if not self.state_path.exists():
             return
-        saved = json.loads(self.state_path.read_text())
+        try:
+            self._load_saved(json.loads(self.state_path.read_text()))
+        except (ValueError, KeyError, TypeError, AttributeError, OSError) as error:  # UnicodeDecodeError: ValueError
+            missing = f"key {error}" if isinstance(error, KeyError) else f"{type(error).__name__}: {error}"
+            raise BadInput(f"{self.state_path}: a damaged fake-cluster state, or one of another cluster or job "
+                           f"stream ({missing}); move it away to start the fake cluster afresh") from None
+        unknown = set(self.nodes) ^ {n.name for n in self.cluster.nodes}
+        if unknown:
+            raise BadInput(f"{self.state_path}: its nodes are not the inventory's (e.g. {sorted(unknown)[0]}): "
+                           "the state of another cluster; give this one a --state of its own")
+
+    def _load_saved(self, saved: dict[str, Any]) -> None:
         self.nodes = {n["name"]: FakeNode(**n) for n in saved["nodes"]}
         self.next_arrival = int(saved["next_arrival"])
         self.origin_s = float(saved.get("origin_s", self.origin_s))
@@ -309,7 +322,9 @@ class FakeCluster:
         """Each awake node's GPU energy counters now (J), summed; nodes without counters are left out."""
         energy: dict[str, float] = {}
         for name, backend in self.nvml.items():
-            if self.nodes[name].power != PowerState.AWAKE.value:
+            # A node still suspending has its GPUs powered, at whatever limit they were given: they go back
+            # too (after a SIGTERM they stayed at 100 W). Asleep or booting, a node's GPUs are off.
+            if self.nodes[name].power not in (PowerState.AWAKE.value, PowerState.SUSPENDING.value):
                 continue
             readings = [backend.energy_j(index) for index in range(backend.gpu_count)]
             if readings and all(r is not None for r in readings):
@@ -415,7 +430,9 @@ class FakeCluster:
         lines = []
         self._stale.update(self.nvml)
         for name, backend in self.nvml.items():
-            if self.nodes[name].power != PowerState.AWAKE.value:
+            # A node still suspending has its GPUs powered, at whatever limit they were given: they go back
+            # too (after a SIGTERM they stayed at 100 W). Asleep or booting, a node's GPUs are off.
+            if self.nodes[name].power not in (PowerState.AWAKE.value, PowerState.SUSPENDING.value):
                 continue
             for index in range(backend.gpu_count):
                 reading = backend.read(index)
