@@ -5,12 +5,12 @@ a wrong method is 405, a wrong token is told so, and refused changes do not floo
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 import socket
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest

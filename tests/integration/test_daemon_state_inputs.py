@@ -4,7 +4,6 @@ suspending at stop gets its GPUs back to default; the agent exits when NVML cann
 
 from __future__ import annotations
 
-
 import os
 import sqlite3
 import subprocess
