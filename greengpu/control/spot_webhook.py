@@ -44,6 +44,28 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     return context
 
 
+CERT_SOON_S = 14 * 86_400.0
+"""A certificate that expires within this is warned about at start."""
+
+
+def certificate_warning(cert_file: str, now_s: float) -> str | None:
+    """One line when the certificate in `cert_file` has expired or expires within CERT_SOON_S (the API server
+    then refuses the webhook and, failing open, pods go unsteered without a word); None otherwise or when
+    its dates cannot be read."""
+    try:
+        not_after = ssl._ssl._test_decode_cert(cert_file)["notAfter"]  # type: ignore[attr-defined]
+        expires_s = ssl.cert_time_to_seconds(not_after)
+    except (AttributeError, KeyError, ValueError, OSError, ssl.SSLError):
+        return None
+    left_s = expires_s - now_s
+    if left_s <= 0:
+        return (f"--cert {cert_file}: the certificate expired {-left_s / 86_400:.0f} days ago ({not_after}); the "
+                "API server will refuse this webhook (pods are admitted unsteered): renew it")
+    if left_s < CERT_SOON_S:
+        return f"--cert {cert_file}: the certificate expires in {left_s / 86_400:.1f} days ({not_after}): renew it"
+    return None
+
+
 def pod_name(request: Any) -> str:
     """`namespace/name` of the request's pod for the log (a pod made from generateName has no name yet)."""
     pod = request.get("object")
