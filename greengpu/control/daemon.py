@@ -17,19 +17,17 @@ A restart first reconciles the journal's open entries against what it observes (
 
 from __future__ import annotations
 
-import gc
 import logging
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ActionFailed, ClusterBody, Observation
 from greengpu.control.daemon_meter import DaemonMeter
+from greengpu.control.daemon_metrics import DaemonMetrics, TickReport, freeze_long_lived_heap
 from greengpu.control.daemon_store import DaemonStore, TickFacts
 from greengpu.energy.arrivals import RecentArrivals
 from greengpu.errors import BadInput
@@ -61,48 +59,7 @@ BACKED_OFF = (SleepNode, SetPowerLimit, LockClocks)
 KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
         SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks"}
 JOB_ACTIONS = (PlaceJob, PreemptJob, KillJob)
-
-
-@dataclass
-class TickReport:
-    ok: bool
-    actions: list[tuple[str, str, str]] = field(default_factory=list)
-    """(kind, target, outcome) of every action carried out or logged."""
-    message: str = ""
-
-
-class DaemonMetrics:
-    """The daemon's Prometheus metrics (docs/DAEMON.md), in a registry of their own."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.ticks = Counter("greengpu_daemon_ticks", "Control ticks by outcome.", ["outcome"], registry=r)
-        self.tick_seconds = Histogram("greengpu_daemon_tick_seconds", "Time one control tick took.", registry=r,
-                                      buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
-        self.last_good = Gauge("greengpu_daemon_last_good_tick_timestamp_seconds",
-                               "When the last good tick ended (Unix time).", registry=r)
-        self.actions = Counter("greengpu_daemon_actions", "Actions by kind and outcome.", ["kind", "outcome"],
-                               registry=r)
-        self.nodes = Gauge("greengpu_daemon_nodes", "Nodes by power state.", ["state"], registry=r)
-        self.jobs = Gauge("greengpu_daemon_jobs", "Jobs by state.", ["state"], registry=r)
-        self.waiting = Gauge("greengpu_daemon_jobs_waiting_for_capacity",
-                             "Jobs the last tick found waiting for capacity or for nodes to wake.", registry=r)
-        self.paused = Gauge("greengpu_daemon_paused", "1 while the daemon is paused.", registry=r)
-        self.alerts = Counter("greengpu_daemon_alerts", "Alerts raised, by kind.", ["kind"], registry=r)
-        self.energy = Counter("greengpu_daemon_energy_joules", "Measured GPU energy attributed to each tenant "
-                              "(idle GPUs to 'idle').", ["tenant"], registry=r)
-
-
-def freeze_long_lived_heap() -> None:
-    """Move everything alive now (the inventory, the job stream, the bodies' indexes) out of the cyclic
-    garbage collector's sight, once the daemon has started.
-
-    The collector's full passes re-walk every live object; on a large cluster they came every few ticks
-    and doubled those ticks' time. Objects made later are collected as usual; a frozen object is still
-    freed by reference counting when nothing holds it."""
-    gc.collect()
-    gc.freeze()
+__all__ = ["Daemon", "DaemonMetrics", "TickReport", "freeze_long_lived_heap"]
 
 
 class Daemon:

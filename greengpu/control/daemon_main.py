@@ -39,6 +39,9 @@ from greengpu.policy import Policy
 
 METER_INTERVAL_S = 60.0
 """The metering job's period: GPU energy counters read and charged to tenants once a minute."""
+STOP_WAIT_S = 30.0
+"""At SIGTERM, how long a tick in flight may finish before the GPUs are released (the unit's TimeoutStopSec
+is 60 s)."""
 
 log = logging.getLogger("greengpu.daemon")
 
@@ -189,12 +192,11 @@ def run_daemon(options: DaemonOptions) -> int:
         store.release()
         return 1
     log.info("serving /metrics, /healthz and /v1/status on http://%s:%d", *server.address)
+    ticks = DeadlineTicks(daemon, options.tick_deadline_s or default_deadline_s(options.interval_s, options.source))
     try:
         for line in daemon.reconcile():
             log.warning("reconciled: %s", line)
         freeze_long_lived_heap()
-        ticks = DeadlineTicks(daemon, options.tick_deadline_s or default_deadline_s(options.interval_s,
-                                                                                    options.source))
         if options.once:
             report = ticks.tick()
             daemon.meter_energy()  # the first reading of the counters (charged from the next run on)
@@ -204,6 +206,8 @@ def run_daemon(options: DaemonOptions) -> int:
         return _loop(daemon, ticks, options.interval_s, health, state_dir / "reports")
     finally:
         server.stop()
+        if not ticks.settle(STOP_WAIT_S):
+            log.error("a tick still runs %g s after the stop: releasing the GPUs beside it", STOP_WAIT_S)
         if not options.dry_run and body.name == "fake":
             body.release_gpus("daemon stopping")  # the fake cluster's agents would do this on their own
         store.release()
@@ -259,7 +263,11 @@ def _loop(daemon: Daemon, ticks: DeadlineTicks, interval_s: float, health: Calla
     started = datetime.now(UTC)
     scheduler.add_job(tick, "interval", seconds=interval_s, coalesce=True, max_instances=1,
                       misfire_grace_time=max(1, int(interval_s)), next_run_time=started, id="control-tick")
-    scheduler.add_job(daemon.meter_energy, "interval", seconds=METER_INTERVAL_S, coalesce=True, max_instances=1,
+    def meter() -> None:
+        if not ticks.busy:  # a stalled tick still holds the body: this minute is metered with the next
+            daemon.meter_energy()
+
+    scheduler.add_job(meter, "interval", seconds=METER_INTERVAL_S, coalesce=True, max_instances=1,
                       misfire_grace_time=int(METER_INTERVAL_S), next_run_time=started + timedelta(seconds=1),
                       id="meter")
     scheduler.add_job(monthly_reports, "cron", args=(daemon, reports), day=1, hour=0, minute=10, coalesce=True,

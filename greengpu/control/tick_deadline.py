@@ -52,6 +52,16 @@ class DeadlineTicks:
                 self._busy = False
                 self._done.set()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a tick is running now (the metering job waits its turn: it must not see the body mid-tick)."""
+        return self._busy
+
+    def settle(self, timeout_s: float) -> bool:
+        """Wait at most `timeout_s` for a tick in flight (at stop: the release must not race it); True when
+        none runs."""
+        return not self._busy or self._done.wait(timeout_s)
+
     def tick(self) -> TickReport:
         """One turn of the loop: the tick's report, or a failed one when it stalls or the last still hangs."""
         if self._busy:

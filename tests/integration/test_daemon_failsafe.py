@@ -79,6 +79,15 @@ def test_a_tick_that_hangs_is_a_failed_tick_alerted_once_and_the_gpus_go_back(tm
         report = ticks.tick()
         assert time.monotonic() - started < 5 and not report.ok and "deadline" in report.message
         assert capped(body) == []  # fail safe while the tick hangs
+        from greengpu.control.daemon_http import DaemonServer
+
+        server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None).start()
+        try:  # /v1/status answers from what the last good tick saw, at once
+            with urllib.request.urlopen("http://{}:{}/v1/status".format(*server.address), timeout=3) as answer:
+                assert set(json.loads(answer.read())["nodes"]) == {"n1", "n2", "n3"}
+        finally:
+            server.stop()
+        assert ticks.busy and not ticks.settle(0.1)
         clock.now_s += 60
         again = ticks.tick()  # the stuck tick has not returned: no second tick runs beside it
         assert not again.ok and "still not returned" in again.message
