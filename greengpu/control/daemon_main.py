@@ -275,7 +275,8 @@ def _loop(daemon: Daemon, ticks: DeadlineTicks, interval_s: float, health: Calla
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)
-        scheduler.shutdown(wait=False)
+        if scheduler.running:  # a second signal (systemd, then a person) is not a traceback
+            scheduler.shutdown(wait=False)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
