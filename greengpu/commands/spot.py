@@ -63,7 +63,7 @@ def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, 
         click.echo(f"greengpu: warning: {warning}", err=True)
     decide = bind_decision(cluster, policy)
     try:
-        server = WebhookServer(host, port, context, decide).start()
+        server = WebhookServer(host, port, context, decide, cert_file=cert_file).start()
     except OSError as error:
         raise click.ClickException(f"spot webhook: cannot listen on {listen}: {error.strerror or error}") from None
     click.echo(f"greengpu: spot webhook on https://{listen.rpartition(':')[0]}:{server.port}/mutate", err=True)

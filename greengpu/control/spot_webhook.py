@@ -102,15 +102,19 @@ class WebhookServer:
     """The webhook on `host:port` over TLS, in a background thread; `port` 0 picks a free one."""
 
     def __init__(self, host: str, port: int, context: ssl.SSLContext, decide: Decide,
-                 clock: Callable[[], float] = time.time) -> None:
-        """Binds at once (an address in use raises OSError here, before anything else happens)."""
+                 clock: Callable[[], float] = time.time, cert_file: str | None = None) -> None:
+        """Binds at once (an address in use raises OSError here, before anything else happens). With
+        `cert_file`, `/healthz` carries a `Warning` header while the certificate has expired or soon will
+        (still 200: the webhook serves, and fails open)."""
 
         class Handler(BaseHTTPRequestHandler):
             timeout = READ_TIMEOUT_S
 
             def do_GET(self) -> None:  # noqa: N802 (the http.server API)
                 if self.path.split("?", 1)[0] == "/healthz":
-                    self._reply(200, b"ok\n", "text/plain")
+                    warning = certificate_warning(cert_file, clock()) if cert_file else None
+                    self._reply(200, b"ok\n", "text/plain",
+                                {"Warning": f'199 greengpu "{warning}"'} if warning else None)
                 else:
                     self._reply(404, b"not found\n", "text/plain")
 
@@ -149,10 +153,13 @@ class WebhookServer:
                     return None
                 return review
 
-            def _reply(self, status: int, body: bytes, content_type: str) -> None:
+            def _reply(self, status: int, body: bytes, content_type: str,
+                       headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
 

@@ -40,6 +40,35 @@ def test_an_expired_or_expiring_certificate_is_one_warning(tmp_path: Path) -> No
     assert certificate_warning(str(certificate(tmp_path / "fine.crt", 90)), time.time()) is None
 
 
+def test_healthz_carries_the_warning_while_the_certificate_is_old(tmp_path: Path) -> None:
+    """A real TLS server on loopback with a certificate that expired yesterday: /healthz stays 200 (the
+    webhook serves and fails open) and says why it should not be trusted for long."""
+    import ssl
+    import urllib.request
+
+    from greengpu.control.spot_webhook import WebhookServer, tls_context
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=30))
+            .not_valid_after(now - datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    server = WebhookServer("127.0.0.1", 0, tls_context(str(cert_file), str(key_file)), lambda *a: None,
+                           cert_file=str(cert_file)).start()
+    client = ssl.create_default_context()
+    client.check_hostname, client.verify_mode = False, ssl.CERT_NONE  # the client sees what the API server would
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{server.port}/healthz", context=client, timeout=10) as answer:
+            assert answer.status == 200 and "expired" in answer.headers["Warning"]
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("extra, says", [
     (["--audit", "{tmp}"], "--audit"),
     (["--audit", "/proc/self/cloud-audit.jsonl"], "--audit"),
