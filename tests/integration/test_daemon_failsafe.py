@@ -72,6 +72,7 @@ def test_a_tick_that_hangs_is_a_failed_tick_alerted_once_and_the_gpus_go_back(tm
     daemon, body, _ = make(tmp_path, clock, body_class=HangingCluster)
     ticks = DeadlineTicks(daemon, deadline_s=0.5)
     assert ticks.tick().ok and capped(body)  # idle GPUs at their minimum
+    HangingCluster.released.clear()
     HangingCluster.hang.set()
     try:
         clock.now_s += 60
