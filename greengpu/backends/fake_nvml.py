@@ -42,10 +42,20 @@ from typing import Any
 import pynvml
 
 from greengpu.backends.fake_nvml_health import FakeNvmlHealth, _c_uint, _enum, _error, _EventSet, _Handle
+from greengpu.errors import BadInput
 
 MIB = 1024 * 1024
 WRITE_LOG_LINES = 1000
+_SETTINGS = frozenset({"limit_w", "locked_clock_mhz"})
+"""What a write-log line may set (a damaged line setting anything else is skipped)."""
 """Writes appended to the write log before it is folded into the state file."""
+
+
+def _last_byte(handle: Any) -> bytes:
+    handle.seek(-1, os.SEEK_END)
+    last: bytes = handle.read(1)
+    handle.seek(0, os.SEEK_END)
+    return last
 
 
 @dataclass
@@ -206,8 +216,12 @@ class FakeNvml(FakeNvmlHealth):
             self.save()  # the first write, or a long log folded into the file
             self._logged = 0
             return
-        with self._write_log_path().open("a") as log:
-            log.write(json.dumps({"gpu": index, **settings}) + "\n")
+        with self._write_log_path().open("a+b") as log:
+            # A torn last line (a process killed mid-write) must not swallow this write: a lost reset left a
+            # GPU at 100 W that the daemon's reconcile then marked done.
+            log.seek(0, os.SEEK_END)
+            torn = log.tell() > 0 and _last_byte(log) != b"\n"
+            log.write((("\n" if torn else "") + json.dumps({"gpu": index, **settings}) + "\n").encode())
         self._logged += 1
 
     @staticmethod
@@ -220,19 +234,24 @@ class FakeNvml(FakeNvmlHealth):
     def _load(self) -> None:
         if self._state_path is None or not self._state_path.exists():
             return
-        saved = json.loads(self._state_path.read_text())["gpus"]
-        self._gpus = [FakeGpu(**g) for g in saved]
+        try:
+            saved = json.loads(self._state_path.read_text())["gpus"]
+            self._gpus = [FakeGpu(**g) for g in saved]
+        except (ValueError, KeyError, TypeError) as error:  # UnicodeDecodeError is a ValueError
+            raise BadInput(f"{self._state_path}: not a fake NVML state file ({type(error).__name__}: {error}); "
+                           "move it away to start the fake GPUs afresh") from None
         log = self._write_log_path()
         if not log.exists():
             return
-        for line in log.read_text().splitlines():
+        for line in log.read_text(errors="replace").splitlines():
             try:
                 write = json.loads(line)
-            except ValueError:
-                continue  # the last line of a log whose writer was killed mid-line: that write never returned
-            gpu = self._gpus[int(write.pop("gpu"))]
+                gpu = self._gpus[int(write.pop("gpu"))]
+            except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+                continue  # a torn line (its writer was killed mid-line: that write never returned)
             for key, value in write.items():
-                setattr(gpu, key, value)
+                if key in _SETTINGS:
+                    setattr(gpu, key, value)
 
     # --- plumbing ----------------------------------------------------------------------------
 

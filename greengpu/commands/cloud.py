@@ -41,9 +41,37 @@ def cloud(ctx: click.Context, cluster_file: str, audit_file: str, others_program
     except OSError as error:
         raise click.ClickException(f"greengpu cloud: cannot open the log {log_file}: {error}") from None
     with _cloud_step(ctx.invoked_subcommand or ""):
+        from greengpu.control.audit import check_webhook_url
+
+        check_webhook_url(alert_webhook, "--alert-webhook")
+        _check_writable(audit_file)
         audit = AuditLog(Path(audit_file))
         ctx.obj = CloudContext(pools=load_cloud_pools(cluster_file), audit=audit,
                                alerts=Alerts(audit, alert_webhook), others_program=others_program)
+
+
+def _check_writable(audit_file: str) -> None:
+    """The audit log can be appended to: checked before anything is launched, so no instance runs (and
+    costs) without its record; nothing is created here. BadInput naming the file otherwise."""
+    import os
+
+    from greengpu.control.state_checks import VIRTUAL_ROOTS
+    from greengpu.errors import BadInput
+
+    path = Path(audit_file).absolute()
+    if any(path.is_relative_to(root) for root in VIRTUAL_ROOTS):
+        raise BadInput(f"--audit {audit_file}: under a virtual file system; give a file on a disk")
+    if path.is_dir():
+        raise BadInput(f"--audit {audit_file}: is a directory, expected the audit log (a file)")
+    if path.exists():
+        if not path.is_file() or not os.access(path, os.W_OK):
+            raise BadInput(f"--audit {audit_file}: not a regular file this user can write")
+        return
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise BadInput(f"--audit {audit_file}: cannot be created ({parent} is not a directory this user can write)")
 
 
 @contextmanager

@@ -12,11 +12,12 @@ import click
               help="Cluster inventory YAML.")
 @click.option("--policy", "policy_name", default="default", show_default=True, metavar="P",
               help="Built-in policy name or policy YAML: every lever's settings.")
-@click.option("--source", type=click.Choice(["fake", "slurm", "kubernetes"]), default="fake", show_default=True,
-              help="Where jobs and node states come from.")
-@click.option("--backend", type=click.Choice(["real", "fake"]), default="fake", show_default=True,
-              help="fake: a simulated cluster (fake GPUs, nodes that sleep and boot, a job stream); no cluster "
-              "needed.")
+@click.option("--source", type=click.Choice(["fake", "slurm", "kubernetes"]), default=None,
+              help="Where jobs and node states come from: slurm or kubernetes with --backend real (required "
+              "there); with --backend fake it is fake.")
+@click.option("--backend", type=click.Choice(["real", "fake"]), required=True,
+              help="Required, no default: real acts on the cluster --source names; fake runs a simulated "
+              "cluster (fake GPUs, nodes that sleep and boot, a job stream), no cluster needed.")
 @click.option("--once", is_flag=True, help="Reconcile, run one tick, print its actions as JSON and exit.")
 @click.option("--dry-run", is_flag=True, help="Decide, journal and log every action; carry none out.")
 @click.option("--listen", default="127.0.0.1:9475", show_default=True, metavar="HOST:PORT",
@@ -44,6 +45,9 @@ import click
               "bills it.")
 @click.option("--kube-host", default=None, metavar="URL",
               help="With --source kubernetes: the API server URL (default: in-cluster config, else kubeconfig).")
+@click.option("--tick-deadline-s", type=click.FloatRange(min=1.0), default=None, metavar="SECONDS",
+              help="A tick that has not returned after this long is a failed one: alerted, GPUs back to their "
+              "defaults (default: two intervals, at least 120 s; 600 s more with --source kubernetes).")
 @click.option("--suspend-command", default=None, metavar="TEMPLATE",
               help="With --source kubernetes: run per node to suspend it ({node}); default: ask the node's agent "
               "(POST /v1/suspend with --agent-token-file), which suspends its own host.")
@@ -52,11 +56,11 @@ import click
               "/v1/suspend wants (the agent suspends its own node; docs/SLEEP.md).")
 @click.option("--agent-port", type=click.IntRange(1, 65535), default=9474, show_default=True,
               help="With --source kubernetes: the node agents' port (on each node's InternalIP).")
-def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once: bool, dry_run: bool, listen: str,
-           state_dir: str, interval_s: float, token_file: str | None, webhook_url: str | None,
+def daemon(cluster_file: str, policy_name: str, source: str | None, backend: str, once: bool, dry_run: bool,
+           listen: str, state_dir: str, interval_s: float, token_file: str | None, webhook_url: str | None,
            trace_file: str | None, trace_format: str, seed: int, lease_namespace: str | None,
-           lease_name: str, ledger_file: str | None, kube_host: str | None, suspend_command: str | None,
-           agent_token_file: str | None, agent_port: int) -> None:
+           lease_name: str, ledger_file: str | None, kube_host: str | None, tick_deadline_s: float | None,
+           suspend_command: str | None, agent_token_file: str | None, agent_port: int) -> None:
     """Run the control loop on a cluster: observe, decide with the simulator's own tick, act, account.
 
     Every action is journalled before and after it is carried out and written to the audit log; when
@@ -66,6 +70,12 @@ def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once:
     import logging
 
     from greengpu.commands.common import verbosity
+    from greengpu.errors import BadInput
+
+    if source is None and backend == "real":
+        raise BadInput("--backend real needs --source slurm or --source kubernetes (the daemon never guesses "
+                       "which cluster it acts on)")
+    source = source or "fake"
     from greengpu.config.policy import load_policy
     from greengpu.control.daemon_main import DaemonOptions, run_daemon
 
@@ -82,6 +92,6 @@ def daemon(cluster_file: str, policy_name: str, source: str, backend: str, once:
         webhook_url=webhook_url, trace_file=trace_file, trace_format=trace_format, seed=seed, kube_host=kube_host,
         suspend_command=suspend_command, agent_token_file=agent_token_file, agent_port=agent_port,
         lease_namespace=lease_namespace, lease_name=lease_name,
-        ledger_file=ledger_file))
+        ledger_file=ledger_file, tick_deadline_s=tick_deadline_s))
     if code:
         raise click.exceptions.Exit(code)

@@ -54,9 +54,16 @@ def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, 
     except (OSError, ssl.SSLError) as error:
         raise BadInput(f"--cert {cert_file} / --key {key_file}: cannot load the certificate and key: "
                        f"{getattr(error, 'strerror', None) or error}") from None
+    import time
+
+    from greengpu.control.spot_webhook import certificate_warning
+
+    warning = certificate_warning(cert_file, time.time())
+    if warning is not None:
+        click.echo(f"greengpu: warning: {warning}", err=True)
     decide = bind_decision(cluster, policy)
     try:
-        server = WebhookServer(host, port, context, decide).start()
+        server = WebhookServer(host, port, context, decide, cert_file=cert_file).start()
     except OSError as error:
         raise click.ClickException(f"spot webhook: cannot listen on {listen}: {error.strerror or error}") from None
     click.echo(f"greengpu: spot webhook on https://{listen.rpartition(':')[0]}:{server.port}/mutate", err=True)

@@ -227,8 +227,10 @@ def run_agent(options: AgentOptions) -> int:
     try:
         agent.start()
     except (NvmlUnavailable, RuntimeError) as error:
+        # Closed, not stopped: stop() waits for a serve loop that never started (the agent hung here, its
+        # pod Running on a node without the driver).
         log.error("%s", error)
-        server.stop()
+        server.close()
         return 1
     stop = threading.Event()
 

@@ -17,20 +17,18 @@ A restart first reconciles the journal's open entries against what it observes (
 
 from __future__ import annotations
 
-import gc
 import logging
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ActionFailed, ClusterBody, Observation
 from greengpu.control.daemon_meter import DaemonMeter
-from greengpu.control.daemon_store import DaemonStore
+from greengpu.control.daemon_metrics import DaemonMetrics, TickReport, freeze_long_lived_heap
+from greengpu.control.daemon_store import DaemonStore, TickFacts
 from greengpu.energy.arrivals import RecentArrivals
 from greengpu.errors import BadInput
 from greengpu.forecast.reserve import DemandRiseForecaster
@@ -61,48 +59,7 @@ BACKED_OFF = (SleepNode, SetPowerLimit, LockClocks)
 KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
         SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks"}
 JOB_ACTIONS = (PlaceJob, PreemptJob, KillJob)
-
-
-@dataclass
-class TickReport:
-    ok: bool
-    actions: list[tuple[str, str, str]] = field(default_factory=list)
-    """(kind, target, outcome) of every action carried out or logged."""
-    message: str = ""
-
-
-class DaemonMetrics:
-    """The daemon's Prometheus metrics (docs/DAEMON.md), in a registry of their own."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.ticks = Counter("greengpu_daemon_ticks", "Control ticks by outcome.", ["outcome"], registry=r)
-        self.tick_seconds = Histogram("greengpu_daemon_tick_seconds", "Time one control tick took.", registry=r,
-                                      buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
-        self.last_good = Gauge("greengpu_daemon_last_good_tick_timestamp_seconds",
-                               "When the last good tick ended (Unix time).", registry=r)
-        self.actions = Counter("greengpu_daemon_actions", "Actions by kind and outcome.", ["kind", "outcome"],
-                               registry=r)
-        self.nodes = Gauge("greengpu_daemon_nodes", "Nodes by power state.", ["state"], registry=r)
-        self.jobs = Gauge("greengpu_daemon_jobs", "Jobs by state.", ["state"], registry=r)
-        self.waiting = Gauge("greengpu_daemon_jobs_waiting_for_capacity",
-                             "Jobs the last tick found waiting for capacity or for nodes to wake.", registry=r)
-        self.paused = Gauge("greengpu_daemon_paused", "1 while the daemon is paused.", registry=r)
-        self.alerts = Counter("greengpu_daemon_alerts", "Alerts raised, by kind.", ["kind"], registry=r)
-        self.energy = Counter("greengpu_daemon_energy_joules", "Measured GPU energy attributed to each tenant "
-                              "(idle GPUs to 'idle').", ["tenant"], registry=r)
-
-
-def freeze_long_lived_heap() -> None:
-    """Move everything alive now (the inventory, the job stream, the bodies' indexes) out of the cyclic
-    garbage collector's sight, once the daemon has started.
-
-    The collector's full passes re-walk every live object; on a large cluster they came every few ticks
-    and doubled those ticks' time. Objects made later are collected as usual; a frozen object is still
-    freed by reference counting when nothing holds it."""
-    gc.collect()
-    gc.freeze()
+__all__ = ["Daemon", "DaemonMetrics", "TickReport", "freeze_long_lived_heap"]
 
 
 class Daemon:
@@ -138,6 +95,8 @@ class Daemon:
         self._faulted: set[str] = set()
         """Nodes reported failed and alerted already (`_check_faults`)."""
         self.energy_by_tenant_j: dict[str, float] = {}
+        self.facts: TickFacts | None = None
+        """What the last tick read of the store (what /v1/status says when the store is locked)."""
 
     # --- start-up ------------------------------------------------------------------------------
 
@@ -176,9 +135,20 @@ class Daemon:
     # --- one tick ------------------------------------------------------------------------------
 
     def tick(self) -> TickReport:
-        started = time.perf_counter()
+        """One tick; whatever fails in it (the store locked by another process, a body that raises) is a
+        failed tick: counted, alerted, and failed safe (GPUs back to their defaults)."""
         now_s = self.clock()
+        try:
+            return self._tick(now_s)
+        except Exception as error:  # noqa: BLE001 - unsure what was done: fail safe, and say why
+            kind = "store_failed" if isinstance(error, sqlite3.Error) else "tick_failed"
+            where = f"the state {self.store.path}" if kind == "store_failed" else "the tick"
+            return self._failed(now_s, f"{where} failed: {type(error).__name__}: {error}", kind)
+
+    def _tick(self, now_s: float) -> TickReport:
+        started = time.perf_counter()
         facts = self.store.tick_facts(now_s - RATE_WINDOW_S)
+        self.facts = facts
         paused = facts.paused
         self.metrics.paused.set(1.0 if paused else 0.0)
         try:
@@ -284,19 +254,39 @@ class Daemon:
                 self.alerts.raise_alert("node_failed", f"{node}: failed in {self.body.name} ({reason}); not slept, "
                                         "not counted as capacity until it is back", now_s, node=node, reason=reason)
 
-    def _failed(self, now_s: float, message: str) -> TickReport:
+    def _failed(self, now_s: float, message: str, kind: str = "observe_failed") -> TickReport:
+        """A failed tick: counted, GPUs released first (fail safe), then the alert (a webhook that is slow or
+        wrong must never hold the release)."""
         self.metrics.ticks.labels("failed").inc()
-        self.metrics.alerts.labels("observe_failed").inc()
-        self.alerts.raise_alert("observe_failed", message, now_s)
+        self.metrics.alerts.labels(kind).inc()
+        self.release_gpus("the cluster cannot be observed" if kind == "observe_failed" else f"fail safe: {kind}")
+        self.alerts.raise_alert(kind, message, now_s)
+        return TickReport(False, [], message)
+
+    def stalled(self, message: str, *, alert: bool) -> TickReport:
+        """A tick that hangs past its deadline (greengpu.control.tick_deadline): a failed tick, GPUs released,
+        and one `tick_stalled` alert per stall (`alert`), not one per turn of the loop while it hangs."""
+        now_s = self.clock()
+        self.metrics.ticks.labels("failed").inc()
+        self.release_gpus("fail safe: the tick stalled")
+        if alert:
+            self.metrics.alerts.labels("tick_stalled").inc()
+            self.alerts.raise_alert("tick_stalled", message, now_s)
+        else:
+            log.error("tick failed: %s", message)
+        return TickReport(False, [], message)
+
+    def release_gpus(self, why: str) -> list[str]:
+        """Every GPU back to its default limit (fail safe); best effort, never raises."""
         try:
-            released = self.body.release_gpus("the cluster cannot be observed")
+            released = self.body.release_gpus(why)
         except Exception as error:  # noqa: BLE001 - fail safe is best effort; the agents fall back too
             # An error, not a note: GPUs may still be capped while nobody watches (shown under -q too).
             log.error("releasing the GPUs failed too: %s", error)
-            released = []
+            return []
         for line in released:
             log.warning("%s", line)
-        return TickReport(False, [], message)
+        return released
 
     def _wanted(self, result: TickResult, seen: Observation, exempt: set[str]) -> list[Action]:
         wanted: list[Action] = []
@@ -414,9 +404,17 @@ class Daemon:
                 found = seen.snapshot.node_states.get(node.name)
                 nodes[node.name] = (found.power if found is not None else PowerState.AWAKE).value
         waiting = self.last_result.scheduled.waiting.job_ids if self.last_result is not None else ()
-        return {"source": self.body.name, "dry_run": self.dry_run, "paused": self.store.paused(),
+        try:  # a short wait only: a store another process holds must not hang the answer
+            paused, exempt, actions_open = self.store.status_facts()
+            store_problem = None
+        except sqlite3.Error as error:
+            facts = self.facts
+            paused, exempt = (facts.paused, facts.exempt) if facts is not None else (False, set())
+            actions_open, store_problem = None, f"{self.store.path}: {error} (paused and exempt: as the last tick read)"
+        return {"source": self.body.name, "dry_run": self.dry_run, "paused": paused,
                 "leading": self.leading,
                 "last_good_tick_s": self.last_good_tick_s, "nodes": nodes,
-                "jobs_waiting_for_capacity": list(waiting), "exempt_nodes": sorted(self.store.exempt()),
-                "actions_open": len(self.store.open_entries()),
-                "gpu_energy_kwh_by_tenant": {t: j / 3.6e6 for t, j in sorted(self.energy_by_tenant_j.items())}}
+                "jobs_waiting_for_capacity": list(waiting), "exempt_nodes": sorted(exempt),
+                "actions_open": actions_open,
+                "gpu_energy_kwh_by_tenant": {t: j / 3.6e6 for t, j in sorted(self.energy_by_tenant_j.items())},
+                **({"store_error": store_problem} if store_problem else {})}

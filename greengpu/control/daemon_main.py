@@ -3,8 +3,10 @@
 Start-up order: the state directory's lock first (a second daemon on the same state is one line and
 exit 1, nothing touched), the HTTP address next (in use: one line, exit 1), then the journal is
 reconciled, then the loop starts. systemd hears READY=1 after the first good tick and WATCHDOG=1
-after every tick (Type=notify, WatchdogSec). The control tick runs on a `BlockingScheduler` job,
-coalesced with at most one instance: a slow tick delays the next one, never overlaps it.
+after every tick while the last good tick is recent (Type=notify, WatchdogSec): a daemon whose every
+tick fails or hangs stops feeding it and is restarted. The control tick runs on a `BlockingScheduler`
+job, coalesced with at most one instance: a slow tick delays the next one, never overlaps it, and a
+tick past its deadline (`--tick-deadline-s`) is a failed one (greengpu.control.tick_deadline).
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from greengpu.config.inventory import load_cluster
-from greengpu.control.audit import Alerts, AuditLog
+from greengpu.control.audit import Alerts, AuditLog, check_webhook_url
 from greengpu.control.body import ClusterBody
-from greengpu.control.daemon import Daemon, freeze_long_lived_heap
-from greengpu.control.daemon_http import DaemonServer, read_token
+from greengpu.control.daemon import Daemon, TickReport, freeze_long_lived_heap
+from greengpu.control.daemon_http import DaemonServer
 from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_store import DaemonLocked, DaemonStore
 from greengpu.control.exporter import parse_listen, sd_notify
+from greengpu.control.state_checks import read_token
+from greengpu.control.tick_deadline import DeadlineTicks, default_deadline_s
 from greengpu.errors import BadInput
 from greengpu.policy import Policy
 
@@ -40,6 +44,9 @@ if TYPE_CHECKING:
 
 METER_INTERVAL_S = 60.0
 """The metering job's period: GPU energy counters read and charged to tenants once a minute."""
+STOP_WAIT_S = 30.0
+"""At SIGTERM, how long a tick in flight may finish before the GPUs are released (the unit's TimeoutStopSec
+is 60 s)."""
 
 
 def meter_interval_s() -> float:
@@ -85,6 +92,8 @@ class DaemonOptions:
     agent_token_file: str | None = None
     """Kubernetes without --suspend-command: the token of the agents' POST /v1/suspend (node-local suspend)."""
     agent_port: int = 9474
+    tick_deadline_s: float | None = None
+    """A tick that has not returned after this long is a failed one (None: `default_deadline_s`)."""
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -153,8 +162,6 @@ def lease_election(options: DaemonOptions, body: ClusterBody) -> LeaseElection |
 
 _STOPPING: list[threading.Event] = []
 """Set on SIGTERM/SIGINT: actions in flight (a drain) abort at their next check."""
-STOP_GRACE_S = 20.0
-"""How long the stopping daemon waits for the tick in flight to abort before it releases the Lease anyway."""
 
 
 def open_meter(options: DaemonOptions, body: ClusterBody, store: DaemonStore) -> DaemonMeter:
@@ -173,6 +180,10 @@ def open_meter(options: DaemonOptions, body: ClusterBody, store: DaemonStore) ->
 
 def check_source(options: DaemonOptions) -> None:
     """Refuse, before anything is touched, options that do not go together."""
+    check_webhook_url(options.webhook_url, "--webhook")
+    if options.backend == "real" and options.source == "fake":
+        raise BadInput("--source fake runs a simulated cluster: use it with --backend fake (--backend real needs "
+                       "--source slurm or kubernetes)")
     if (options.lease_namespace is not None or options.lease_name != "greengpu-daemon") \
             and options.source != "kubernetes":
         raise BadInput("--lease-namespace and --lease-name elect a replica on Kubernetes: use them with "
@@ -201,13 +212,15 @@ def run_daemon(options: DaemonOptions) -> int:
         log.error("%s", error)
         return 1
     try:
+        store.bind_cluster(options.cluster_file)
         body = build_body(options, state_dir)
     except BaseException:
         store.release()
         raise
     audit = AuditLog(state_dir / "audit.jsonl")
     election = lease_election(options, body)
-    daemon = Daemon(body, options.policy, store, audit, Alerts(audit, options.webhook_url), dry_run=options.dry_run,
+    alerts = Alerts(audit, options.webhook_url, background=not options.once)
+    daemon = Daemon(body, options.policy, store, audit, alerts, dry_run=options.dry_run,
                     leader=election.lead if election is not None else None,
                     meter=None if options.dry_run else open_meter(options, body, store))
 
@@ -225,21 +238,25 @@ def run_daemon(options: DaemonOptions) -> int:
         store.release()
         return 1
     log.info("serving /metrics, /healthz and /v1/status on http://%s:%d", *server.address)
+    ticks = DeadlineTicks(daemon, options.tick_deadline_s or default_deadline_s(options.interval_s, options.source))
     try:
         for line in daemon.reconcile():
             log.warning("reconciled: %s", line)
         freeze_long_lived_heap()
         if options.once:
-            report = daemon.tick()
+            report = ticks.tick()
             daemon.meter_energy()  # the first reading of the counters (charged from the next run on)
             print(json.dumps({"ok": report.ok, "message": report.message,
                               "actions": [{"kind": k, "target": t, "outcome": o} for k, t, o in report.actions]}))
             return 0 if report.ok else 1
-        return _loop(daemon, options.interval_s, state_dir / "reports")
+        return _loop(daemon, ticks, options.interval_s, health, state_dir / "reports")
     finally:
+        server.stop()
+        if not ticks.settle(STOP_WAIT_S):  # a drain in flight aborts at its next poll (_STOPPING)
+            log.error("a tick still runs %g s after the stop: releasing the GPUs beside it", STOP_WAIT_S)
+        # Only after the tick in flight: a standby replica must never act beside it.
         if election is not None and election.release(time.time()):
             log.info("Lease %s released: a standby replica takes over at its next tick", options.lease_name)
-        server.stop()
         if not options.dry_run and body.name == "fake":
             body.release_gpus("daemon stopping")  # the fake cluster's agents would do this on their own
         store.release()
@@ -262,7 +279,25 @@ def monthly_reports(daemon: Daemon, folder: Path, now: datetime | None = None) -
     return written
 
 
-def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
+def loop_turn(ticks: DeadlineTicks, health: Callable[[], str | None], ready: dict[str, bool]) -> TickReport:
+    """One turn of the loop: a tick (with its deadline), then systemd's READY=1 (after the first good tick)
+    and WATCHDOG=1, fed only while the last good tick is recent: one failed tick is no reason to restart,
+    a daemon whose every tick fails or hangs is."""
+    report = ticks.tick()
+    if report.ok and not ready.get("sent"):
+        ready["sent"] = sd_notify("READY=1") or True
+    problem = health()
+    if problem is None:
+        sd_notify("WATCHDOG=1")
+    else:
+        log.error("not feeding the systemd watchdog: %s", problem)
+    for kind, target, outcome in report.actions:
+        log.info("%s %s: %s", kind, target, outcome)
+    return report
+
+
+def _loop(daemon: Daemon, ticks: DeadlineTicks, interval_s: float, health: Callable[[], str | None],
+          reports: Path) -> int:
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.schedulers.blocking import BlockingScheduler
 
@@ -270,22 +305,19 @@ def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
     # cluster body half-way through another's change (a late job runs next, within its misfire grace).
     scheduler = BlockingScheduler(timezone="UTC", executors={"default": ThreadPoolExecutor(1)})
     ready = {"sent": False}
-    acting = threading.Lock()  # held by the tick in flight: the Lease is released only after it
 
     def tick() -> None:
-        with acting:
-            report = daemon.tick()
-        if report.ok and not ready["sent"]:
-            ready["sent"] = sd_notify("READY=1") or True
-        sd_notify("WATCHDOG=1")
-        for kind, target, outcome in report.actions:
-            log.info("%s %s: %s", kind, target, outcome)
+        loop_turn(ticks, health, ready)
 
     started = datetime.now(UTC)
     scheduler.add_job(tick, "interval", seconds=interval_s, coalesce=True, max_instances=1,
                       misfire_grace_time=max(1, int(interval_s)), next_run_time=started, id="control-tick")
+    def meter() -> None:
+        if not ticks.busy:  # a stalled tick still holds the body: this minute is metered with the next
+            daemon.meter_energy()
+
     metering_s = meter_interval_s()
-    scheduler.add_job(daemon.meter_energy, "interval", seconds=metering_s, coalesce=True, max_instances=1,
+    scheduler.add_job(meter, "interval", seconds=metering_s, coalesce=True, max_instances=1,
                       misfire_grace_time=max(1, int(metering_s)), next_run_time=started + timedelta(seconds=1),
                       id="meter")
     scheduler.add_job(monthly_reports, "cron", args=(daemon, reports), day=1, hour=0, minute=10, coalesce=True,
@@ -295,12 +327,11 @@ def _loop(daemon: Daemon, interval_s: float, reports: Path) -> int:
         log.info("signal %d: stopping", signum)
         for event in _STOPPING:
             event.set()  # a drain in flight uncordons its node and returns at its next poll
-        scheduler.shutdown(wait=False)
+        if scheduler.running:  # a second signal (systemd, then a person) is not a traceback
+            scheduler.shutdown(wait=False)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     scheduler.start()
-    if not acting.acquire(timeout=STOP_GRACE_S):
-        log.warning("the tick in flight did not stop within %g s", STOP_GRACE_S)
     sys.stdout.flush()
     return 0

@@ -17,8 +17,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from greengpu.control.sqlite_state import Connections, create
+from greengpu.control.state_checks import check_daemon_db, check_state_dir
+from greengpu.errors import BadInput
 
 SCHEMA_VERSION = 1
+TICK_BUSY_TIMEOUT_S = 5.0
+"""How long a tick waits for a `daemon.db` another process holds before the tick fails (and fails safe):
+well inside the tick deadline, so a held store is a failed tick, alerted, not a stalled one."""
+STATUS_BUSY_TIMEOUT_S = 0.5
+"""How long `/v1/status` waits for the store before answering from what the last tick read."""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS journal (
@@ -72,14 +79,20 @@ class DaemonStore:
     """`DIR/daemon.db` and `DIR/daemon.lock`."""
 
     def __init__(self, directory: str | Path) -> None:
+        """Checks the directory and an existing `daemon.db` first (BadInput, nothing written)."""
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        check_state_dir(self.directory)
         self.path = self.directory / "daemon.db"
+        check_daemon_db(self.path, SCHEMA_VERSION)
         self._lock_file: TextIO | None = None
-        create(self.path, _SCHEMA, SCHEMA_VERSION)
+        try:
+            create(self.path, _SCHEMA, SCHEMA_VERSION)
+        except sqlite3.Error as error:  # a file that changed under us, a full disk: one line, not a traceback
+            raise BadInput(f"--state: cannot write {self.path}: {error}") from None
         # WAL with NORMAL: a committed entry survives the daemon's death (SIGKILL, a crash); only a power
         # loss can take the last ones, and a node that lost power has lost what they describe too.
-        self._connections = Connections(self.path, synchronous="NORMAL")
+        self._connections = Connections(self.path, synchronous="NORMAL", busy_timeout_s=TICK_BUSY_TIMEOUT_S)
+        self._status = Connections(self.path, synchronous="NORMAL", busy_timeout_s=STATUS_BUSY_TIMEOUT_S)
 
     def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._connections.transaction()
@@ -161,6 +174,24 @@ class DaemonStore:
             counts = dict(db.execute("SELECT kind, COUNT(*) FROM journal WHERE kind IN ('sleep', 'wake') "
                                      "AND time_s > ? AND state != 'failed' GROUP BY kind", (since_s,)).fetchall())
             return TickFacts(_paused(db), _exempt(db), int(counts.get("sleep", 0)), int(counts.get("wake", 0)))
+
+    def status_facts(self) -> tuple[bool, set[str], int]:
+        """(paused, exempt nodes, open entries) for `/v1/status`, waiting at most STATUS_BUSY_TIMEOUT_S for
+        the store (sqlite3.OperationalError when another process holds it longer)."""
+        with self._status.transaction() as db:
+            open_count = db.execute("SELECT COUNT(*) FROM journal WHERE state = 'open'").fetchone()[0]
+            return _paused(db), _exempt(db), int(open_count)
+
+    def bind_cluster(self, cluster_file: str) -> None:
+        """Record the inventory this state belongs to at the first start; a later start with another one is
+        BadInput (its journal, sleep state and fake cluster describe other nodes)."""
+        wanted = str(Path(cluster_file).resolve())
+        known = self.setting("cluster_file")
+        if known is None:
+            self.set_setting("cluster_file", wanted)
+        elif known != wanted:
+            raise BadInput(f"--state {self.directory} holds the state of --cluster {known}, not {wanted}: start "
+                           "with that --cluster, or give this cluster a --state of its own")
 
     # --- switches -----------------------------------------------------------------------------
 

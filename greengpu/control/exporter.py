@@ -258,7 +258,13 @@ class MetricsServer:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        """Stop serving and close; safe before `start()` (shutdown() alone would wait forever then)."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+
+    def close(self) -> None:
+        """Close a server that was bound but never started."""
         self._server.server_close()
 
 

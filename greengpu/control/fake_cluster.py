@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from greengpu.backends.fake_nvml import FakeGpu, FakeNvml
 from greengpu.backends.nvml import NvmlBackend
 from greengpu.control.agent import gpu_observation
 from greengpu.control.body import ActionFailed, Observation
+from greengpu.control.fake_jobs import first_start_s, generated_jobs
 from greengpu.control.jobclass import GpuJob
 from greengpu.energy.sleep import NodeView, idle_draw_w
+from greengpu.errors import BadInput
 from greengpu.model import (
     Action,
     Cluster,
@@ -50,7 +52,7 @@ from greengpu.tick.sleep import SleepObservation
 
 SUSPEND_S = 30.0
 BUSY_UTILIZATION = 0.9
-CLASSES = ("training", "training", "training", "batch", "inference", "interactive")
+__all__ = ["FakeCluster", "FakeNode", "first_start_s", "generated_jobs"]
 
 
 @dataclass
@@ -59,38 +61,6 @@ class FakeNode:
     power: str = PowerState.AWAKE.value
     since_s: float = 0.0
     idle_since_s: float | None = 0.0
-
-
-def generated_jobs(cluster: Cluster, start_s: float, count: int = 2000, seed: int = 0) -> list[Job]:
-    """A seeded job stream sized to the cluster: about half of its GPUs busy on average."""
-    rng = random.Random(seed)
-    largest = max(t.gpus for t in cluster.node_types.values())
-    sizes = [g for g in (1, 2, 4, 8) if g <= largest] or [1]
-    mean_gpus = sum(sizes) / len(sizes)
-    mean_duration_s = 1800.0
-    interarrival_s = mean_gpus * mean_duration_s / max(1.0, 0.5 * cluster.total_gpus)
-    jobs, now_s = [], start_s
-    for index in range(count):
-        now_s += rng.expovariate(1.0 / interarrival_s)
-        gpus = rng.choice(sizes)
-        jobs.append(Job(job_id=f"fake-{index:05d}", tenant=rng.choice(sorted(cluster.tenants) or ["default"]),
-                        gpus=gpus, duration_s=max(60.0, rng.lognormvariate(7.0, 1.0)), submit_time_s=now_s,
-                        job_class=rng.choice(CLASSES), gpus_per_node=gpus, checkpoint_interval_s=600.0))
-    return jobs
-
-
-def first_start_s(state_dir: Path, now_s: float) -> float:
-    """When the fake cluster in `state_dir` first started (its job stream's origin), or `now_s` for a new one.
-
-    A restarted daemon replays the same job stream on the same clock, so a crash does not push every
-    job still to come into the future."""
-    path = state_dir / "fake-cluster.json"
-    if path.exists():
-        try:
-            return float(json.loads(path.read_text()).get("origin_s", now_s))
-        except (ValueError, OSError):
-            return now_s
-    return now_s
 
 
 class FakeCluster:
@@ -145,7 +115,18 @@ class FakeCluster:
     def _load(self) -> None:
         if not self.state_path.exists():
             return
-        saved = json.loads(self.state_path.read_text())
+        try:
+            self._load_saved(json.loads(self.state_path.read_text()))
+        except (ValueError, KeyError, TypeError, AttributeError, OSError) as error:  # UnicodeDecodeError: ValueError
+            missing = f"key {error}" if isinstance(error, KeyError) else f"{type(error).__name__}: {error}"
+            raise BadInput(f"{self.state_path}: a damaged fake-cluster state, or one of another cluster or job "
+                           f"stream ({missing}); move it away to start the fake cluster afresh") from None
+        unknown = set(self.nodes) ^ {n.name for n in self.cluster.nodes}
+        if unknown:
+            raise BadInput(f"{self.state_path}: its nodes are not the inventory's (e.g. {sorted(unknown)[0]}): "
+                           "the state of another cluster; give this one a --state of its own")
+
+    def _load_saved(self, saved: dict[str, Any]) -> None:
         self.nodes = {n["name"]: FakeNode(**n) for n in saved["nodes"]}
         self.next_arrival = int(saved["next_arrival"])
         self.origin_s = float(saved.get("origin_s", self.origin_s))
@@ -310,7 +291,9 @@ class FakeCluster:
         """Each awake node's GPU energy counters now (J), summed; nodes without counters are left out."""
         energy: dict[str, float] = {}
         for name, backend in self.nvml.items():
-            if self.nodes[name].power != PowerState.AWAKE.value:
+            # A node still suspending has its GPUs powered, at whatever limit they were given: they go back
+            # too (after a SIGTERM they stayed at 100 W). Asleep or booting, a node's GPUs are off.
+            if self.nodes[name].power not in (PowerState.AWAKE.value, PowerState.SUSPENDING.value):
                 continue
             readings = [backend.energy_j(index) for index in range(backend.gpu_count)]
             if readings and all(r is not None for r in readings):
@@ -416,7 +399,9 @@ class FakeCluster:
         lines = []
         self._stale.update(self.nvml)
         for name, backend in self.nvml.items():
-            if self.nodes[name].power != PowerState.AWAKE.value:
+            # A node still suspending has its GPUs powered, at whatever limit they were given: they go back
+            # too (after a SIGTERM they stayed at 100 W). Asleep or booting, a node's GPUs are off.
+            if self.nodes[name].power not in (PowerState.AWAKE.value, PowerState.SUSPENDING.value):
                 continue
             for index in range(backend.gpu_count):
                 reading = backend.read(index)

@@ -44,6 +44,28 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     return context
 
 
+CERT_SOON_S = 14 * 86_400.0
+"""A certificate that expires within this is warned about at start."""
+
+
+def certificate_warning(cert_file: str, now_s: float) -> str | None:
+    """One line when the certificate in `cert_file` has expired or expires within CERT_SOON_S (the API server
+    then refuses the webhook and, failing open, pods go unsteered without a word); None otherwise or when
+    its dates cannot be read."""
+    try:
+        not_after = ssl._ssl._test_decode_cert(cert_file)["notAfter"]  # type: ignore[attr-defined]
+        expires_s = ssl.cert_time_to_seconds(not_after)
+    except (AttributeError, KeyError, ValueError, OSError, ssl.SSLError):
+        return None
+    left_s = expires_s - now_s
+    if left_s <= 0:
+        return (f"--cert {cert_file}: the certificate expired {-left_s / 86_400:.0f} days ago ({not_after}); the "
+                "API server will refuse this webhook (pods are admitted unsteered): renew it")
+    if left_s < CERT_SOON_S:
+        return f"--cert {cert_file}: the certificate expires in {left_s / 86_400:.1f} days ({not_after}): renew it"
+    return None
+
+
 def pod_name(request: Any) -> str:
     """`namespace/name` of the request's pod for the log (a pod made from generateName has no name yet)."""
     pod = request.get("object")
@@ -80,15 +102,19 @@ class WebhookServer:
     """The webhook on `host:port` over TLS, in a background thread; `port` 0 picks a free one."""
 
     def __init__(self, host: str, port: int, context: ssl.SSLContext, decide: Decide,
-                 clock: Callable[[], float] = time.time) -> None:
-        """Binds at once (an address in use raises OSError here, before anything else happens)."""
+                 clock: Callable[[], float] = time.time, cert_file: str | None = None) -> None:
+        """Binds at once (an address in use raises OSError here, before anything else happens). With
+        `cert_file`, `/healthz` carries a `Warning` header while the certificate has expired or soon will
+        (still 200: the webhook serves, and fails open)."""
 
         class Handler(BaseHTTPRequestHandler):
             timeout = READ_TIMEOUT_S
 
             def do_GET(self) -> None:  # noqa: N802 (the http.server API)
                 if self.path.split("?", 1)[0] == "/healthz":
-                    self._reply(200, b"ok\n", "text/plain")
+                    warning = certificate_warning(cert_file, clock()) if cert_file else None
+                    self._reply(200, b"ok\n", "text/plain",
+                                {"Warning": f'199 greengpu "{warning}"'} if warning else None)
                 else:
                     self._reply(404, b"not found\n", "text/plain")
 
@@ -127,10 +153,13 @@ class WebhookServer:
                     return None
                 return review
 
-            def _reply(self, status: int, body: bytes, content_type: str) -> None:
+            def _reply(self, status: int, body: bytes, content_type: str,
+                       headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
 

@@ -24,9 +24,9 @@ def create(path: Path, schema: str, schema_version: int) -> None:
         tx.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(schema_version),))
 
 
-def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+def _connect(path: Path, synchronous: str, busy_timeout_s: float = BUSY_TIMEOUT_S) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are begun by hand), WAL, with a busy timeout."""
-    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={synchronous}")
     return db
@@ -63,15 +63,16 @@ class Connections:
     keeps its own connection because sqlite3 connections are not shared between threads (the HTTP
     server's threads read the same store)."""
 
-    def __init__(self, path: Path, synchronous: str = "FULL") -> None:
+    def __init__(self, path: Path, synchronous: str = "FULL", busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self.path = path
         self.synchronous = synchronous
+        self.busy_timeout_s = busy_timeout_s
         self._local = threading.local()
 
     def _connection(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = self._local.db = _connect(self.path, self.synchronous)
+            db = self._local.db = _connect(self.path, self.synchronous, self.busy_timeout_s)
         return db
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:

@@ -19,9 +19,16 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from greengpu.forecast.backtest import conformal_upper
-
 HOUR_S = 3600.0
+
+
+def conformal_upper(samples: list[float], level: float) -> float:
+    """The split-conformal upper quantile, as greengpu.forecast.backtest's, in plain Python: the daemon's
+    slim install has no numpy, and this is the only forecast code it runs."""
+    values = sorted(float(v) for v in samples)
+    if not values:
+        return 0.0
+    return values[min(len(values), math.ceil((len(values) + 1) * level)) - 1]
 
 
 @dataclass

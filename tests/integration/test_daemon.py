@@ -328,7 +328,8 @@ def test_bad_options_are_one_line_and_exit_2_before_anything_changes(
     from greengpu.cli import main
 
     three_nodes(tmp_path)
-    code = main(["daemon", "--cluster", str(tmp_path / "cluster.yaml"), "--state", str(tmp_path / "state"),
+    code = main(["daemon", "--backend", "fake", "--cluster", str(tmp_path / "cluster.yaml"), "--state",
+                 str(tmp_path / "state"),
                  "--once", *extra])
     err = capsys.readouterr().err
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

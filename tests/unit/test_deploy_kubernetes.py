@@ -455,13 +455,13 @@ def test_the_alerts_fire_when_they_should_and_not_before(tmp_path: Path) -> None
 
 def test_the_daemons_grace_period_outlasts_its_longest_uncut_action() -> None:
     """SIGKILL must not land mid-suspend: the grace period covers a suspend command's timeout and the stop grace."""
-    from greengpu.control.daemon_main import STOP_GRACE_S
+    from greengpu.control.daemon_main import STOP_WAIT_S
     from greengpu.control.sleep_control import SUSPEND_TIMEOUT_S
 
     documents = list(yaml.safe_load_all((KUBERNETES / "daemon.yaml").read_text()))
     deployment = next(d for d in documents if d and d.get("kind") == "Deployment")
     grace_s = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace_s >= SUSPEND_TIMEOUT_S + STOP_GRACE_S
+    assert grace_s >= SUSPEND_TIMEOUT_S + STOP_WAIT_S
 
 
 def test_the_daemon_suspends_through_each_nodes_agent_with_a_shared_token() -> None:
