@@ -58,7 +58,7 @@ def test_a_month_the_run_has_no_hours_in_is_an_empty_bill_with_a_note(
 
 
 @pytest.mark.parametrize("damage", [9e18, 99999999999999999999, -1e15, "noon", b"\x00"])
-def test_the_empty_month_note_reads_a_damaged_ledger_without_a_traceback(
+def test_the_empty_month_note_reads_or_refuses_a_damaged_ledger_without_a_traceback(
         damage: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import sqlite3
 
@@ -70,4 +70,7 @@ def test_the_empty_month_note_reads_a_damaged_ledger_without_a_traceback(
     code = main(["report", "--ledger", str(ledger), "--month", "2031-01", "--json"])
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 1, err
-    assert code == 0 and ("has no metered hours" in err or "no hours in 2031-01" in err)
+    if damage == -1e15:  # a number in range, only far in the past: the month simply has no hours
+        assert code == 0 and ("has no metered hours" in err or "no hours in 2031-01" in err)
+    else:  # text, a blob or a number out of range: refused in one line naming where (issue 38)
+        assert code == 2 and "node_hours" in err and "hour_start_s" in err, err
