@@ -175,3 +175,31 @@ def test_the_agent_exits_with_one_line_when_nvml_cannot_start(tmp_path: Path) ->
     assert result.returncode == 1 and "no GPU" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
+
+
+def _read_only_mounts() -> bool:
+    """Whether this process may mount a read-only tmpfs in a mount namespace of its own (root, as in CI)."""
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs -o ro,size=1m tmpfs /mnt"], capture_output=True, timeout=10, check=False)
+    return probe.returncode == 0
+
+
+def test_a_state_directory_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    """Root may write through any permission bits, so an unwritable state is a read-only file system: a tmpfs
+    mounted read-only over the state directory, in a mount namespace of the test's own (nothing else sees it)."""
+    if not _read_only_mounts():
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root and must be able to mount a read-only tmpfs in its own namespace")
+        pytest.skip("mounting a read-only tmpfs needs root (unshare -m); CI runs it")
+    cluster = inventory(tmp_path / "c.yaml")
+    state = tmp_path / "state"
+    state.mkdir()
+    script = ('mount -t tmpfs -o ro,size=1m tmpfs "$1" && shift && exec "$@"')
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(state), sys.executable, "-m",
+            "greengpu.cli", "daemon", "--backend", "fake", "--cluster", str(cluster), "--state", str(state), "--once",
+            "--listen", "127.0.0.1:0"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, check=False)
+    one_line(done.returncode, done.stderr, str(state))
+    assert "read-only" in done.stderr.lower() or "writ" in done.stderr.lower(), done.stderr
+    assert list(state.iterdir()) == []  # the real directory under the mount: nothing was written
