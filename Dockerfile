@@ -4,7 +4,7 @@
 #
 # The base is pinned to an exact Python and Debian release; to pin its digest as well (recommended), pass
 #   --build-arg PYTHON_IMAGE=python:3.11.11-slim-bookworm@sha256:<digest of your registry's copy>
-# tests/unit/test_dockerfile.py runs the install and entrypoint steps below in a fresh environment and lints
+# tests/integration/test_dockerfile.py runs the install and entrypoint steps below in a fresh environment and lints
 # this file (CI cannot pull a base image).
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
