@@ -30,6 +30,7 @@ from greengpu.backends.kubernetes import KubeError
 from greengpu.backends.nvml import GpuLost, NvmlBackend, NvmlUnavailable
 from greengpu.backends.slurm import SlurmError
 from greengpu.control.agent import Agent
+from greengpu.control.audit import check_webhook_url
 from greengpu.control.exporter import (
     LoopHealth,
     PostHandler,
@@ -201,6 +202,9 @@ def stale_after_s(options: AgentOptions) -> float:
 
 def run_agent(options: AgentOptions) -> int:
     """Run the agent until SIGTERM/SIGINT (or one tick with `once`); returns the exit code."""
+    # Checked before any GPU is touched: a typo here used to make every turn "the daemon is unreachable", so every
+    # cap lifted (fail safe, but silently and for good).
+    check_webhook_url(options.waiting_from, "--waiting-from", example="http://greengpu-daemon:9475")
     try:
         host, port = parse_listen(options.listen)
     except ValueError as error:

@@ -36,7 +36,7 @@ WEBHOOK_QUEUE = 100
 """Alerts waiting for a background delivery; more are logged and counted as undelivered, not held."""
 
 
-def check_webhook_url(url: str | None, flag: str) -> str | None:
+def check_webhook_url(url: str | None, flag: str, example: str = "https://alerts.example.org/greengpu") -> str | None:
     """`url` when it is an http(s) URL with a host (or None); BadInput naming `flag` otherwise. Checked at
     start, so that the first alert is not where a typo shows (it used to raise there, before the GPUs
     were released)."""
@@ -49,8 +49,7 @@ def check_webhook_url(url: str | None, flag: str) -> str | None:
     except ValueError as error:
         raise BadInput(f"{flag} {url!r}: not a URL ({error})") from None
     if parts.scheme not in ("http", "https") or not host or any(c.isspace() for c in url):
-        raise BadInput(f"{flag} {url!r}: expected an http:// or https:// URL with a host, "
-                       "for example https://alerts.example.org/greengpu")
+        raise BadInput(f"{flag} {url!r}: expected an http:// or https:// URL with a host, for example {example}")
     return url
 
 

@@ -176,6 +176,17 @@ def test_the_agent_exits_with_one_line_when_nvml_cannot_start(tmp_path: Path) ->
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+@pytest.mark.parametrize("url", ["not a url", "greengpu-daemon:9475", "ftp://greengpu-daemon/", "http://:9475"])
+def test_the_agent_refuses_a_waiting_from_that_is_not_a_url_before_touching_a_gpu(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str) -> None:
+    """Issue 36: `--waiting-from 'not a url'` made every turn "the daemon is unreachable", so every cap lifted
+    for good without a word. Now one line and exit 2, and no GPU written (no journal, no fake NVML state)."""
+    journal, state = tmp_path / "j.jsonl", tmp_path / "nvml.json"
+    code = main(["agent", "--backend", "fake", "--fake-state", str(state), "--journal", str(journal), "--once",
+                 "--listen", "127.0.0.1:0", "--waiting-from", url])
+    one_line(code, capsys.readouterr().err, "--waiting-from")
+    assert not journal.exists() and not state.exists()
+
 
 def _read_only_mounts() -> bool:
     """Whether this process may mount a read-only tmpfs in a mount namespace of its own (root, as in CI)."""
