@@ -42,10 +42,10 @@ from greengpu.sched.claims import Claimant, Claims, claimants_of
 from greengpu.sched.claims_kept import KeptClaims
 from greengpu.sched.cycle_state import CycleState
 from greengpu.sched.index_order import IndexOrder
-from greengpu.sched.node_rules import WAKEABLE, fits_asleep
+from greengpu.sched.node_rules import fits_asleep, fits_sizes, wakeable_sizes
 from greengpu.sched.order import queue_order
 from greengpu.sched.pending_index import AlikeRestWaits, PendingIndex, QueueWaits, RestOfWalk
-from greengpu.sched.placement import chunks_for, needs_healthy_gpus, place, warning_gpus_by_node
+from greengpu.sched.placement import needs_healthy_gpus, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimChoice
 from greengpu.sched.steady import MARGIN_S as STEADY_MARGIN_S
 from greengpu.sched.steady import order_unchanged_until_s
@@ -578,29 +578,8 @@ class _Cycle(CycleState):
         if job.node_rule is not None:  # only the sleeping nodes its constraints allow (not kept: such jobs are few)
             return fits_asleep(self.state, self.snapshot.node_states, self.rules().barred_asleep(job), job, models)
         if self._wakeable is None:
-            self._wakeable = {}
-            layout_model, layout_size = self.state.model, self.state.size
-            for name, node_state in self.snapshot.node_states.items():
-                node = self.state.index.get(name)
-                if node is not None and node_state.power in WAKEABLE and not node_state.drained:
-                    self._wakeable.setdefault(layout_model[node], []).append(layout_size[node])
-            for sizes in self._wakeable.values():
-                sizes.sort(reverse=True)
-        if not self._wakeable:
-            return False
-        for model in models:
-            sizes = self._wakeable.get(model, [])
-            if not sizes:
-                continue
-            if job.is_fractional:
-                return True
-            chunks = chunks_for(job, self.state.node_size_by_model[model])
-            if chunks is None:
-                continue
-            ordered = sorted(chunks, reverse=True)
-            if len(ordered) <= len(sizes) and all(size >= chunk for size, chunk in zip(sizes, ordered, strict=False)):
-                return True
-        return False
+            self._wakeable = wakeable_sizes(self.state, self.snapshot.node_states)
+        return fits_sizes(self.state, job, models, self._wakeable)
 
     def _nothing_left_to_try(self) -> bool:
         """True when no free GPU is usable by an ordinary job and no preemption or reservation is left."""

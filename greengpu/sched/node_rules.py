@@ -77,13 +77,28 @@ def fits_asleep(state: PlacementState, node_states: Mapping[str, NodeState], bar
                 models: tuple[str, ...]) -> bool:
     """Whether sleeping nodes (asleep or on their way, all idle) outside `barred` could hold `job`: the core's
     `fits_after_wake` for a constrained job."""
+    return fits_sizes(state, job, models, wakeable_sizes(state, node_states, barred))
+
+
+def wakeable_sizes(state: PlacementState, node_states: Mapping[str, NodeState],
+                   barred: Collection[int] = ()) -> dict[str, list[int]]:
+    """Per GPU model, the sizes (GPUs) of the nodes asleep or on their way and not drained, outside `barred`,
+    largest first."""
     wakeable: dict[str, list[int]] = {}
     for name, node_state in node_states.items():
         node = state.index.get(name)
         if node is not None and node not in barred and node_state.power in WAKEABLE and not node_state.drained:
             wakeable.setdefault(state.model[node], []).append(state.size[node])
+    for sizes in wakeable.values():
+        sizes.sort(reverse=True)
+    return wakeable
+
+
+def fits_sizes(state: PlacementState, job: Job, models: tuple[str, ...],
+               sizes_by_model: Mapping[str, list[int]]) -> bool:
+    """Whether idle nodes of these sizes (per model, largest first: `wakeable_sizes`) could hold `job`."""
     for model in models:
-        sizes = sorted(wakeable.get(model, []), reverse=True)
+        sizes = sizes_by_model.get(model, [])
         if not sizes:
             continue
         if job.is_fractional:
