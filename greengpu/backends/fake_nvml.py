@@ -35,16 +35,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pynvml
 
+from greengpu.backends.fake_gpu import MIB, PRESETS, FakeGpu, make_gpus
 from greengpu.backends.fake_nvml_health import FakeNvmlHealth, _c_uint, _enum, _error, _EventSet, _Handle
+from greengpu.backends.fake_nvml_mig import FakeNvmlMig
 from greengpu.errors import BadInput
 
-MIB = 1024 * 1024
+__all__ = ["MIB", "PRESETS", "FakeGpu", "FakeNvml", "make_gpus"]
+"""The simulated GPUs and their presets live in greengpu.backends.fake_gpu; they are used from here too."""
 WRITE_LOG_LINES = 1000
 _SETTINGS = frozenset({"limit_w", "locked_clock_mhz"})
 """What a write-log line may set (a damaged line setting anything else is skipped)."""
@@ -58,96 +60,7 @@ def _last_byte(handle: Any) -> bytes:
     return last
 
 
-@dataclass
-class FakeGpu:
-    """One simulated GPU: its fixed properties and its mutable state."""
-
-    name: str
-    min_limit_w: float
-    max_limit_w: float
-    default_limit_w: float
-    idle_w: float
-    draw_w: float
-    """Power at full utilisation with no cap (a decode-bound LLM may draw far less than the limit)."""
-    max_sm_clock_mhz: int
-    min_sm_clock_mhz: int = 210
-    memory_total_bytes: int = 80 * 1024 * MIB
-    has_energy_counter: bool = True
-    has_ecc: bool = True
-    can_lock_clocks: bool = True
-    memory_clock_mhz: int = 1593
-    uuid: str = ""
-    # state
-    limit_w: float = 0.0
-    locked_clock_mhz: int | None = None
-    utilization: float = 0.0
-    pids: list[int] = field(default_factory=list)
-    energy_mj: float = 0.0
-    ecc_uncorrected: int = 0
-    ecc_corrected: int = 0
-    updated_s: float | None = None
-    # health signals (docs/HEALTH.md); None or False: the GPU does not report it
-    page_retirement: bool = False
-    """Pre-Ampere dynamic page retirement (nvmlDeviceGetRetiredPages)."""
-    row_remapping: bool = True
-    """Ampere and later row remapping (nvmlDeviceGetRemappedRows)."""
-    retired_pages_sbe: list[int] = field(default_factory=list)
-    retired_pages_dbe: list[int] = field(default_factory=list)
-    remapped_rows_correctable: int = 0
-    remapped_rows_uncorrectable: int = 0
-    remap_pending: bool = False
-    remap_failure: bool = False
-    memory_temp_offset_c: float | None = 3.0
-    """Memory (HBM) temperature above the die's; None: no memory sensor (GDDR cards)."""
-    pcie_replays: int = 0
-    hw_slowdown_reasons: int = 0
-    """Hardware slowdown clock event reason bits forced on (thermal, power brake)."""
-    xid_events: bool = True
-
-    def power_w(self) -> float:
-        return min(self._demand_w(), self.limit_w)
-
-    def _demand_w(self) -> float:
-        fraction = 1.0 if self.locked_clock_mhz is None else self.locked_clock_mhz / self.max_sm_clock_mhz
-        return self.idle_w + (self.draw_w - self.idle_w) * self.utilization * fraction * fraction
-
-    def cap_binds(self) -> bool:
-        return self._demand_w() > self.limit_w
-
-
-# Figures from vendor data sheets; draw_w at full load uncapped.
-PRESETS: dict[str, dict[str, Any]] = {
-    "A100": dict(name="NVIDIA A100-SXM4-80GB", min_limit_w=100, max_limit_w=400, default_limit_w=400, idle_w=52,
-                 draw_w=400, max_sm_clock_mhz=1410),
-    "H200": dict(name="NVIDIA H200", min_limit_w=200, max_limit_w=700, default_limit_w=700, idle_w=75,
-                 draw_w=700, max_sm_clock_mhz=1980, memory_total_bytes=141 * 1024 * MIB),
-    "V100": dict(name="Tesla V100-SXM2-32GB", min_limit_w=100, max_limit_w=300, default_limit_w=300, idle_w=40,
-                 draw_w=300, max_sm_clock_mhz=1530, memory_total_bytes=32 * 1024 * MIB, page_retirement=True,
-                row_remapping=False),
-    # Pascal: no energy counter, no clock locking (both arrived with Volta).
-    "P100": dict(name="Tesla P100-PCIE-16GB", min_limit_w=125, max_limit_w=250, default_limit_w=250, idle_w=30,
-                 draw_w=250, max_sm_clock_mhz=1328, memory_total_bytes=16 * 1024 * MIB, has_energy_counter=False,
-                 can_lock_clocks=False, page_retirement=True, row_remapping=False, xid_events=False),
-    # A consumer card: no ECC.
-    "RTX6000": dict(name="Quadro RTX 6000", min_limit_w=100, max_limit_w=260, default_limit_w=260, idle_w=20,
-                    draw_w=260, max_sm_clock_mhz=2100, memory_total_bytes=24 * 1024 * MIB, has_ecc=False,
-                    row_remapping=False, memory_temp_offset_c=None),
-}
-
-
-def make_gpus(spec: str) -> list[FakeGpu]:
-    """GPUs from a spec such as `4xA100` or `2xH200,1xP100`. Raises ValueError naming the bad part."""
-    gpus: list[FakeGpu] = []
-    for part in spec.split(","):
-        count_text, _, model = part.strip().partition("x")
-        if not count_text.isdigit() or model not in PRESETS:
-            raise ValueError(f"{part.strip()!r}: expected COUNTxMODEL with MODEL one of {', '.join(PRESETS)}")
-        for _ in range(int(count_text)):
-            gpus.append(FakeGpu(**PRESETS[model]))
-    return gpus
-
-
-class FakeNvml(FakeNvmlHealth):
+class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
     """The subset of the `pynvml` module greengpu calls, over simulated GPUs."""
 
     def __init__(self, gpus: Sequence[FakeGpu], root: bool = True, clock: Callable[[], float] = time.time,

@@ -13,7 +13,8 @@ place where NVML errors are translated (docs/AGENT.md lists the messages):
 
 The seam is the `pynvml` module itself: `NvmlBackend(lib=...)` takes any object with the same
 functions, which is how `greengpu.backends.fake_nvml` stands in for a GPU. Units here are greengpu's:
-watts, joules, MHz, bytes, ratios 0-1; NVML's milliwatts and millijoules stop at this file.
+watts, joules, MHz, bytes, ratios 0-1; NVML's milliwatts and millijoules stop at this file. MIG mode and
+GPU instances are read by `read_sharing` (greengpu.backends.nvml_mig), which never raises an NVML error.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from greengpu.backends.nvml_health import HealthReads
+from greengpu.backends.nvml_mig import MigReads
 from greengpu.backends.nvml_support import _FALLBACKS, NOT_SUPPORTED_MESSAGE, _returns_true
 from greengpu.model import LimitConstraints
 
@@ -84,7 +86,7 @@ class GpuReading:
     clock_event_reasons: int | None
 
 
-class NvmlBackend(HealthReads):
+class NvmlBackend(HealthReads, MigReads):
     """One NVML session. Thread-safe: the agent loop and the metrics scrape share it."""
 
     def __init__(self, lib: Any = pynvml, clock: Callable[[], float] = time.monotonic) -> None:

@@ -1,0 +1,105 @@
+"""The NVML MIG reads of `NvmlBackend`: each GPU's MIG mode (current and pending) and its GPU instances
+with their profiles and placements, into `greengpu.backends.gpu_sharing`'s typed reading.
+
+How NVML is asked (the calls of `nvidia-ml-py`):
+
+- `nvmlDeviceGetMigMode(handle)` -> [current, pending]. `NotSupported` (or `FunctionNotFound` on an old
+  driver): the GPU has no MIG (before Ampere, consumer cards) - a fact, not an error.
+- in MIG mode, for every GPU-instance profile (`NVML_GPU_INSTANCE_PROFILE_*`):
+  `nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)` (`NotSupported` or `InvalidArgument`: this GPU
+  has no such profile), then `nvmlDeviceGetGpuInstances(handle, info.id, array, byref(count))` - by the
+  profile's *id*, which is not the enum value - and `nvmlGpuInstanceGetInfo(instance)` for each
+  instance's placement.
+
+Any other NVML error makes that GPU's reading `unreadable` with the error's name: the agent carries on,
+and whoever compares the reading with the inventory is told the GPU could not be read (fail safe).
+
+A mixin: it uses the backend's `_lib`, `_lock` and `_handle`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pynvml
+
+from greengpu.backends.gpu_sharing import GpuSharing, MigInstance, NodeSharing, node_from_gpus
+
+log = logging.getLogger("greengpu.nvml")
+
+_NO_MIG = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
+_NO_PROFILE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument)
+
+
+def profile_name(info: Any) -> str:
+    """A GPU-instance profile's name (`1g.5gb`) from NVML's profile info: its `name` (`MIG 1g.5gb`) when
+    the driver gives one, else made from its slices and memory as NVML names them."""
+    raw = getattr(info, "name", b"")
+    name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    name = name.strip().removeprefix("MIG ").strip()
+    if name:
+        return name
+    return f"{int(info.sliceCount)}g.{round(int(info.memorySizeMB) / 1024)}gb"
+
+
+class MigReads:
+    """MIG state of the backend's GPUs (mixed into NvmlBackend)."""
+
+    _lib: Any
+    _lock: Any
+    _handle: Callable[[int], Any]
+    _handles: list[Any]
+
+    def read_sharing(self, index: int) -> GpuSharing:
+        """GPU `index`'s MIG mode and GPU instances. Never raises an NVML error: an unreadable GPU says why."""
+        with self._lock:
+            handle = self._handle(index)
+            try:
+                current, pending = self._lib.nvmlDeviceGetMigMode(handle)
+            except _NO_MIG:
+                return GpuSharing(index=index, mig_capable=False, mig_enabled=False, pending_mig=False)
+            except pynvml.NVMLError as error:
+                return _unreadable(index, "MIG mode", error)
+            enabled = int(current) == pynvml.NVML_DEVICE_MIG_ENABLE
+            instances: tuple[MigInstance, ...] = ()
+            if enabled:
+                try:
+                    instances = self._instances(handle)
+                except pynvml.NVMLError as error:
+                    return _unreadable(index, "GPU instances", error)
+            return GpuSharing(index=index, mig_capable=True, mig_enabled=enabled,
+                              pending_mig=int(pending) == pynvml.NVML_DEVICE_MIG_ENABLE, instances=instances)
+
+    def read_node_sharing(self, node: str) -> NodeSharing:
+        """Every GPU's MIG reading, as the node's."""
+        return node_from_gpus(node, [self.read_sharing(i) for i in range(len(self._handles))])
+
+    def _instances(self, handle: Any) -> tuple[MigInstance, ...]:
+        lib = self._lib
+        found = []
+        for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = lib.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+            except _NO_PROFILE:
+                continue
+            capacity = int(info.instanceCount)
+            if capacity <= 0:
+                continue
+            array = (pynvml.c_nvmlGpuInstance_t * capacity)()
+            count = ctypes.c_uint(0)
+            lib.nvmlDeviceGetGpuInstances(handle, int(info.id), array, ctypes.byref(count))
+            name = profile_name(info)
+            for slot in range(min(int(count.value), capacity)):
+                gi = lib.nvmlGpuInstanceGetInfo(array[slot])
+                found.append(MigInstance(profile=name, start=int(gi.placement.start), size=int(gi.placement.size),
+                                         instance_id=int(gi.id)))
+        return tuple(sorted(found, key=lambda i: (i.start, i.profile)))
+
+
+def _unreadable(index: int, what: str, error: pynvml.NVMLError) -> GpuSharing:
+    why = f"{what}: {error} ({type(error).__name__})"
+    log.warning("GPU %d: NVML could not read its %s; its sharing is reported unreadable", index, why)
+    return GpuSharing(index=index, mig_capable=False, mig_enabled=False, pending_mig=False, unreadable=why)
