@@ -55,11 +55,15 @@ def pod(name: str, uid: str, node: str, namespace: str = "default", annotations:
     return {"kind": "Pod", "apiVersion": "v1", "metadata": metadata, "spec": spec, "status": {"phase": phase}}
 
 
-def node(name: str, ready: bool = True) -> dict[str, Any]:
+def node(name: str, ready: bool = True, labels: dict[str, str] | None = None,
+         capacity: dict[str, str] | None = None) -> dict[str, Any]:
+    """A node; `labels` and `capacity` as the GPU Operator publishes them (allocatable = capacity)."""
     return {"kind": "Node", "apiVersion": "v1",
-            "metadata": {"name": name, "uid": f"uid-{name}", "annotations": {}, "labels": {}, "resourceVersion": "1"},
+            "metadata": {"name": name, "uid": f"uid-{name}", "annotations": {}, "labels": dict(labels or {}),
+                         "resourceVersion": "1"},
             "spec": {},
             "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "Unknown"}],
+                       "capacity": dict(capacity or {}), "allocatable": dict(capacity or {}),
                        # Every node's InternalIP is loopback: its host-network agent listens there in tests.
                        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname",
                                                                                        "address": name}]}}
