@@ -100,6 +100,8 @@ class FakeNvmlMig:
     _gpu: Any
     _write: Any
     gpus: Any
+    mig_profile_info_v2 = True
+    """False: a driver without nvmlDeviceGetGpuInstanceProfileInfoV (FunctionNotFound; version 1 still works)."""
 
     # --- test controls -------------------------------------------------------------------------
 
@@ -169,7 +171,7 @@ class FakeNvmlMig:
     # --- GPU instances -------------------------------------------------------------------------
 
     def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: int, version: int = 2) -> Any:
-        if version not in (1, 2):
+        if version not in (1, 2) or (version == 2 and not self.mig_profile_info_v2):
             raise _error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         profile = _c_uint(profile)
         with self._lock:

@@ -9,7 +9,8 @@ How NVML is asked (the calls of `nvidia-ml-py`):
   `nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)` (`NotSupported` or `InvalidArgument`: this GPU
   has no such profile), then `nvmlDeviceGetGpuInstances(handle, info.id, array, byref(count))` - by the
   profile's *id*, which is not the enum value - and `nvmlGpuInstanceGetInfo(instance)` for each
-  instance's placement.
+  instance's placement. A driver without the version-2 profile call (`FunctionNotFound`) is asked
+  version 1, which has no name: the name is then made from the slices and memory.
 
 Any other NVML error makes that GPU's reading `unreadable` with the error's name: the agent carries on,
 and whoever compares the reading with the inventory is told the GPU could not be read (fail safe).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -36,13 +38,14 @@ _NO_PROFILE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument)
 
 def profile_name(info: Any) -> str:
     """A GPU-instance profile's name (`1g.5gb`) from NVML's profile info: its `name` (`MIG 1g.5gb`) when
-    the driver gives one, else made from its slices and memory as NVML names them."""
+    the driver gives one (version 2), else made from its slices and its memory rounded up to GB, as
+    NVML names the profiles (4864 MB: `5gb`)."""
     raw = getattr(info, "name", b"")
     name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
     name = name.strip().removeprefix("MIG ").strip()
     if name:
         return name
-    return f"{int(info.sliceCount)}g.{round(int(info.memorySizeMB) / 1024)}gb"
+    return f"{int(info.sliceCount)}g.{math.ceil(int(info.memorySizeMB) / 1024)}gb"
 
 
 class MigReads:
@@ -82,7 +85,7 @@ class MigReads:
         found = []
         for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
             try:
-                info = lib.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+                info = self._profile_info(handle, profile)
             except _NO_PROFILE:
                 continue
             capacity = int(info.instanceCount)
@@ -97,6 +100,14 @@ class MigReads:
                 found.append(MigInstance(profile=name, start=int(gi.placement.start), size=int(gi.placement.size),
                                          instance_id=int(gi.id)))
         return tuple(sorted(found, key=lambda i: (i.start, i.profile)))
+
+
+    def _profile_info(self, handle: Any, profile: int) -> Any:
+        """The profile's info: version 2 (with its name), or version 1 on a driver without the V call."""
+        try:
+            return self._lib.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+        except pynvml.NVMLError_FunctionNotFound:
+            return self._lib.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile, 1)
 
 
 def _unreadable(index: int, what: str, error: pynvml.NVMLError) -> GpuSharing:

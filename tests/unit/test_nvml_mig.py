@@ -122,3 +122,14 @@ def test_nvml_reading_against_the_inventory() -> None:
     assert "MIG devices 2 x 3g.20gb not among the inventory's profiles (1g.5gb, 2g.10gb)" in line
     assert sharing_disagreements({"lab1": DeclaredSharing(mig_gpus=1, profiles=frozenset({"3g.20gb"}))},
                                  [backend.read_node_sharing("other")]) == []
+
+
+def test_a_driver_without_the_v2_profile_call_still_names_the_profiles() -> None:
+    fake, backend = _setup()
+    handle = _enable(fake, 0)
+    for profile_id in (19, 14, 9):  # 1g.5gb, 2g.10gb, 3g.20gb
+        fake.nvmlDeviceCreateGpuInstance(handle, profile_id)
+    fake.mig_profile_info_v2 = False
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        fake.nvmlDeviceGetGpuInstanceProfileInfo(handle, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+    assert sorted(i.profile for i in backend.read_sharing(0).instances) == ["1g.5gb", "2g.10gb", "3g.20gb"]
