@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import cast
 
 from greengpu.model import (
@@ -30,6 +31,36 @@ from greengpu.sched.waits import (
     distinct_of,
 )
 from greengpu.sched.wake import WakePlan
+
+
+@dataclass
+class _KindsAsked:
+    """The walk's record of the kinds found waiting (`_waiting_kinds`) since the cycle's state last changed.
+
+    Found only once no job with held nodes or victims of its own waits undecided (none gains any then). Each
+    kind's entry holds while its memos do (`_valid_now`): a start drops only the kinds it could change.
+    Asking every kind costs about one question per kind; the walk asks a job only when its kind's memo is
+    gone. So the kinds are asked once as many jobs have waited as there are kinds: a queue where jobs start
+    often pays per job, never per kind per start, and a queue where nothing starts is skipped after one round
+    of questions (at most twice the job-by-job cost)."""
+
+    ask_after: int
+    waiting: dict[Hashable, tuple[Wait, object]] = field(default_factory=dict)
+    seen_token: tuple[int, int] | None = None
+    asked: bool = False
+    """`_waiting_kinds` was asked since the state last changed."""
+    asked_kinds: int = 0
+    """How many kinds it found waiting then."""
+    waited_since: int = 0
+    """Jobs that waited since the state last changed, or since the kinds were last asked."""
+
+    def changed(self, token: tuple[int, int]) -> None:
+        self.waiting = {}
+        self.seen_token, self.asked, self.waited_since = token, False, 0
+
+    def due(self) -> bool:
+        """Whether to ask every kind again: enough jobs waited, and not asked yet or some kind's entry went."""
+        return self.waited_since >= self.ask_after and (not self.asked or len(self.waiting) < self.asked_kinds)
 
 
 class Cycle(KnownKinds):
@@ -178,78 +209,74 @@ class Cycle(KnownKinds):
         found once per change of the cycle's state (`_waiting_kinds`), and their jobs take that wait without
         being asked again, taken from the kept queue's order a run at a time (`_skip_known`): the walk does
         Python work only for jobs that might start, and a step per job only to record its wait."""
-        models_for = self.models_for
         waits = self.waits
         runs = in_order if isinstance(in_order, IndexOrder) else None
         # Each job's alike_key, found when the kept queue took the job in.
         kind_of = cast(Mapping[str, tuple[object, ...]], index.kind_of) if index is not None else None
-        # Found only once no job with held nodes or victims of its own waits undecided (none gains any then). Each
-        # kind's entry holds while its memos do (`_valid_now`): a start drops only the kinds it could change.
-        waiting_kinds: dict[Hashable, tuple[Wait, object]] = {}
-        seen_token: tuple[int, int] | None = None
-        asked = False  # _waiting_kinds was asked since the state last changed
-        asked_kinds = 0  # how many kinds it found waiting then
-        waited_since = 0  # jobs that waited since the state last changed, or since the kinds were last asked
-        # Asking every kind costs about one question per kind; the walk asks a job only when its kind's
-        # memo is gone. So the kinds are asked once as many jobs have waited as there are kinds: a queue where
-        # jobs start often pays per job, never per kind per start, and a queue where nothing starts is skipped
-        # after one round of questions (at most twice the job-by-job cost).
-        ask_after = len(index.by_kind) if index is not None else 0
+        kinds = _KindsAsked(ask_after=len(index.by_kind) if index is not None else 0)
         for item in in_order:
             considered.append(item)
             job = item.job
-            if not self.shortcuts:
-                self.consider(item, models_for(job))
-            elif self.attempts_left or self.reservations_left:
-                self.head.append(item)
-                # A job alike to one that waits for a node to wake waits for it too (`_remember_wake`): in a
-                # queue behind sleeping nodes that is most of the jobs asked while attempts are left.
-                wait = self._known_wait(job, kind_of[job.job_id] if kind_of is not None else alike_key(job))
-                if wait is not None and wait.reason is WaitReason.WAKE:
-                    waits[job.job_id] = wait
-                else:
-                    self.consider(item, models_for(job))
-            else:
-                key = kind_of[job.job_id] if kind_of is not None else alike_key(job)
-                entry = waiting_kinds.get(key) if waiting_kinds else None
-                if entry is not None and not (self._alike_marks.get(key) is entry[1]
-                                              and self._valid_now(key, job, self._epoch())):
-                    del waiting_kinds[key]
-                    entry = None
-                if entry is not None:
-                    waits[job.job_id] = entry[0]  # and on to the checks below: a start may have filled the cluster
-                else:
-                    wait = self._known_wait(job, key)
-                    if wait is not None:
-                        waits[job.job_id] = wait
-                    else:
-                        self.consider_alike(item, models_for(job), key)
+            self._decide_in_walk(item, kind_of, kinds)
             if index is None or self.attempts_left or self.reservations_left:
                 if job.job_id in waits and not full and self._nothing_left_to_try():
                     return True, None
                 continue
             token = self._alike_state()
-            if token != seen_token:
-                waiting_kinds = {}  # GPUs released or nodes held: every kind is asked again
-                seen_token, asked, waited_since = token, False, 0
+            if token != kinds.seen_token:
+                kinds.changed(token)  # GPUs released or nodes held: every kind is asked again
             if job.job_id not in waits:
                 continue
             if not full and self._nothing_left_to_try():
                 return True, None
-            waited_since += 1
-            if waited_since >= ask_after and (not asked or len(waiting_kinds) < asked_kinds):
-                asked, waited_since = True, 0
+            kinds.waited_since += 1
+            if kinds.due():
+                kinds.asked, kinds.waited_since = True, 0
                 found = self._waiting_kinds(index)
                 if found is not None:
-                    kinds, every_kind = found
+                    every, every_kind = found
                     if every_kind:
-                        return False, kinds
+                        return False, every
                     marks = cast(dict[Hashable, tuple[int, object]], self._alike_marks)
-                    waiting_kinds = {key: (wait, marks.get(key)) for key, wait in kinds.items()}
-                    asked_kinds = len(waiting_kinds)
-            if asked and runs is not None:
-                self._skip_known(runs, index, waiting_kinds, considered)
+                    kinds.waiting = {key: (wait, marks.get(key)) for key, wait in every.items()}
+                    kinds.asked_kinds = len(kinds.waiting)
+            if kinds.asked and runs is not None:
+                self._skip_known(runs, index, kinds.waiting, considered)
         return False, None
+
+    def _decide_in_walk(self, item: PendingJob, kind_of: Mapping[str, tuple[object, ...]] | None,
+                        kinds: _KindsAsked) -> None:
+        """Decide one job of the walk: asked on its own while preemption attempts or reservations are left (unless
+        a job alike waits for a node to wake), else given its kind's known wait, else decided for its kind."""
+        job = item.job
+        waits = self.waits
+        if not self.shortcuts:
+            self.consider(item, self.models_for(job))
+            return
+        key = kind_of[job.job_id] if kind_of is not None else alike_key(job)
+        if self.attempts_left or self.reservations_left:
+            self.head.append(item)
+            # A job alike to one that waits for a node to wake waits for it too (`_remember_wake`): in a
+            # queue behind sleeping nodes that is most of the jobs asked while attempts are left.
+            wait = self._known_wait(job, key)
+            if wait is not None and wait.reason is WaitReason.WAKE:
+                waits[job.job_id] = wait
+            else:
+                self.consider(item, self.models_for(job))
+            return
+        entry = kinds.waiting.get(key) if kinds.waiting else None
+        if entry is not None and not (self._alike_marks.get(key) is entry[1]
+                                      and self._valid_now(key, job, self._epoch())):
+            del kinds.waiting[key]
+            entry = None
+        if entry is not None:
+            waits[job.job_id] = entry[0]  # and on to the walk's checks: a start may have filled the cluster
+            return
+        wait = self._known_wait(job, key)
+        if wait is not None:
+            waits[job.job_id] = wait
+        else:
+            self.consider_alike(item, self.models_for(job), key)
 
     def plan_wakes(self, considered: list[PendingJob], then: Callable[[], Sequence[PendingJob]],
                    later: Callable[[], list[PendingJob]], models_for: Callable[[Job], tuple[str, ...]],
