@@ -34,16 +34,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from greengpu.forecast.backtest import (
-    CANDIDATE_WINDOW_H,
-    Calibration,
-    available_cpus,
-    calibrate_best,
-    conformal_upper,
-    prepare,
-    run_backtest,
-)
+from greengpu.forecast.backtest import CANDIDATE_WINDOW_H, available_cpus, prepare, run_backtest
 from greengpu.forecast.blas import one_blas_thread
+from greengpu.forecast.calibration import Calibration, calibrate_best, conformal_upper
 from greengpu.forecast.capacity import gpus_needed, servers_for_wait
 from greengpu.forecast.daily import DailyForecast, forecast_daily_peaks, theil_sen_slope
 from greengpu.forecast.demand import ANY_MODEL

@@ -47,7 +47,7 @@ class Books:
     """A reservation's wait (the job's capacity wait naming the reserved nodes) by that wait and those nodes: a
     saturated queue's head is given the same reservation cycle after cycle."""
     kinds: dict[tuple[object, ...], tuple[Wait, int, object]] = field(default_factory=dict)
-    """Per kind of waiting job, a verdict that outlives its cycle (greengpu.sched.core `_carry_kinds`): its wait,
+    """Per kind of waiting job, a verdict that outlives its cycle (greengpu.sched.cycle `_carry_kinds`): its wait,
     its tenant's usage version, and None (a quota verdict) or that every free node was owed."""
     queue_ahead: list[object] = field(default_factory=list)
     """The victim finder's view of the last queue it weighed (greengpu.sched.preemption `_ahead`)."""

@@ -17,7 +17,7 @@ started after that tenant's oldest waiting job came). The borrower starts elsewh
 waits; the claimant, wherever it is in the queue, starts on the free GPUs or reclaims the node from
 the borrowers that were already there. Jobs within their own tenant's nominal quota are never held
 back. (Every borrower is, however short: jobs alike but for their duration are decided alike,
-greengpu.sched.core `wait_alike`.)
+greengpu.sched.cycle.alike `wait_alike`.)
 
 Pure: reads the cycle's free-GPU index, quota ledger and jobs.
 """
@@ -86,7 +86,7 @@ class Claims:
         self._owed_sets: dict[tuple[str, tuple[str, ...]], set[int]] = {}
         self._changes = changes
         """What else the answers read that the cycle changes: jobs asked to stop, GPUs promised to reclaims, GPUs
-        released (greengpu.sched.core `_claims_token`)."""
+        released (greengpu.sched.cycle.lending `_claims_token`)."""
         self._as_of: tuple[int, Hashable] = (0, changes())
         """How many jobs the cycle had started, and `changes()`, when the claimants and answers were found."""
 

@@ -92,12 +92,12 @@ class CycleState:
         # end as well). The walk gives it that wait without asking.
         self._alike_wait_from: dict[tuple[object, ...], float] = {}
         # Per kind of job, what its memos above read besides `_alike_state`: its tenant's usage version, and None,
-        # EVERYWHERE or the claims' state when it read the lending rule (greengpu.sched.core `_kind_valid`).
+        # EVERYWHERE or the claims' state when it read the lending rule (greengpu.sched.cycle.alike `_kind_valid`).
         self._alike_marks: dict[tuple[object, ...], tuple[int, object]] = {}
         self._claims_probe: object = None
-        """What of the lending rule the step being decided read (greengpu.sched.core `_claims_read`)."""
+        """What of the lending rule the step being decided read (greengpu.sched.cycle.lending `_claims_read`)."""
         self._valid_at: dict[tuple[object, ...], object] = {}
-        """Per kind, the epoch at which its memos were last found to hold (greengpu.sched.core `_valid_now`)."""
+        """Per kind, the epoch at which its memos were last found to hold (greengpu.sched.cycle.alike `_valid_now`)."""
         self._refuses: dict[tuple[str, tuple[str, ...], int], tuple[object, bool]] = {}
         """`_lending_refuses` answers with the tenant usage version and epoch they were found at."""
         self.attempts_left = 0

@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 from conftest import REPO, public_data
 
-from greengpu.forecast.backtest import Backtest, available_cpus, calibrate_best, prepare, run_backtest
+from greengpu.forecast.backtest import Backtest, available_cpus, prepare, run_backtest
+from greengpu.forecast.calibration import calibrate_best
 from greengpu.forecast.demand import demand_from_jobs
 from greengpu.forecast.gate import Choice, choose
 from greengpu.sim.traces import read_trace

@@ -3,7 +3,7 @@ exactly the decisions of a cycle that decides every job on its own.
 
 The scheduling cycle skips work on saturated queues: quota verdicts kept per kind of request, the
 placement and backfill frontiers, and, once the cluster is full, one question per kind of job
-(greengpu.sched.core, `wait_alike`). The Driver runs every cycle twice, with remembered books and
+(greengpu.sched.cycle.alike, `wait_alike`). The Driver runs every cycle twice, with remembered books and
 shortcuts and with fresh books and none, and asserts the same actions, waits, reservations and
 withdrawals. These streams are built to reach the shortcuts: many jobs of few shapes and tenants, few
 preemption attempts and reservations per cycle, durations that straddle the reservations' starts.

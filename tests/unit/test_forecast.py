@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from greengpu.forecast.backtest import calibrate, origin_positions, prepare, run_backtest
+from greengpu.forecast.backtest import origin_positions, prepare, run_backtest
+from greengpu.forecast.calibration import calibrate
 from greengpu.forecast.capacity import erlang_c, gpus_needed, servers_for_wait
 from greengpu.forecast.gate import choose
 from greengpu.forecast.models import BASELINES, CANDIDATES, GuardedForecast, ModelSpec, guarded

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from greengpu.forecast.backtest import conformal_upper, mase_scale, run_backtest
+from greengpu.forecast.backtest import mase_scale, run_backtest
+from greengpu.forecast.calibration import conformal_upper
 from greengpu.forecast.models import ModelSpec
 
 # --------------------------------------------------------------------------- MASE scale

@@ -17,15 +17,13 @@ import pytest
 from greengpu.forecast.backtest import (
     Backtest,
     ModelBacktest,
-    _conformal_quantile,
-    calibrate,
-    calibrate_best,
     mase_scale,
     origin_positions,
     prepare,
     run_backtest,
     smape,
 )
+from greengpu.forecast.calibration import _conformal_quantile, calibrate, calibrate_best
 from greengpu.forecast.models import ModelSpec, ensemble, naive
 
 

@@ -413,7 +413,8 @@ def test_size_by_model_rounds_its_figures_and_plans_no_days_as_no_gpus() -> None
 
 @pytest.mark.parametrize("scale", [0.06, 1.0])  # small values: some bands reach below zero
 def test_the_day_ahead_is_the_shipped_models_forecast_with_its_calibrated_bands(scale: float) -> None:
-    from greengpu.forecast.backtest import calibrate_best, from_scale, prepare, run_backtest, to_scale
+    from greengpu.forecast.backtest import prepare, run_backtest
+    from greengpu.forecast.calibration import calibrate_best, from_scale, to_scale
     from greengpu.forecast.models import guarded
 
     series = climbing(slope=1 / 3) * scale

@@ -39,13 +39,13 @@ def books(cluster: Any, running: list[RunningJob]) -> tuple[PlacementState, Quot
 def count_searches(finder: VictimFinder, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The claimants the full search (not its memo) runs for, as they come."""
     searched: list[str] = []
-    original: Callable[..., Any] = finder._fitting_set
+    original: Callable[..., Any] = finder.cheapest._fitting_set
 
     def spy(pending: PendingJob, *args: Any) -> Any:
         searched.append(pending.job.job_id)
         return original(pending, *args)
 
-    monkeypatch.setattr(finder, "_fitting_set", spy)
+    monkeypatch.setattr(finder.cheapest, "_fitting_set", spy)
     return searched
 
 

@@ -9,7 +9,7 @@ from schedkit import job
 
 from greengpu.config.policy import load_policy
 from greengpu.energy.sleep import warm_reserve_target_gpus
-from greengpu.forecast.backtest import conformal_upper
+from greengpu.forecast.calibration import conformal_upper
 from greengpu.forecast.reserve import HOUR_S, DemandRiseForecaster
 from greengpu.model import Cluster, Node, NodeType, Site
 from greengpu.policy import SleepPolicy

@@ -1,4 +1,4 @@
-"""A full cluster's cycle asks one question per kind of waiting job (greengpu.sched.core, `wait_alike`), and
+"""A full cluster's cycle asks one question per kind of waiting job (greengpu.sched.cycle.alike, `wait_alike`), and
 still lets each job backfill that can: a shorter job alike to one that could not backfill may fit where
 the longer one did not, on a node whose reservation starts between their ends.
 

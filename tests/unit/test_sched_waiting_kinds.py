@@ -1,5 +1,5 @@
 """A cycle stops asking waiting jobs one by one once every job left would wait as the first of its kind did
-(greengpu.sched.core `_walk`, `_waiting_kinds`): free GPUs that no waiting job can use (too few on a node,
+(greengpu.sched.cycle: `_walk`, `_waiting_kinds`): free GPUs that no waiting job can use (too few on a node,
 or owed to a claimant) no longer make it walk the whole queue, and a job that can start is still reached.
 
 The Driver runs every cycle again with fresh books and no shortcuts, and asserts the same actions and the
