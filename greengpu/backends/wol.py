@@ -36,11 +36,6 @@ class WakeSent:
     target: str
 
 
-def magic_packet(mac: str) -> bytes:
-    """The 102-byte magic packet for `mac` (what `wakeonlan` sends; used by tests and the probe)."""
-    return wakeonlan.create_magic_packet(mac)
-
-
 class Waker:
     """Sends wake-ups for named nodes of one inventory."""
 

@@ -35,9 +35,6 @@ class EventClock:
         self._seq += 1
         heapq.heappush(self.events, (time_s, self._seq, kind, data))
 
-    def next_time_s(self) -> float | None:
-        return self.events[0][0] if self.events else None
-
     def pop_at(self, time_s: float) -> tuple[EventKind, Any] | None:
         """The next event at exactly `time_s`, if any is left."""
         if self.events and self.events[0][0] == time_s:
