@@ -42,6 +42,17 @@ def _saved(payload: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _queue_by_name(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The queue figures for the CSV: on each tenant's row (rows by tenant) and on TOTAL."""
+    queue = payload.get("queue")
+    if not queue:
+        return {}
+    out = {"TOTAL": queue["total"]}
+    if payload["aggregate"] == "tenant":
+        out.update({q["tenant"]: q for q in queue["tenants"]})
+    return out
+
+
 def render_csv(payload: dict[str, Any]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -50,6 +61,7 @@ def render_csv(payload: dict[str, Any]) -> str:
     duration = month_seconds(payload["period"])
     saved = _saved(payload)
     pue = payload["pricing"]["pue"]["value"]
+    queue = _queue_by_name(payload)
     for kind, name, figures in all_rows(payload):
         jobs = figures.get("jobs", {})
         savings = saved.get(name, {})
@@ -67,14 +79,8 @@ def render_csv(payload: dict[str, Any]) -> str:
                          *(_cell(savings.get(k)) for k in ("energy_kwh", "cost", "co2_kg", "co2_market_kg")),
                          *(_cell(figures.get(k)) for k in ("cloud_node_hours", "cloud_cost", "cloud_co2_kg",
                                                            "total_cost", "chargeback")),
-                         *(_cell(savings.get(k)) for k in ("cloud_cost", "total_cost")), *[""] * len(QUEUE)])
-    queue = payload.get("queue") or {"tenants": [], "total": None}
-    blank = [""] * (len(CODECARBON) + len(EXTRA) - 1)
-    for name, row in [*((q["tenant"], q) for q in queue["tenants"]), *([("TOTAL", queue["total"])]
-                                                                       if queue["total"] else [])]:
-        # Queue rows: kind `queue`, the billing columns empty, the queue figures in the last columns.
-        writer.writerow([payload["period"], name, "", "", "", "", payload["currency"], *blank[:len(CODECARBON)],
-                         "queue", *blank[len(CODECARBON):], *(_cell(row[k]) for k in QUEUE)])
+                         *(_cell(savings.get(k)) for k in ("cloud_cost", "total_cost")),
+                         *(_cell(queue.get(name, {}).get(k)) for k in QUEUE)])
     return buffer.getvalue()
 
 
