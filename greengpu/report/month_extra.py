@@ -4,6 +4,7 @@ settings' rates, the basis (measured, modelled or partly measured) and the queue
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from greengpu.accounting.bill import MonthInput
@@ -20,6 +21,10 @@ def add_month_extras(data: MonthInput, ledger: Ledger, run_id: int, settings: Re
                      ) -> MonthInput:
     """`data` with the run's cloud rows and, when the settings give rates, each row's chargeback."""
     data.cloud_hours = cloud_hours(ledger, run_id, data.start_s, data.end_s)
+    if settings.cloud_carbon is not None:  # the region's own intensity where the settings know it
+        known = settings.cloud_carbon.g_per_kwh_by_region
+        data.cloud_hours = [replace(h, co2_kg=h.energy_kwh * known[h.region] / 1000.0) if h.region in known else h
+                            for h in data.cloud_hours]
     if settings.chargeback is not None:
         segments = charge_segments(ledger, run_id, data.start_s, data.end_s, aggregate)
         try:
@@ -56,3 +61,15 @@ def queue_rows(ledger: Ledger, run_id: int, start_s: float, end_s: float) -> dic
     tenants = sorted({f.tenant for f in facts})
     return {"tenants": [{"tenant": t, **_queue_row([f for f in facts if f.tenant == t])} for t in tenants],
             "total": _queue_row(facts)}
+
+
+def cloud_carbon_payload(ledger: Ledger, run_id: int, start_s: float, end_s: float, settings: ReportSettings
+                         ) -> dict[str, Any]:
+    """Where the cloud's CO2 comes from: the settings' region intensities, and the regions (or pools that name
+    none) charged at the site's intensity when the replay wrote them, because no series was known."""
+    rows = cloud_hours(ledger, run_id, start_s, end_s)
+    known = settings.cloud_carbon.g_per_kwh_by_region if settings.cloud_carbon is not None else {}
+    fallback = sorted({h.region or f"(pool {h.pool}: no region)" for h in rows if h.region not in known})
+    return {"source": settings.cloud_carbon.source if settings.cloud_carbon is not None else None,
+            "g_per_kwh_by_region": dict(sorted(known.items())),
+            "at_site_intensity": fallback}

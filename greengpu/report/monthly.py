@@ -92,6 +92,15 @@ def _pct(value: Any) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
+def _cloud_source(cloud: dict[str, Any] | None) -> str:
+    if not cloud:
+        return "as recorded in the ledger"
+    parts = [f"{cloud['source']} ({', '.join(cloud['g_per_kwh_by_region'])})"] if cloud["source"] else []
+    if cloud["at_site_intensity"]:
+        parts.append(f"at the site's intensity (no series): {', '.join(cloud['at_site_intensity'])}")
+    return "; ".join(parts) or "no cloud rows"
+
+
 def render_text(payload: dict[str, Any]) -> str:
     currency = payload["currency"]
     pricing = payload["pricing"]
@@ -103,6 +112,7 @@ def render_text(payload: dict[str, Any]) -> str:
              f"tariff: {pricing['tariff']['kind']}, {pricing['tariff']['source']}",
              f"carbon, location-based: {pricing['carbon_location']['source']}",
              f"carbon, market-based: {market['source'] if market else 'not configured'}",
+             f"carbon, cloud: {_cloud_source(pricing.get('carbon_cloud'))}",
              f"PUE {pue if pue is not None else 'of each run'}: {pricing['pue']['source']}"]
     if pricing["embodied"]:
         lines.append(f"embodied: {pricing['embodied']['method']}; {pricing['embodied']['source']}")

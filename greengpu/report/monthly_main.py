@@ -20,7 +20,7 @@ from greengpu.accounting.ledger_url import Ledger, PostgresLedger, parse_ledger
 from greengpu.accounting.ledger_v3 import basis_label, measured_share
 from greengpu.accounting.tariffs import FlatRate, HourlyRate, TimeOfUse
 from greengpu.errors import BadInput
-from greengpu.report.month_extra import add_month_extras, queue_rows
+from greengpu.report.month_extra import add_month_extras, cloud_carbon_payload, queue_rows
 from greengpu.report.settings import ReportSettings
 
 TREND_MONTHS = 12
@@ -217,6 +217,7 @@ def build_report(request: ReportRequest) -> dict[str, Any]:
                   **{k: v for k, v in d.items() if k != "day_start_s"}} for d in bill.days],
         "baseline": None, "queue": queue_rows(request.ledger, run_id, start_s, end_s),
     }
+    payload["pricing"]["carbon_cloud"] = cloud_carbon_payload(request.ledger, run_id, start_s, end_s, settings)
     if request.baseline_run is not None:
         base_run = choose_run(request.ledger, request.baseline_run, "--baseline")
         if base_run["run_id"] == run_id:

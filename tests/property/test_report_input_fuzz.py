@@ -35,7 +35,8 @@ SETTINGS = {
     "carbon": {"location": {"flat_g_per_kwh": 380, "source": "grid"},
                "market": {"residual_mix_g_per_kwh": 520, "source": "residual",
                           "contracts": [{"name": "ppa", "g_per_kwh": 0, "share": 0.4}],
-                          "certificates_kwh_per_month": 10}},
+                          "certificates_kwh_per_month": 10},
+               "cloud": {"regions": {"us-east-1": 380, "eu-west-1": 250}, "source": "regional averages"}},
     "embodied": {"kg_per_gpu": 1500, "lifetime_years": 5, "source": "vendor"},
     "chargeback": {"per_gpu_hour": {"A100": 2.10, "default": 1.50}, "per_instance": {"1g.5gb": 0.35}},
 }

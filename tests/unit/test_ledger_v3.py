@@ -223,3 +223,40 @@ def test_a_version_2_ledger_is_read_as_it_is_and_migrated_in_place(tmp_path: Pat
     assert again["totals"]["cost"] == payload["totals"]["cost"] == 0.5
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT basis, outcome FROM node_hours, job_runs").fetchall() == [("modelled", "")]
+
+
+def test_recording_the_cloud_for_the_ledger_changes_no_decision(cloud_ledger: tuple[Path, dict],
+                                                                tmp_path: Path) -> None:
+    """The same replay without --ledger: every figure the same (the cloud pools that record spans decide alike)."""
+    import json
+
+    ledger, with_ledger = cloud_ledger
+    trace = ledger.parent / "burst.trace.csv"
+    code, out, err = run_cli("-q", "simulate", "--trace", str(trace), "--cluster",
+                             str(REPO / "examples" / "burst-cloud.cluster.yaml"), "--policy", "always-on",
+                             "--policy", "default", "--json")
+    assert code == 0, err
+    without = json.loads(out)["results"]
+    for mine, theirs in zip(with_ledger["results"], without, strict=True):
+        clock = ("ledger_run_id", "sim_wall_s")  # the run written, and the wall time the replay took
+        assert {k: v for k, v in mine.items() if k not in clock} == {k: v for k, v in theirs.items()
+                                                                     if k not in clock}
+
+
+def test_cloud_co2_at_the_regions_intensity_where_the_settings_know_it(cloud_ledger: tuple[Path, dict],
+                                                                        tmp_path: Path) -> None:
+    ledger, _ = cloud_ledger
+    plain = report_json("--ledger", str(ledger), "--month", MONTH, "--run", "2")
+    # The replay knew no series for us-east-1: charged at the site's 380 g/kWh, and the report says so.
+    assert plain["pricing"]["carbon_cloud"]["at_site_intensity"] == ["us-east-1"]
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
+        (energy,), = db.execute("SELECT SUM(energy_kwh) FROM cloud_hours WHERE run_id = 2").fetchall()
+    assert plain["totals"]["cloud_co2_kg"] == pytest.approx(energy * 0.380, abs=0.002)
+    settings = tmp_path / "report.yaml"
+    settings.write_text(yaml.safe_dump({"carbon": {"cloud": {"regions": {"us-east-1": 190},
+                                                             "source": "example regional average"}}}))
+    regional = report_json("--ledger", str(ledger), "--month", MONTH, "--run", "2", "--settings", str(settings))
+    assert regional["pricing"]["carbon_cloud"]["at_site_intensity"] == []
+    assert regional["totals"]["cloud_co2_kg"] == pytest.approx(energy * 0.190, abs=0.002)
+    assert regional["totals"]["cloud_cost"] == plain["totals"]["cloud_cost"]
+    assert_adds_up(regional)
