@@ -57,6 +57,21 @@ def measured_share(path: Ledger, run_id: int, start_s: float, end_s: float) -> f
     return float(measured or 0.0) / float(total)  # type: ignore[arg-type]
 
 
+def node_bases(path: Ledger, run_id: int, start_s: float, end_s: float) -> dict[str, str]:
+    """Each node's own basis label over [start_s, end_s), by the same rule as a run's."""
+    if _version(path) < 3:
+        return {}
+    rows = _query(path, "SELECT node, SUM(energy_kwh), SUM(CASE WHEN basis = 'measured' THEN energy_kwh ELSE 0 "
+                        "END) FROM node_hours WHERE run_id = ? AND hour_start_s >= ? AND hour_start_s < ? GROUP BY "
+                        "node", (run_id, start_s, end_s))
+    out = {}
+    for node, total, measured in rows:
+        part = float(measured) if isinstance(measured, int | float) else 0.0
+        share = part / total if isinstance(total, int | float) and total > 0 else None
+        out[str(node)] = basis_label(share)
+    return out
+
+
 def basis_label(share: float | None) -> str:
     """`measured` only when every row is; `modelled` when none is; `partly measured (N%)` between."""
     if share is not None and share >= 1.0:

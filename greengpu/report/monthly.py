@@ -70,7 +70,7 @@ def render_csv(payload: dict[str, Any]) -> str:
                                                                                    "co2_kg")),
                          payload["currency"], duration, _cell(figures["energy_kwh"]), _cell(figures["gpu_energy_kwh"]),
                          _cell(emissions), _cell(emissions / duration), payload["country_iso_code"], payload["region"],
-                         _cell(pue), kind, payload["basis"] if kind != "total" else payload["basis"],
+                         _cell(pue), kind, figures.get("basis") or payload["basis"],
                          _cell(figures["gpu_hours_allocated"]), _cell(figures.get("efficiency")),
                          _cell(figures["gpu_energy_kwh"]), _cell(figures["idle_energy_kwh"]),
                          _cell(figures.get("idle_share")), _cell(figures["co2_market_kg"]),

@@ -17,7 +17,7 @@ from greengpu.accounting.bill import IDLE, Bill, Pricing, make_bill, month_site_
 from greengpu.accounting.carbon import market_parts
 from greengpu.accounting.ledger import choose_run, month_bounds_s, month_input, site_hours, sleep_hours
 from greengpu.accounting.ledger_url import Ledger, PostgresLedger, parse_ledger
-from greengpu.accounting.ledger_v3 import basis_label, measured_share
+from greengpu.accounting.ledger_v3 import basis_label, measured_share, node_bases
 from greengpu.accounting.tariffs import FlatRate, HourlyRate, TimeOfUse
 from greengpu.errors import BadInput
 from greengpu.report.month_extra import add_month_extras, cloud_carbon_payload, queue_rows
@@ -129,9 +129,11 @@ def _figures(bill: Bill, figures: dict[str, float]) -> dict[str, Any]:
     return out
 
 
-def _rows(bill: Bill, basis: str, name_key: str) -> list[dict[str, Any]]:
+def _rows(bill: Bill, basis: str, name_key: str, own: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The bill's rows; `own`: a row's own basis where it has one (a node's), else the run's."""
     return [{name_key: row.name, **_figures(bill, row.figures), "efficiency": row.efficiency,
-             "idle_share": row.idle_share, "jobs": row.jobs, "basis": basis} for row in bill.rows]
+             "idle_share": row.idle_share, "jobs": row.jobs, "basis": (own or {}).get(row.name, basis)}
+            for row in bill.rows]
 
 
 _MONEY = ("cost", "cloud_cost", "total_cost")
@@ -210,7 +212,8 @@ def build_report(request: ReportRequest) -> dict[str, Any]:
         "currency": settings.currency or run["currency"], "aggregate": request.aggregate,
         "share_idle": bill.share_idle, "country_iso_code": settings.country_iso_code, "region": settings.region,
         "totals": totals, "idle": _figures(bill, bill.idle), "tenants": _rows(tenant_bill, basis, "tenant"),
-        "rows": _rows(bill, basis, "name"), "jobs": jobs,
+        "rows": _rows(bill, basis, "name", node_bases(request.ledger, run_id, start_s, end_s)
+                      if request.aggregate == "node" else None), "jobs": jobs,
         "node_sleep_hours": round(sleep_hours(request.ledger, run_id, start_s, end_s), 3),
         "pricing": _pricing_payload(run, settings, bill, bill.totals["energy_kwh"]),
         "days": [{"day": dt.datetime.fromtimestamp(d["day_start_s"], dt.UTC).date().isoformat(),

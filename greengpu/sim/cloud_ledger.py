@@ -4,6 +4,8 @@ a ledger (`simulate --ledger`): the decisions are those of sim/cloud.py, untouch
 
 from __future__ import annotations
 
+from typing import Any
+
 from greengpu.accounting.cloud_rows import CloudSpan
 from greengpu.model import GPU_UNITS
 from greengpu.sim.cloud import CloudPools
@@ -13,13 +15,13 @@ from greengpu.sim.cloud_parts import CloudJob, CloudNode
 class MeteredCloudPools(CloudPools):
     """CloudPools keeping `spans` for the ledger."""
 
-    spans: list[CloudSpan]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spans: list[CloudSpan] = []
 
     def _used(self, cloud_job: CloudJob, now_s: float) -> None:
         if cloud_job.start_s is None:
             return
-        if not hasattr(self, "spans"):
-            self.spans = []
         for name, units in cloud_job.units_by_node.items():
             node = self.nodes[name]
             self.spans.append(CloudSpan(node.pool, cloud_job.pending.job.tenant, cloud_job.start_s, now_s,
@@ -30,8 +32,6 @@ class MeteredCloudPools(CloudPools):
         super()._leave(cloud_job, release_idle)
 
     def _bill(self, node: CloudNode, until_s: float) -> None:
-        if not hasattr(self, "spans"):
-            self.spans = []
         self.spans.append(CloudSpan(node.pool, "", node.requested_s, until_s, 1.0))
         super()._bill(node, until_s)
 

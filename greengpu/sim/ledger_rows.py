@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from greengpu.accounting.attribution import Attribution, JobCharge
 from greengpu.accounting.cloud_rows import CloudSpan, CloudUsage, PoolCosting, cloud_hours
 from greengpu.model import Cluster, Job
 from greengpu.policy import Policy
+from greengpu.sim.cloud_ledger import MeteredCloudPools
 from greengpu.sim.results import JobOutcomes
+
+if TYPE_CHECKING:
+    from greengpu.sim.engine import Simulation
 
 
 def gpu_model_of(cluster: Cluster, nodes: tuple[str, ...]) -> str:
@@ -70,16 +74,19 @@ def replay_cloud_rows(cluster: Cluster, spans: list[CloudSpan], regions: Mapping
     return cloud_hours(spans, pools, g_per_kwh)
 
 
-def ledger_extras(simulation: Any, cluster_file: str, policy: Policy) -> dict[tuple[float, str, str], CloudUsage]:
+def ledger_extras(simulation: Simulation, cluster_file: str, policy: Policy
+                  ) -> dict[tuple[float, str, str], CloudUsage]:
     """Settle a finished replay's job segments in its attribution and return its cloud rows (none without
     pools). The pools' regions come from the inventory; no region has an intensity series of its own yet, so
     every cloud row's CO2 is at the site's grid intensity (the fallback above)."""
     from greengpu.config.inventory import load_cloud_pools
 
     attribution = simulation.attribution
+    assert attribution is not None, "a replay without --ledger has nothing to settle"
     settle_jobs(attribution, simulation.work.outcomes, {job.job_id: job for job in simulation.jobs},
                 policy.spot.checkpoint_cost_s, simulation.cluster)
     if simulation.cloud is None:
         return {}
     regions = {name: pool.region for name, pool in load_cloud_pools(cluster_file).items()}
-    return replay_cloud_rows(simulation.cluster, getattr(simulation.cloud, "spans", []), regions, {})
+    spans = simulation.cloud.spans if isinstance(simulation.cloud, MeteredCloudPools) else []
+    return replay_cloud_rows(simulation.cluster, spans, regions, {})

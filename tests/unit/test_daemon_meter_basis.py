@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from fleet_inputs import report_json
+from fleet_inputs import report_json, run_cli
 
 from greengpu.config.inventory import load_cluster_text
 from greengpu.control.body import Observation
@@ -45,6 +45,13 @@ def test_measured_energy_handed_in_is_charged_and_marks_only_its_node_measured(t
     energy = {r["name"]: r["energy_kwh"] for r in payload["rows"]}
     assert energy == {"n1": 0.1, "n2": round(2 * 50 * 600 / 3.6e6, 3)}
     assert payload["basis"] == "partly measured (85%)"  # 0.1 of 0.1167 kWh measured
+    assert {r["name"]: r["basis"] for r in payload["rows"]} == {"n1": "measured", "n2": "modelled"}
+    code, csv_text, err = run_cli("report", "--ledger", str(ledger), "--month", "2024-03", "--aggregate", "node",
+                                  "--format", "csv")
+    lines = [line.split(",") for line in csv_text.splitlines()]
+    basis = lines[0].index("basis")
+    assert code == 0 and {line[1]: line[basis] for line in lines[1:]} == {
+        "n1": "measured", "n2": "modelled", "TOTAL": "partly measured (85%)"}, err
     # A figure that is not a measurement (negative, NaN) is not taken: the node is modelled.
     meter.record(look(cluster, START + 1200), measured_gpu_energy_j={"n1": float("nan"), "n2": -1.0})
     assert meter.measured_nodes == set()
