@@ -61,6 +61,8 @@ class JobCharge:
     """The MIG instance profile the job ran on ('' for whole GPUs)."""
     gpu_model: str = ""
     """The GPU model of its nodes ('' not known; models joined with '+' when they differ)."""
+    pool: str = ""
+    """'' on-premises; the cloud pool the segment ran in (its energy and spend are in the cloud rows)."""
 
 
 @dataclass

@@ -87,6 +87,7 @@ _V3 = (
     "ALTER TABLE job_runs ADD COLUMN checkpoint_s {real}",        # NULL: not known or none written
     "ALTER TABLE job_runs ADD COLUMN gpu_profile TEXT NOT NULL DEFAULT ''",  # MIG instance profile, '' whole GPUs
     "ALTER TABLE job_runs ADD COLUMN gpu_model TEXT NOT NULL DEFAULT ''",  # its nodes' GPU model, '' not known
+    "ALTER TABLE job_runs ADD COLUMN pool TEXT NOT NULL DEFAULT ''",  # '' on-premises, else the cloud pool it ran in
     """CREATE TABLE IF NOT EXISTS cloud_hours (
     run_id BIGINT NOT NULL REFERENCES runs(run_id),
     hour_start_s {real} NOT NULL,
@@ -121,7 +122,8 @@ COLUMNS: dict[int, dict[str, tuple[str, ...]]] = {
 }
 COLUMNS[3] = {
     **COLUMNS[2], "node_hours": (*_V1_COLUMNS["node_hours"], "basis"),
-    "job_runs": (*_V1_COLUMNS["job_runs"], "submit_s", "outcome", "checkpoint_s", "gpu_profile", "gpu_model"),
+    "job_runs": (*_V1_COLUMNS["job_runs"], "submit_s", "outcome", "checkpoint_s", "gpu_profile", "gpu_model",
+                 "pool"),
     "cloud_hours": ("run_id", "hour_start_s", "pool", "region", "tenant", "node_hours", "energy_kwh", "cost", "co2_kg"),
 }
 """The tables and columns of each version: a database without exactly these is not read as a ledger."""

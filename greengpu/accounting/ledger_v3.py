@@ -129,8 +129,9 @@ def charge_segments(path: Ledger, run_id: int, start_s: float, end_s: float, agg
     the default rate."""
     version = _version(path)
     extra = "gpu_model, gpu_profile" if version >= 3 else "'', ''"
+    here = " AND pool = ''" if version >= 3 else ""  # cloud GPU-hours are billed as cloud spend, not charged back
     rows = _query(path, f"SELECT tenant, job_class, job_id, nodes, {extra}, start_s, end_s, gpus FROM job_runs "
-                        "WHERE run_id = ? AND end_s > ? AND start_s < ? ORDER BY start_s, job_id",
+                        f"WHERE run_id = ?{here} AND end_s > ? AND start_s < ? ORDER BY start_s, job_id",
                   (run_id, start_s, end_s))
     checked = _checked_rows(path, run_id, "job_runs", _CHARGE, 6, rows)
     out = []

@@ -83,11 +83,11 @@ def _insert_job_runs(writer: _Writer, run_id: int, attribution: Attribution) -> 
                            f"{', '.join(o for o in OUTCOMES if o)}")
     writer.executemany(
         "INSERT INTO job_runs (run_id, job_id, tenant, job_class, start_s, end_s, gpus, nodes, gpu_energy_kwh, "
-        "energy_kwh, cost, co2_kg, submit_s, outcome, checkpoint_s, gpu_profile, gpu_model) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "energy_kwh, cost, co2_kg, submit_s, outcome, checkpoint_s, gpu_profile, gpu_model, pool) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         ((run_id, c.job_id, c.tenant, c.job_class, c.start_s, c.end_s, c.gpus, ",".join(c.nodes),
           c.gpu_energy_j / J_PER_KWH, c.facility_energy_j / J_PER_KWH, c.cost, c.co2_g / 1000.0, c.submit_s,
-          c.outcome, c.checkpoint_s, c.gpu_profile, c.gpu_model)
+          c.outcome, c.checkpoint_s, c.gpu_profile, c.gpu_model, c.pool)
          for c in attribution.jobs))
 
 

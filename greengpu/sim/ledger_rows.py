@@ -48,7 +48,7 @@ def settle_jobs(attribution: Attribution, outcomes: JobOutcomes, originals: Mapp
             else:
                 outcome = "" if charge.end_s in starts else "preempted"
             settled[index] = replace(charge, outcome=outcome, checkpoint_s=checkpoint_s,
-                                     gpu_model=gpu_model_of(cluster, charge.nodes),
+                                     gpu_model="" if charge.pool else gpu_model_of(cluster, charge.nodes),
                                      submit_s=job.submit_time_s if job is not None else charge.submit_s)
     attribution.jobs[:] = settled
 
@@ -83,6 +83,8 @@ def ledger_extras(simulation: Simulation, cluster_file: str, policy: Policy
 
     attribution = simulation.attribution
     assert attribution is not None, "a replay without --ledger has nothing to settle"
+    if isinstance(simulation.cloud, MeteredCloudPools):  # its cloud runs too: a job's outcome spans both
+        attribution.jobs.extend(simulation.cloud.segments)
     settle_jobs(attribution, simulation.work.outcomes, {job.job_id: job for job in simulation.jobs},
                 policy.spot.checkpoint_cost_s, simulation.cluster)
     if simulation.cloud is None:

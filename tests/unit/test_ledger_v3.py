@@ -82,6 +82,11 @@ def test_a_replay_with_cloud_pools_bills_cloud_spend_per_tenant_and_adds_up(clou
         assert_adds_up(payload)
         assert payload["basis"] == "modelled"
         assert all(t["basis"] == "modelled" for t in payload["tenants"])
+        # The queue rows count every job that started, in the cloud too (a cloud job waited for capacity).
+        queue = payload["queue"]["total"]
+        assert queue["jobs_started"] == result["jobs"] - result["jobs_not_started"]
+        assert queue["jobs_ended"] == result["jobs_completed"] and queue["failure_rate"] == 0.0
+        assert queue["wait_p95_s"] >= queue["wait_p50_s"] >= 0
 
 
 def test_every_format_carries_the_cloud_columns_and_the_basis(cloud_ledger: tuple[Path, dict]) -> None:
