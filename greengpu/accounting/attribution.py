@@ -33,6 +33,8 @@ class Usage:
     cost: float = 0.0
     co2_g: float = 0.0
     asleep_s: float = 0.0
+    modelled_s: float = 0.0
+    """Time of a node's bucket whose GPU energy was modelled, not read from counters (0: all measured)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,17 @@ class JobCharge:
     facility_energy_j: float
     cost: float
     co2_g: float
+    submit_s: float | None = None
+    outcome: str = ""
+    """How the segment ended: completed, failed, killed, preempted, or '' (still running, or not known)."""
+    checkpoint_s: float | None = None
+    """How long one checkpoint of the job takes, where known."""
+    gpu_profile: str = ""
+    """The MIG instance profile the job ran on ('' for whole GPUs)."""
+    gpu_model: str = ""
+    """The GPU model of its nodes ('' not known; models joined with '+' when they differ)."""
+    pool: str = ""
+    """'' on-premises; the cloud pool the segment ran in (its energy and spend are in the cloud rows)."""
 
 
 @dataclass
@@ -79,8 +92,9 @@ class Attribution:
         bucket.co2_g += kwh * self.meter.carbon_g_per_kwh(t)
 
     def node_draw(self, node: str, gpus: int, start_s: float, end_s: float, gpu_w: float, host_w: float,
-                  asleep: bool) -> None:
-        """A node of `gpus` GPUs drew `gpu_w` + `host_w` from `start_s` to `end_s`."""
+                  asleep: bool, measured: bool = False) -> None:
+        """A node of `gpus` GPUs drew `gpu_w` + `host_w` from `start_s` to `end_s`; `measured`: the GPU energy
+        was read from the GPUs' energy counters (a node asleep or failed draws nothing from them: measured)."""
         for hour, t0, t1 in self._pieces(start_s, end_s):
             bucket = self.node_hours.get((hour, node))
             if bucket is None:
@@ -89,6 +103,8 @@ class Attribution:
             bucket.gpu_hours += gpus * (t1 - t0) / HOUR_S
             if asleep:
                 bucket.asleep_s += t1 - t0
+            if not measured:
+                bucket.modelled_s += t1 - t0
 
     def tenant_totals(self) -> dict[str, dict[str, float]]:
         """Per tenant, what its jobs were charged over the whole period, and `(idle)`: the rest of the site.
@@ -126,6 +142,7 @@ class Attribution:
             bucket.gpu_hours += gpus * (t1 - t0) / HOUR_S
             self._charge(total, t0, t1 - t0, gpu_w, host_w)
         charge = JobCharge(job.job_id, job.tenant, job.job_class, start_s, end_s, gpus, tuple(sorted(units_by_node)),
-                           total.gpu_energy_j, total.facility_energy_j, total.cost, total.co2_g)
+                           total.gpu_energy_j, total.facility_energy_j, total.cost, total.co2_g,
+                           submit_s=job.submit_time_s)
         self.jobs.append(charge)
         return charge

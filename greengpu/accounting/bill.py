@@ -19,7 +19,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from greengpu.accounting.bill_cloud import add_chargeback, add_cloud
 from greengpu.accounting.carbon import Embodied, IntensitySource, MarketInstruments, market_co2_kg
+from greengpu.accounting.cloud_rows import CloudHour
 from greengpu.accounting.rounding import as_decimal, conserving_units
 from greengpu.accounting.tariffs import PriceSource
 
@@ -29,7 +31,8 @@ AGGREGATES = ("tenant", "node", "class", "job")
 SHARE_RULES = ("none", "proportional", "even")
 IDLE = "(idle)"
 
-UNITS = {"gpu_hours": 0.001, "gpu_hours_allocated": 0.001, "gpu_energy_kwh": 0.001, "energy_kwh": 0.001,
+UNITS = {"cloud_node_hours": 0.001, "cloud_cost": 0.01, "cloud_co2_kg": 0.001, "chargeback": 0.01, "total_cost": 0.01,
+         "gpu_hours": 0.001, "gpu_hours_allocated": 0.001, "gpu_energy_kwh": 0.001, "energy_kwh": 0.001,
          "idle_energy_kwh": 0.001, "cost": 0.01, "co2_kg": 0.001, "co2_market_kg": 0.001, "embodied_kg": 0.001}
 """The figures that rows plus idle conserve, and the unit each is rounded to (a cent; a gram of CO2)."""
 
@@ -91,6 +94,10 @@ class MonthInput:
     tenant_hours: list[HourFigures]
     node_hours: list[HourFigures]
     segments: list[JobSegment]
+    cloud_hours: list[CloudHour] = field(default_factory=list)
+    """The cloud's rows of the month (schema 3)."""
+    chargeback: dict[str, float] | None = None
+    """Per row, its chargeback (None: no chargeback rates in the report settings)."""
 
 
 @dataclass
@@ -292,6 +299,8 @@ def make_bill(month: MonthInput, pricing: Pricing, aggregate: str, share_idle: s
         keys.append("co2_market_kg")
         for figures in (totals, *rows.values(), *days.values()):
             figures["co2_market_kg"] = figures.get("energy_kwh", 0.0) * market_factor / 1000.0
+    keys += add_cloud(totals, rows, month.cloud_hours, aggregate)
+    keys += add_chargeback(totals, rows, month.chargeback)
     for figures in (totals, *rows.values()):
         for key in keys:
             figures.setdefault(key, 0.0)

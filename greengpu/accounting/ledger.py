@@ -178,9 +178,12 @@ def month_input(path: Ledger, run_id: int, start_s: float, end_s: float) -> Mont
     segments of every job that ran in the period (with its segments outside it, to tell a preemption
     from an end)."""
     columns = (*_SEGMENT_TEXT, "nodes", *_SEGMENT_NUMBERS, "gpu_energy_kwh", "energy_kwh", "cost", "co2_kg")
-    rows = _query(path, f"SELECT {', '.join(columns)} FROM job_runs WHERE run_id = ? AND job_id IN (SELECT job_id "
-                        "FROM job_runs WHERE run_id = ? AND end_s > ? AND start_s < ?) ORDER BY start_s, job_id",
-                  (run_id, run_id, start_s, end_s))
+    # Schema 3 also keeps the segments a job ran in the cloud (for queue rows): their energy and spend are the
+    # cloud rows', so the bill's segments are the on-premises ones.
+    here = " AND pool = ''" if _version(path) >= 3 else ""
+    rows = _query(path, f"SELECT {', '.join(columns)} FROM job_runs WHERE run_id = ?{here} AND job_id IN (SELECT "
+                        f"job_id FROM job_runs WHERE run_id = ?{here} AND end_s > ? AND start_s < ?) ORDER BY "
+                        "start_s, job_id", (run_id, run_id, start_s, end_s))
     checked = _checked_rows(path, run_id, "job_runs", columns, 4, rows)
     segments = [JobSegment(str(r[0]), str(r[1]), str(r[2]), float(r[4]), float(r[5]),  # type: ignore[arg-type]
                            float(r[6]), tuple(n for n in str(r[3]).split(",") if n),  # type: ignore[arg-type]

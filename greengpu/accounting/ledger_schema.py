@@ -2,14 +2,17 @@
 
 A new ledger is made by running every migration from version 1; an older one is brought up to date by the
 ones it lacks, in one transaction, the first time a writer opens it (a reader never migrates: it reads
-versions 1 and 2 as they are). Version 2 adds the cluster a run belongs to (so several clusters share one
-ledger) and the metering periods a daemon has charged (so a period sent twice is charged once).
+versions 1 to 3 as they are). Version 2 adds the cluster a run belongs to (so several clusters share one
+ledger) and the metering periods a daemon has charged (so a period sent twice is charged once). Version 3 says
+whether each node-hour's energy was measured or modelled, adds the cloud's node-hours, spend and CO2 per hour,
+pool and tenant, and what chargeback and queue rows need of a job (submit time, outcome, checkpoint time, MIG
+instance profile).
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 _V1 = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -76,7 +79,30 @@ _V2 = (
 )""",
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
+_V3 = (
+    # Rows written before version 3 were never checked against counters: modelled.
+    "ALTER TABLE node_hours ADD COLUMN basis TEXT NOT NULL DEFAULT 'modelled'",
+    "ALTER TABLE job_runs ADD COLUMN submit_s {real}",            # NULL: not known
+    "ALTER TABLE job_runs ADD COLUMN outcome TEXT NOT NULL DEFAULT ''",  # completed|failed|killed|preempted|''
+    "ALTER TABLE job_runs ADD COLUMN checkpoint_s {real}",        # NULL: not known or none written
+    "ALTER TABLE job_runs ADD COLUMN gpu_profile TEXT NOT NULL DEFAULT ''",  # MIG instance profile, '' whole GPUs
+    "ALTER TABLE job_runs ADD COLUMN gpu_model TEXT NOT NULL DEFAULT ''",  # its nodes' GPU model, '' not known
+    "ALTER TABLE job_runs ADD COLUMN pool TEXT NOT NULL DEFAULT ''",  # '' on-premises, else the cloud pool it ran in
+    """CREATE TABLE IF NOT EXISTS cloud_hours (
+    run_id BIGINT NOT NULL REFERENCES runs(run_id),
+    hour_start_s {real} NOT NULL,
+    pool TEXT NOT NULL,
+    region TEXT NOT NULL,            -- '' when the pool names none
+    tenant TEXT NOT NULL,            -- '' for paid node time no job used (boots, idle keep, empty GPUs)
+    node_hours {real} NOT NULL,
+    energy_kwh {real} NOT NULL,      -- modelled from the pool's node type
+    cost {real} NOT NULL,
+    co2_kg {real} NOT NULL,
+    PRIMARY KEY (run_id, hour_start_s, pool, tenant)
+)""",
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3}
 """The statements that bring a ledger from version N-1 to N."""
 
 _V1_COLUMNS = {
@@ -93,6 +119,12 @@ COLUMNS: dict[int, dict[str, tuple[str, ...]]] = {
     1: _V1_COLUMNS,
     2: {**_V1_COLUMNS, "runs": (*_V1_COLUMNS["runs"], "cluster"),
         "metered_periods": ("run_id", "start_s", "end_s", "energy_kwh", "cost", "co2_kg")},
+}
+COLUMNS[3] = {
+    **COLUMNS[2], "node_hours": (*_V1_COLUMNS["node_hours"], "basis"),
+    "job_runs": (*_V1_COLUMNS["job_runs"], "submit_s", "outcome", "checkpoint_s", "gpu_profile", "gpu_model",
+                 "pool"),
+    "cloud_hours": ("run_id", "hour_start_s", "pool", "region", "tenant", "node_hours", "energy_kwh", "cost", "co2_kg"),
 }
 """The tables and columns of each version: a database without exactly these is not read as a ledger."""
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from greengpu.accounting import ledger_sqlite
 from greengpu.accounting.attribution import Attribution, Usage
+from greengpu.accounting.cloud_rows import CloudUsage
 from greengpu.accounting.ledger_url import Ledger, PostgresLedger
 from greengpu.accounting.meter import J_PER_KWH
 from greengpu.errors import BadInput
@@ -71,12 +72,33 @@ def _usage_row(usage: Usage) -> tuple[float, float, float, float]:
     return (usage.gpu_energy_j / J_PER_KWH, usage.facility_energy_j / J_PER_KWH, usage.cost, usage.co2_g / 1000.0)
 
 
+OUTCOMES = ("completed", "failed", "killed", "preempted", "")
+"""How a job's run segment ended ('': still running, or not known)."""
+
+
 def _insert_job_runs(writer: _Writer, run_id: int, attribution: Attribution) -> None:
+    for charge in attribution.jobs:
+        if charge.outcome not in OUTCOMES:
+            raise BadInput(f"job {charge.job_id}: outcome {charge.outcome[:40]!r} is not one of "
+                           f"{', '.join(o for o in OUTCOMES if o)}")
     writer.executemany(
-        "INSERT INTO job_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO job_runs (run_id, job_id, tenant, job_class, start_s, end_s, gpus, nodes, gpu_energy_kwh, "
+        "energy_kwh, cost, co2_kg, submit_s, outcome, checkpoint_s, gpu_profile, gpu_model, pool) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         ((run_id, c.job_id, c.tenant, c.job_class, c.start_s, c.end_s, c.gpus, ",".join(c.nodes),
-          c.gpu_energy_j / J_PER_KWH, c.facility_energy_j / J_PER_KWH, c.cost, c.co2_g / 1000.0)
+          c.gpu_energy_j / J_PER_KWH, c.facility_energy_j / J_PER_KWH, c.cost, c.co2_g / 1000.0, c.submit_s,
+          c.outcome, c.checkpoint_s, c.gpu_profile, c.gpu_model, c.pool)
          for c in attribution.jobs))
+
+
+def _write_cloud(writer: _Writer, run_id: int, cloud: Mapping[tuple[float, str, str], CloudUsage]) -> None:
+    writer.executemany(
+        "INSERT INTO cloud_hours VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, hour_start_s, pool, tenant) "
+        "DO UPDATE SET node_hours = cloud_hours.node_hours + excluded.node_hours, energy_kwh = "
+        "cloud_hours.energy_kwh + excluded.energy_kwh, cost = cloud_hours.cost + excluded.cost, co2_kg = "
+        "cloud_hours.co2_kg + excluded.co2_kg",
+        ((run_id, hour, pool, row.region, tenant, row.node_hours, row.energy_kwh, row.cost, row.co2_kg)
+         for (hour, pool, tenant), row in sorted(cloud.items())))
 
 
 def _new_run(writer: _Writer, kind: str, policy: str, source: str, site: Site, cluster: str) -> int:
@@ -94,30 +116,42 @@ _ADD = "{t}.{c} + excluded.{c}"
 _FIGURES = ("gpu_hours", "gpu_energy_kwh", "energy_kwh", "cost", "co2_kg")
 
 
-def _upsert(table: str, key: str, columns: tuple[str, ...]) -> str:
-    marks = ", ".join("?" * (3 + len(columns)))
+def _upsert(table: str, key: str, columns: tuple[str, ...], extra: str = "") -> str:
+    marks = ", ".join("?" * (3 + len(columns) + (1 if extra else 0)))
     sums = ", ".join(f"{c} = " + _ADD.format(t=table, c=c) for c in columns)
-    return f"INSERT INTO {table} VALUES ({marks}) ON CONFLICT (run_id, hour_start_s, {key}) DO UPDATE SET {sums}"
+    return f"INSERT INTO {table} VALUES ({marks}) ON CONFLICT (run_id, hour_start_s, {key}) DO UPDATE SET {sums}{extra}"
+
+
+# An hour is measured only if every period added to it was: one modelled period makes the whole hour modelled.
+_BASIS = ", basis = CASE WHEN node_hours.basis = 'measured' AND excluded.basis = 'measured' THEN 'measured' " \
+         "ELSE 'modelled' END"
+
+
+def _basis(usage: Usage) -> str:
+    return "modelled" if usage.modelled_s > 0 else "measured"
 
 
 def _write_hours(writer: _Writer, run_id: int, attribution: Attribution) -> None:
     writer.executemany(_upsert("tenant_hours", "tenant", _FIGURES),
                        ((run_id, hour, tenant, usage.gpu_hours, *_usage_row(usage))
                         for (hour, tenant), usage in sorted(attribution.tenant_hours.items())))
-    writer.executemany(_upsert("node_hours", "node", (*_FIGURES, "asleep_h")),
-                       ((run_id, hour, node, usage.gpu_hours, *_usage_row(usage), usage.asleep_s / 3600.0)
+    writer.executemany(_upsert("node_hours", "node", (*_FIGURES, "asleep_h"), _BASIS),
+                       ((run_id, hour, node, usage.gpu_hours, *_usage_row(usage), usage.asleep_s / 3600.0,
+                         _basis(usage))
                         for (hour, node), usage in sorted(attribution.node_hours.items())))
 
 
 def write_run(ledger: Ledger, attribution: Attribution, *, kind: str, policy: str, source: str,
-              cluster: str = "") -> int:
-    """Store one run's attribution in the ledger (created if missing) in one transaction; its run_id."""
+              cluster: str = "", cloud: Mapping[tuple[float, str, str], CloudUsage] | None = None) -> int:
+    """Store one run's attribution in the ledger (created if missing) in one transaction; its run_id. `cloud`:
+    the run's cloud rows keyed (hour, pool, tenant) (greengpu.accounting.cloud_rows)."""
     writer = _Writer(ledger)
     try:
         with writer.transaction():
             run_id = _new_run(writer, kind, policy, source, attribution.meter.site, cluster)
             _write_hours(writer, run_id, attribution)
             _insert_job_runs(writer, run_id, attribution)
+            _write_cloud(writer, run_id, cloud or {})
         return run_id
     finally:
         writer.close()

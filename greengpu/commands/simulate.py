@@ -76,10 +76,12 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
                  f"for them on this cluster (first: {result['unplaceable_jobs'][0]})")
         if ledger_path is not None and simulation.attribution is not None:
             from greengpu.accounting.ledger_write import write_run
+            from greengpu.sim.ledger_rows import ledger_extras
 
+            cloud_rows = ledger_extras(simulation, cluster_file, policy)
             result["ledger_run_id"] = write_run(ledger_path, simulation.attribution, kind="simulate",
                                                 policy=policy.name, source=str(trace_file),
-                                                cluster=recorded_cluster)
+                                                cluster=recorded_cluster, cloud=cloud_rows)
             written.append(f"{result['ledger_run_id']} ({policy.name})")
         result["skipped_rows"] = trace.skipped + len(never)
         result["seed"] = seed

@@ -1,13 +1,19 @@
 """The daemon's metering into the SQLite ledger, so that `greengpu report` bills real months.
 
 Each tick charges the time since the last one. A node's GPU energy is measured where the body reads
-the GPUs' energy counters (the fake cluster, agents' counters), else modelled from the inventory: a
+the GPUs' energy counters (the fake cluster, agents' counters) or the caller hands the period's energy in
+(`record(..., measured_gpu_energy_j=...)`), else modelled from the inventory: a
 busy GPU at its default limit, an idle one at its idle power. Host energy is modelled (the inventory's
 idle or sleep power). A job is charged its GPUs' share of its nodes' GPU power and of their hosts, as
-in a replay, so tenant rows plus idle add up to the site. Each tick is one transaction in the ledger.
+in a replay, so tenant rows plus idle add up to the site. Each tick is one transaction in the ledger; each
+node-hour says its basis: `measured` only where every period of it was measured, `modelled` otherwise.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
 
 from greengpu.accounting.attribution import Attribution
 from greengpu.accounting.ledger_url import Ledger
@@ -30,6 +36,8 @@ class DaemonMeter:
         self._then_s: float | None = None
         self._energy_then: dict[str, float] = {}
         self._type = {n.name: n.type_name for n in cluster.nodes}
+        self.gpu_profiles: dict[str, str] = {}
+        """Per job id, the MIG instance profile it runs on (set by whoever knows it; '' or absent: whole GPUs)."""
         self.measured_nodes: set[str] = set()
         """Nodes whose GPU energy came from counters at the last period (the rest was modelled)."""
 
@@ -41,8 +49,10 @@ class DaemonMeter:
             run_id = open_metered_run(path, cluster.site, policy=policy, source=source, cluster=cluster_name)
         return cls(cluster, path, run_id)
 
-    def record(self, seen: Observation) -> None:
-        """Charge the period since the last tick (nothing at the first one)."""
+    def record(self, seen: Observation, measured_gpu_energy_j: Mapping[str, float] | None = None) -> None:
+        """Charge the period since the last tick (nothing at the first one). `measured_gpu_energy_j`: per node,
+        the GPU energy measured over this period (J, e.g. from agents' counters); it wins over the body's own
+        counters, and a node missing from it (or given a negative or non-finite figure) is modelled."""
         now_s = seen.snapshot.time_s
         then_s, self._then_s = self._then_s, now_s
         energy_then, self._energy_then = self._energy_then, dict(seen.gpu_energy_j)
@@ -65,8 +75,12 @@ class DaemonMeter:
             busy = min(float(node_type.gpus), busy_gpus.get(node.name, 0.0))
             idle_w = (node_type.gpus - busy) * node_type.gpu_idle_w
             before, after = energy_then.get(node.name), seen.gpu_energy_j.get(node.name)
+            given = (measured_gpu_energy_j or {}).get(node.name)
             if asleep or power is PowerState.FAILED:
                 gpu_w = 0.0
+            elif given is not None and math.isfinite(given) and given >= 0:
+                gpu_w = given / period_s
+                self.measured_nodes.add(node.name)
             elif before is not None and after is not None and after >= before:
                 gpu_w = (after - before) / period_s
                 self.measured_nodes.add(node.name)
@@ -74,12 +88,16 @@ class DaemonMeter:
                 gpu_w = idle_w + busy * node_type.gpu_max_w
             if busy > 0:
                 busy_w_per_gpu[node.name] = max(0.0, gpu_w - idle_w) / busy
-            attribution.node_draw(node.name, node_type.gpus, then_s, now_s, gpu_w, host_w, asleep)
+            attribution.node_draw(node.name, node_type.gpus, then_s, now_s, gpu_w, host_w, asleep,
+                                  measured=node.name in self.measured_nodes)
         for running in seen.snapshot.running:
             held = dict(running.units_by_node)
             gpus = {n: self.cluster.node_types[self._type[n]].gpus for n in held}
             hosts = {n: self.cluster.node_types[self._type[n]].host_idle_w for n in held}
             attribution.job_ran(running.job, held, max(then_s, running.start_time_s), now_s,
                                 {n: busy_w_per_gpu.get(n, 0.0) for n in held}, hosts, gpus)
+            models = sorted({self.cluster.node_types[self._type[n]].gpu_model for n in held})
+            attribution.jobs[-1] = replace(attribution.jobs[-1], gpu_model="+".join(models),
+                                           gpu_profile=self.gpu_profiles.get(running.job.job_id, ""))
         # The period's bounds are its key in the ledger: the same period sent twice is charged once.
         append_usage(self.path, self.run_id, attribution, start_s=then_s, end_s=now_s)

@@ -16,6 +16,7 @@ from typing import Any
 from greengpu.accounting.bill import UNITS
 from greengpu.accounting.ledger import choose_run, month_bounds_s, runs, shared_hour
 from greengpu.accounting.ledger_url import Ledger
+from greengpu.accounting.ledger_v3 import basis_label
 from greengpu.errors import BadInput
 
 UNNAMED = "(unnamed)"
@@ -102,8 +103,9 @@ def _merged_rows(named: list[tuple[str, str, dict[str, Any]]], name_key: str) ->
         members = groups[name]
         clusters = sorted({c for c, _ in members})
         bases = {str(r.get("basis")) for _, r in members}
+        # A merged row is measured only if every run's is; otherwise it says it is not (partly or modelled).
         out.append({name_key: name, **_add_figures(r for _, r in members),
-                    "basis": "measured" if bases == {"measured"} else "modelled",
+                    "basis": bases.pop() if len(bases) == 1 else "partly measured",
                     "cluster": clusters[0] if len(clusters) == 1 else None, "clusters": clusters})
     return out
 
@@ -160,7 +162,10 @@ def build_fleet_report(request: Any, chosen: list[dict[str, object]],
                 for run in chosen]
     first = payloads[0][1]
     bare = [p for _, p in payloads]
-    basis = {p["basis"] for p in bare}
+    # Measured share of the fleet: each run's share weighted by its energy (a run with none metered adds nothing).
+    weighted = [(p["measured_share"], p["totals"]["energy_kwh"]) for p in bare if p.get("measured_share") is not None]
+    energy = sum(e for _, e in weighted)
+    share = sum(s * e for s, e in weighted) / energy if energy > 0 else None
     pricing = dict(first["pricing"])
     if len({float(str(run["pue"])) for run in chosen}) > 1 and request.settings.pue is None:
         pricing["pue"] = {"value": None, "source": "the inventory's site.pue of each run when it was written"}
@@ -171,7 +176,8 @@ def build_fleet_report(request: Any, chosen: list[dict[str, object]],
         "policy": ", ".join(dict.fromkeys(str(run["policy"]) for run in chosen)),
         "kind": ", ".join(dict.fromkeys(str(run["kind"]) for run in chosen)),
         "source": "fleet: " + ", ".join(f"run {run['run_id']} ({run['cluster'] or 'unnamed'})" for run in chosen),
-        "basis": "measured" if basis == {"measured"} else "modelled", "aggregate": request.aggregate,
+        "basis": basis_label(share), "measured_share": None if share is None else round(share, 4),
+        "aggregate": request.aggregate, "queue": None,
         "totals": _add_figures(p["totals"] for p in bare), "idle": _add_figures(p["idle"] for p in bare),
         "tenants": _rows(payloads, "tenant", "tenants", "tenant"),
         "rows": _rows(payloads, request.aggregate, "rows", "name"),

@@ -20,7 +20,9 @@ CODECARBON = ("duration", "energy_consumed", "gpu_energy", "emissions", "emissio
               "region", "pue")
 EXTRA = ("kind", "basis", "gpu_hours_allocated", "efficiency", "gpu_energy_kwh", "idle_energy_kwh", "idle_share",
          "co2_market_kg", "embodied_kg", "jobs_ran", "jobs_ended", "jobs_preempted", "jobs_running",
-         "saved_energy_kwh", "saved_cost", "saved_co2_kg", "saved_co2_market_kg")
+         "saved_energy_kwh", "saved_cost", "saved_co2_kg", "saved_co2_market_kg", "cloud_node_hours", "cloud_cost",
+         "cloud_co2_kg", "total_cost", "chargeback", "saved_cloud_cost", "saved_total_cost")
+QUEUE = ("jobs_started", "wait_p50_s", "wait_p95_s", "failure_rate", "checkpoint_mean_s")
 
 
 def _cell(value: Any) -> str:
@@ -40,14 +42,26 @@ def _saved(payload: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _queue_by_name(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The queue figures for the CSV: on each tenant's row (rows by tenant) and on TOTAL."""
+    queue = payload.get("queue")
+    if not queue:
+        return {}
+    out = {"TOTAL": queue["total"]}
+    if payload["aggregate"] == "tenant":
+        out.update({q["tenant"]: q for q in queue["tenants"]})
+    return out
+
+
 def render_csv(payload: dict[str, Any]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["period", payload["aggregate"], "gpu_hours", "energy_kwh", "cost", "co2_kg", "currency",
-                     *CODECARBON, *EXTRA])
+                     *CODECARBON, *EXTRA, *QUEUE])
     duration = month_seconds(payload["period"])
     saved = _saved(payload)
     pue = payload["pricing"]["pue"]["value"]
+    queue = _queue_by_name(payload)
     for kind, name, figures in all_rows(payload):
         jobs = figures.get("jobs", {})
         savings = saved.get(name, {})
@@ -56,13 +70,17 @@ def render_csv(payload: dict[str, Any]) -> str:
                                                                                    "co2_kg")),
                          payload["currency"], duration, _cell(figures["energy_kwh"]), _cell(figures["gpu_energy_kwh"]),
                          _cell(emissions), _cell(emissions / duration), payload["country_iso_code"], payload["region"],
-                         _cell(pue), kind, payload["basis"] if kind != "total" else payload["basis"],
+                         _cell(pue), kind, figures.get("basis") or payload["basis"],
                          _cell(figures["gpu_hours_allocated"]), _cell(figures.get("efficiency")),
                          _cell(figures["gpu_energy_kwh"]), _cell(figures["idle_energy_kwh"]),
                          _cell(figures.get("idle_share")), _cell(figures["co2_market_kg"]),
                          _cell(figures["embodied_kg"]),
                          *(_cell(jobs.get(s)) for s in ("ran", "ended", "preempted", "running")),
-                         *(_cell(savings.get(k)) for k in ("energy_kwh", "cost", "co2_kg", "co2_market_kg"))])
+                         *(_cell(savings.get(k)) for k in ("energy_kwh", "cost", "co2_kg", "co2_market_kg")),
+                         *(_cell(figures.get(k)) for k in ("cloud_node_hours", "cloud_cost", "cloud_co2_kg",
+                                                           "total_cost", "chargeback")),
+                         *(_cell(savings.get(k)) for k in ("cloud_cost", "total_cost")),
+                         *(_cell(queue.get(name, {}).get(k)) for k in QUEUE)])
     return buffer.getvalue()
 
 
@@ -72,6 +90,15 @@ def _num(value: Any, digits: int) -> str:
 
 def _pct(value: Any) -> str:
     return "-" if value is None else f"{value:.0%}"
+
+
+def _cloud_source(cloud: dict[str, Any] | None) -> str:
+    if not cloud:
+        return "as recorded in the ledger"
+    parts = [f"{cloud['source']} ({', '.join(cloud['g_per_kwh_by_region'])})"] if cloud["source"] else []
+    if cloud["at_site_intensity"]:
+        parts.append(f"at the site's intensity (no series): {', '.join(cloud['at_site_intensity'])}")
+    return "; ".join(parts) or "no cloud rows"
 
 
 def render_text(payload: dict[str, Any]) -> str:
@@ -85,18 +112,23 @@ def render_text(payload: dict[str, Any]) -> str:
              f"tariff: {pricing['tariff']['kind']}, {pricing['tariff']['source']}",
              f"carbon, location-based: {pricing['carbon_location']['source']}",
              f"carbon, market-based: {market['source'] if market else 'not configured'}",
+             f"carbon, cloud: {_cloud_source(pricing.get('carbon_cloud'))}",
              f"PUE {pue if pue is not None else 'of each run'}: {pricing['pue']['source']}"]
     if pricing["embodied"]:
         lines.append(f"embodied: {pricing['embodied']['method']}; {pricing['embodied']['source']}")
     head = (f"{payload['aggregate']:<20} {'GPU-h':>11} {'eff':>5} {'kWh':>11} {'cost ' + currency:>12} "
-            f"{'CO2 loc kg':>11} {'CO2 mkt kg':>11} {'idle':>5}")
+            f"{'CO2 loc kg':>11} {'CO2 mkt kg':>11} {'idle':>5} {'cloud ' + currency:>12} {'cloud CO2 kg':>12} "
+            f"{'total ' + currency:>12} {'chargeback':>11}")
     lines += [head]
     for kind, name, figures in all_rows(payload):
         if kind == "total":
             lines.append("-" * len(head))
         lines.append(f"{name[:20]:<20} {figures['gpu_hours']:>11,.1f} {_pct(figures.get('efficiency')):>5} "
                      f"{figures['energy_kwh']:>11,.1f} {figures['cost']:>12,.2f} {figures['co2_kg']:>11,.3f} "
-                     f"{_num(figures['co2_market_kg'], 3):>11} {_pct(figures.get('idle_share')):>5}")
+                     f"{_num(figures['co2_market_kg'], 3):>11} {_pct(figures.get('idle_share')):>5} "
+                     f"{figures['cloud_cost']:>12,.2f} {figures['cloud_co2_kg']:>12,.3f} "
+                     f"{figures['total_cost']:>12,.2f} "
+                     f"{_num(figures.get('chargeback'), 2):>11}")
     jobs = payload["jobs"]
     lines.append(f"jobs: {jobs['ran']} ran, {jobs['ended']} ended, {jobs['preempted']} preempted, "
                  f"{jobs['running']} running at the month's end; node sleep: {payload['node_sleep_hours']:,.1f} "
@@ -108,9 +140,18 @@ def render_text(payload: dict[str, Any]) -> str:
     baseline = payload.get("baseline")
     if baseline:
         lines.append(f"savings against run {baseline['run_id']} ({baseline['policy']}): {baseline['method']}")
+        lines.append(f"  {baseline['headline']}")
         for row in [*baseline["rows"], {"name": "TOTAL", **baseline["totals"]}]:
             lines.append(f"  {row['name'][:20]:<20} {row['energy_kwh']:>11,.1f} kWh {row['cost']:>12,.2f} {currency} "
-                         f"{row['co2_kg']:>11,.3f} kg")
+                         f"energy {row['cloud_cost']:>12,.2f} {currency} cloud {row['total_cost']:>12,.2f} {currency} "
+                         f"total {row['co2_kg']:>11,.3f} kg")
+    queue = payload.get("queue")
+    if queue and queue["total"]["jobs_started"]:
+        lines.append("queue (jobs that first started this month): wait P50 / P95, failure rate, mean checkpoint")
+        for name, row in [*((q["tenant"], q) for q in queue["tenants"]), ("TOTAL", queue["total"])]:
+            lines.append(f"  {name[:20]:<20} {row['jobs_started']:>6} jobs {_num(row['wait_p50_s'], 0):>9} s "
+                         f"{_num(row['wait_p95_s'], 0):>9} s {_pct(row['failure_rate']):>5} "
+                         f"{_num(row['checkpoint_mean_s'], 0):>7} s")
     if len(payload["trend"]) > 1:
         lines.append("trend: " + "; ".join(f"{t['period']} {t['energy_kwh']:,.0f} kWh {t['cost']:,.2f} {currency} "
                                            f"{t['co2_kg']:,.0f} kg" for t in payload["trend"]))

@@ -17,12 +17,14 @@ from greengpu.accounting.bill import IDLE, Bill, Pricing, make_bill, month_site_
 from greengpu.accounting.carbon import market_parts
 from greengpu.accounting.ledger import choose_run, month_bounds_s, month_input, site_hours, sleep_hours
 from greengpu.accounting.ledger_url import Ledger, PostgresLedger, parse_ledger
+from greengpu.accounting.ledger_v3 import basis_label, measured_share, node_bases
 from greengpu.accounting.tariffs import FlatRate, HourlyRate, TimeOfUse
 from greengpu.errors import BadInput
+from greengpu.report.month_extra import add_month_extras, cloud_carbon_payload, queue_rows
 from greengpu.report.settings import ReportSettings
 
 TREND_MONTHS = 12
-SAVED_KEYS = ("energy_kwh", "cost", "co2_kg", "co2_market_kg")
+SAVED_KEYS = ("energy_kwh", "cost", "cloud_cost", "total_cost", "co2_kg", "cloud_co2_kg", "co2_market_kg")
 RECORDED = "as recorded in the ledger (the inventory's site figures when the run was written)"
 
 
@@ -117,6 +119,9 @@ def _pricing_payload(run: dict[str, object], settings: ReportSettings, bill: Bil
 
 def _figures(bill: Bill, figures: dict[str, float]) -> dict[str, Any]:
     out: dict[str, Any] = dict(figures)
+    # Total cost: the energy's and the cloud's, both conserved to the cent, so the sums add up too.
+    out["total_cost"] = round(out.get("cost", 0.0) + out.get("cloud_cost", 0.0), 2)
+    out.setdefault("chargeback", None)
     if "co2_market_kg" not in out:
         out["co2_market_kg"] = None
     if "embodied_kg" not in out:
@@ -124,32 +129,54 @@ def _figures(bill: Bill, figures: dict[str, float]) -> dict[str, Any]:
     return out
 
 
-def _rows(bill: Bill, basis: str, name_key: str) -> list[dict[str, Any]]:
+def _rows(bill: Bill, basis: str, name_key: str, own: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The bill's rows; `own`: a row's own basis where it has one (a node's), else the run's."""
     return [{name_key: row.name, **_figures(bill, row.figures), "efficiency": row.efficiency,
-             "idle_share": row.idle_share, "jobs": row.jobs, "basis": basis} for row in bill.rows]
+             "idle_share": row.idle_share, "jobs": row.jobs, "basis": (own or {}).get(row.name, basis)}
+            for row in bill.rows]
 
 
-def _savings(this: Bill, base: Bill, base_run: dict[str, object], share_idle: str) -> dict[str, Any]:
+_MONEY = ("cost", "cloud_cost", "total_cost")
+
+
+def _with_total(figures: dict[str, float]) -> dict[str, float]:
+    return {**figures, "total_cost": figures.get("cost", 0.0) + figures.get("cloud_cost", 0.0)}
+
+
+def total_headline(saved: dict[str, float], currency: str) -> str:
+    """The money line of a comparison: the total (energy plus cloud) first, and never a saving while it rose."""
+    total, energy = saved.get("total_cost", 0.0), saved.get("cost", 0.0)
+    if total > 0:
+        return f"total cost (energy plus cloud) {total:,.2f} {currency} lower than the baseline"
+    if total == 0:
+        return "total cost (energy plus cloud) the same as the baseline"
+    also = f", although the energy cost fell by {energy:,.2f} {currency}" if energy > 0 else ""
+    return f"total cost (energy plus cloud) ROSE by {-total:,.2f} {currency} against the baseline{also}"
+
+
+def _savings(this: Bill, base: Bill, base_run: dict[str, object], share_idle: str, currency: str) -> dict[str, Any]:
     """Baseline less this run, per row (matched by name; a row missing on one side counts as zero) and in
     total. Both bills are rounded to their units first, so the savings add up exactly too."""
-    keys = [k for k in SAVED_KEYS if k in this.keys]
-    mine = {r.name: r.figures for r in this.rows}
-    theirs = {r.name: r.figures for r in base.rows}
-    mine[IDLE], theirs[IDLE] = this.idle, base.idle
+    keys = [k for k in SAVED_KEYS if k in this.keys or k == "total_cost"]
+    mine = {r.name: _with_total(r.figures) for r in this.rows}
+    theirs = {r.name: _with_total(r.figures) for r in base.rows}
+    mine[IDLE], theirs[IDLE] = _with_total(this.idle), _with_total(base.idle)
     rows = []
     for name in sorted(set(mine) | set(theirs)):
-        saved = {k: round(theirs.get(name, {}).get(k, 0.0) - mine.get(name, {}).get(k, 0.0), 3) for k in keys}
-        if "cost" in saved:
-            saved["cost"] = round(saved["cost"], 2)
+        saved = {k: round(theirs.get(name, {}).get(k, 0.0) - mine.get(name, {}).get(k, 0.0), 2 if k in _MONEY else 3)
+                 for k in keys}
         if name == IDLE and not any(saved.values()):
             continue
         rows.append({"name": name, **saved})
-    totals = {k: round(base.totals[k] - this.totals[k], 2 if k == "cost" else 3) for k in keys}
+    base_totals, this_totals = _with_total(base.totals), _with_total(this.totals)
+    totals = {k: round(base_totals[k] - this_totals[k], 2 if k in _MONEY else 3) for k in keys}
     method = (f"counterfactual: run {base_run['run_id']} (policy {base_run['policy']}) of the same ledger, the same "
               f"month, priced with the same tariff, carbon and PUE; saving = baseline less this run, per "
-              f"{this.aggregate} after idle sharing ({share_idle})")
+              f"{this.aggregate} after idle sharing ({share_idle}); money counts energy and cloud together")
     return {"run_id": base_run["run_id"], "policy": base_run["policy"], "method": method,
-            "totals": totals, "baseline_totals": {k: base.totals[k] for k in keys}, "rows": rows}
+            "headline": total_headline(totals, currency),
+            "totals": totals, "baseline_totals": {k: round(base_totals[k], 2 if k in _MONEY else 3) for k in keys},
+            "rows": rows}
 
 
 def build_report(request: ReportRequest) -> dict[str, Any]:
@@ -160,13 +187,18 @@ def build_report(request: ReportRequest) -> dict[str, Any]:
     start_s, end_s = month_bounds_s(month)
     settings = request.settings
     pricing = _pricing(run, settings)
-    data = month_input(request.ledger, run_id, start_s, end_s)
+    data = add_month_extras(month_input(request.ledger, run_id, start_s, end_s), request.ledger, run_id, settings,
+                            request.aggregate)
     problem = _uncovered(settings, [h.hour_start_s for h in data.site_hours if h.energy_kwh > 0])
     if problem:
         raise BadInput(problem)
     bill = make_bill(data, pricing, request.aggregate, request.share_idle)
-    tenant_bill = bill if request.aggregate == "tenant" else make_bill(data, pricing, "tenant", request.share_idle)
-    basis = "measured" if run["kind"] == "daemon" else "modelled"
+    tenant_bill = bill if request.aggregate == "tenant" else make_bill(
+        add_month_extras(month_input(request.ledger, run_id, start_s, end_s), request.ledger, run_id, settings,
+                         "tenant"), pricing, "tenant", request.share_idle)
+    # A run is measured only where every node-hour's energy was read from counters (ledger schema 3).
+    share = measured_share(request.ledger, run_id, start_s, end_s)
+    basis = basis_label(share)
     totals = _figures(bill, bill.totals)
     installed = bill.totals["gpu_hours"]
     totals["efficiency"] = round(bill.totals["gpu_hours_allocated"] / installed, 4) if installed > 0 else None
@@ -176,27 +208,31 @@ def build_report(request: ReportRequest) -> dict[str, Any]:
                                                                                        "running")}
     payload: dict[str, Any] = {
         "period": month, "run_id": run_id, "policy": run["policy"], "kind": run["kind"], "source": run["source"],
-        "basis": basis, "currency": settings.currency or run["currency"], "aggregate": request.aggregate,
+        "basis": basis, "measured_share": None if share is None else round(share, 4),
+        "currency": settings.currency or run["currency"], "aggregate": request.aggregate,
         "share_idle": bill.share_idle, "country_iso_code": settings.country_iso_code, "region": settings.region,
         "totals": totals, "idle": _figures(bill, bill.idle), "tenants": _rows(tenant_bill, basis, "tenant"),
-        "rows": _rows(bill, basis, "name"), "jobs": jobs,
+        "rows": _rows(bill, basis, "name", node_bases(request.ledger, run_id, start_s, end_s)
+                      if request.aggregate == "node" else None), "jobs": jobs,
         "node_sleep_hours": round(sleep_hours(request.ledger, run_id, start_s, end_s), 3),
         "pricing": _pricing_payload(run, settings, bill, bill.totals["energy_kwh"]),
         "days": [{"day": dt.datetime.fromtimestamp(d["day_start_s"], dt.UTC).date().isoformat(),
                   **{k: v for k, v in d.items() if k != "day_start_s"}} for d in bill.days],
-        "baseline": None,
+        "baseline": None, "queue": queue_rows(request.ledger, run_id, start_s, end_s),
     }
+    payload["pricing"]["carbon_cloud"] = cloud_carbon_payload(request.ledger, run_id, start_s, end_s, settings)
     if request.baseline_run is not None:
         base_run = choose_run(request.ledger, request.baseline_run, "--baseline")
         if base_run["run_id"] == run_id:
             raise BadInput(f"--baseline: run {run_id} is the run reported; name another run of {request.ledger}")
         base_pricing = _pricing(base_run, settings)
-        base_data = month_input(request.ledger, int(str(base_run["run_id"])), start_s, end_s)
+        base_data = add_month_extras(month_input(request.ledger, int(str(base_run["run_id"])), start_s, end_s),
+                                     request.ledger, int(str(base_run["run_id"])), settings, request.aggregate)
         problem = _uncovered(settings, [h.hour_start_s for h in base_data.site_hours if h.energy_kwh > 0])
         if problem:
             raise BadInput(problem)
         base_bill = make_bill(base_data, base_pricing, request.aggregate, request.share_idle)
-        payload["baseline"] = _savings(bill, base_bill, base_run, bill.share_idle)
+        payload["baseline"] = _savings(bill, base_bill, base_run, bill.share_idle, payload["currency"])
     months = _earlier_months(month, TREND_MONTHS)
     history = site_hours(request.ledger, run_id, months[0][1], end_s)
     priced_months = [m for m in months if _uncovered(settings, [h.hour_start_s for h in history

@@ -139,8 +139,7 @@ def render_text(payload: dict[str, Any], console: Any = None) -> None:
         console.print(_model_table(payload["gpu_models"]))
     if "savings" in payload:
         saved = payload["savings"]["saved"]
-        console.print(f"greengpu default vs always-on on this trace: {saved['energy_kwh']:,.0f} kWh, "
-                      f"{saved['cost']:,.0f} in cost and {saved['co2_kg']:,.0f} kg CO2 saved.")
+        console.print(savings_line(saved))
         console.print(_tenant_table(payload["savings"]))
     for flag in payload["flags"]:
         console.print(f"[yellow]note:[/yellow] {flag}")
@@ -191,6 +190,19 @@ def growth_text(inputs: dict[str, Any], growth: dict[str, Any]) -> str:
         return (f"{signed(used)} GPUs/month: planned flat (measured: {signed(measured)} GPUs/month over {window}; "
                 "a fall is not planned)")
     return f"{signed(used)} GPUs/month (measured over {window})"
+
+
+def _less(amount: float, unit: str) -> str:
+    """'12 kWh less' or '3 kWh MORE': a figure that rose is never shown as a saving."""
+    if round(amount) == 0:
+        return f"the same {unit or 'cost'} (within 1)"
+    return f"{abs(amount):,.0f} {unit} {'less' if amount > 0 else 'MORE'}".replace("  ", " ")
+
+
+def savings_line(saved: dict[str, Any]) -> str:
+    """The savings headline of `plan`: total cost (energy plus cloud, as the replay counts it) first."""
+    return (f"greengpu default vs always-on on this trace: total cost (energy plus cloud) {_less(saved['cost'], '')}"
+            f", {_less(saved['energy_kwh'], 'kWh')}, {_less(saved['co2_kg'], 'kg CO2')}.")
 
 
 def tenant_rows(savings: dict[str, Any]) -> list[dict[str, Any]]:

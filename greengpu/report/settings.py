@@ -18,6 +18,7 @@ from greengpu.accounting.carbon import (
     IntensitySource,
     MarketInstruments,
 )
+from greengpu.accounting.chargeback import ChargebackRates
 from greengpu.accounting.tariffs import FlatRate, HourlyRate, PriceSource, TariffDocumentError, TimeOfUse, parse_openei
 from greengpu.config.fields import Fields
 from greengpu.config.limits import MAX_YAML_BYTES, check_file_size
@@ -25,8 +26,11 @@ from greengpu.config.series import read_series_csv
 from greengpu.config.yamlsource import YamlDocument, load_yaml_file, shown
 from greengpu.errors import ConfigError
 from greengpu.model import TimeSeries
+from greengpu.report.settings_chargeback import read_chargeback
+from greengpu.report.settings_cloud import CloudCarbon, read_cloud_carbon
 
-TOP_KEYS = ("currency", "country_iso_code", "region", "pue", "pue_source", "tariff", "carbon", "embodied")
+TOP_KEYS = ("currency", "country_iso_code", "region", "pue", "pue_source", "tariff", "carbon", "embodied",
+            "chargeback")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,10 @@ class ReportSettings:
     embodied: Embodied | None = None
     series: tuple[tuple[str, TimeSeries], ...] = ()
     """Hourly series read, by the name shown in errors: a month they do not cover is refused."""
+    chargeback: ChargebackRates | None = None
+    """Prices per GPU-hour and per MIG instance-hour (greengpu.report.settings_chargeback)."""
+    cloud_carbon: CloudCarbon | None = None
+    """The cloud regions' grid intensity (greengpu.report.settings_cloud)."""
 
 
 def _relative(base: Path, name: str) -> tuple[Path, str]:
@@ -191,10 +199,12 @@ def read_settings(file: str) -> ReportSettings:
     price, fixed = _tariff(root, base, series)
     carbon_fields = root.sub("carbon")
     carbon = market = None
+    cloud_carbon = None
     if carbon_fields is not None:
-        carbon_fields.reject_unknown(("location", "market"))
+        carbon_fields.reject_unknown(("location", "market", "cloud"))
         carbon = _location(carbon_fields, base, series)
         market = _market(carbon_fields)
+        cloud_carbon = read_cloud_carbon(carbon_fields)
     pue = root.number("pue", None, minimum=1.0, maximum=5.0)
     if pue is not None and not root.has("pue_source"):
         raise root.error("pue_source", "say where the PUE comes from (metered, design figure, vendor)")
@@ -204,4 +214,5 @@ def read_settings(file: str) -> ReportSettings:
     return ReportSettings(currency=currency, country_iso_code=root.string("country_iso_code", "") or "",
                           region=root.string("region", "") or "", pue=pue,
                           pue_source=root.string("pue_source", "") or "", price=price, fixed_charge_per_month=fixed,
-                          carbon=carbon, market=market, embodied=_embodied(root), series=tuple(series))
+                          carbon=carbon, market=market, embodied=_embodied(root), series=tuple(series),
+                          chargeback=read_chargeback(root), cloud_carbon=cloud_carbon)

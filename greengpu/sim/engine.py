@@ -43,6 +43,7 @@ from greengpu.sim.checks import PlacementChecks
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.cloud import CloudPools
 from greengpu.sim.cloud_choice import fits_free_awake
+from greengpu.sim.cloud_ledger import MeteredCloudPools
 from greengpu.sim.failures import FailureReplay, GpuEvent
 from greengpu.sim.jobs import JobRunner
 from greengpu.sim.nodes import NodeFleet, SimNode
@@ -89,9 +90,9 @@ class Simulation:
         self.usage = TenantUsage(policy.scheduler.fair_share)
         self.work = JobRunner(self.clock, self.fleet, self.pacer, self.sleep, self.checks, self.usage,
                               self.attribution, policy.scheduler.preemption.grace_s)
-        self.cloud = (CloudPools(cluster, policy, self.clock, self.work.outcomes, self.work.finish_s,
-                                 {job.job_id: job for job in self.jobs}, seed, self._requeued, self._demand_changed_by,
-                                 self.meter.price_per_kwh) if cluster.pools else None)
+        self.cloud = ((MeteredCloudPools if attribute else CloudPools)(  # Metered: spans for --ledger
+            cluster, policy, self.clock, self.work.outcomes, self.work.finish_s, {job.job_id: job for job in self.jobs},
+            seed, self._requeued, self._demand_changed_by, self.meter.price_per_kwh) if cluster.pools else None)
         """The inventory's cloud pools (sim/cloud.py; None without pools: every figure as before)."""
         if self.cloud is not None:  # a come-back never jumps the on-premises queue
             self.cloud.fits_on_premises = lambda job: not self.pending and fits_free_awake(

@@ -231,3 +231,53 @@ def test_a_report_reads_through_a_read_only_session_and_bad_databases_are_one_li
                            (value,))
         code, _, err = run_cli("report", "--ledger", billed, "--month", "2024-01")
         assert code == 2 and err.count("\n") == 1 and "node_hours.cost" in err, err
+
+
+def test_a_version_2_database_is_read_as_it_is_and_migrated_to_3_in_place(server: PgServer, tmp_path: Path) -> None:
+    """Ledger schema 3 on PostgreSQL: a version 2 database reads as it is (no cloud, modelled), and the next
+    writer migrates it in place, keeping its runs; a replay with cloud pools then writes its cloud rows."""
+    import psycopg
+
+    from greengpu.accounting.ledger_schema import SCHEMA_VERSION, statements
+
+    url = server.create_database()
+    first = dt.datetime(2024, 3, 4, tzinfo=dt.UTC).timestamp()
+    with psycopg.connect(url) as connection:
+        for version in (1, 2):
+            for statement in statements(version, "postgresql"):
+                connection.execute(statement)
+        connection.execute("INSERT INTO meta VALUES ('schema_version', '2')")
+        connection.execute("INSERT INTO runs (kind, policy, source, created_utc, currency, pue, cluster) VALUES "
+                           "('daemon', 'default', 't', '2024-03-01', 'USD', 1.2, 'east')")
+        connection.execute("INSERT INTO node_hours VALUES (1, %s, 'n1', 2, 1, 2, 0.5, 0.7, 0)", (first,))
+        connection.execute("INSERT INTO tenant_hours VALUES (1, %s, 'a', 1, 0.5, 1, 0.25, 0.3)", (first,))
+    old = report_json("--ledger", url, "--month", "2024-03")
+    assert old["basis"] == "modelled" and old["totals"]["cloud_cost"] == 0.0 and old["totals"]["cost"] == 0.5
+    assert fetch(url, "SELECT value FROM meta") == [("2",)]  # a reader never migrates
+    from fleet_inputs import run_cli
+
+    code, _, err = run_cli("-q", "simulate", "--trace", str(write_trace(tmp_path / "t.csv", dt.datetime(
+        2024, 3, 4, tzinfo=dt.UTC))), "--cluster", str(write_cluster(tmp_path, "lab")), "--policy", "default",
+        "--ledger", url)
+    assert code == 0, err
+    assert fetch(url, "SELECT value FROM meta") == [(str(SCHEMA_VERSION),)] and SCHEMA_VERSION == 3
+    assert fetch(url, "SELECT DISTINCT basis FROM node_hours WHERE run_id = 1") == [("modelled",)]
+    again = report_json("--ledger", url, "--month", "2024-03", "--run", "1")
+    assert again["totals"]["cost"] == 0.5
+    fresh = report_json("--ledger", url, "--month", "2024-03", "--run", "2")
+    assert fresh["totals"]["cloud_cost"] == 0.0 and fresh["queue"]["total"]["jobs_started"] > 0
+    from greengpu.accounting.attribution import Attribution
+    from greengpu.accounting.cloud_rows import CloudUsage
+    from greengpu.accounting.ledger_url import parse_ledger
+    from greengpu.accounting.ledger_write import write_run
+    from greengpu.accounting.meter import EnergyMeter
+    from greengpu.model import Site
+
+    books = Attribution(EnergyMeter(Site(price_per_kwh=0.1)))
+    books.node_draw("n1", 2, first, first + 3600, 100.0, 0.0, False)
+    cloud = {(first, "aws", "a"): CloudUsage("us-east-1", 0.75, 1.0, 24.5, 0.38),
+             (first, "aws", ""): CloudUsage("us-east-1", 0.25, 0.2, 8.17, 0.07)}
+    run_id = write_run(parse_ledger(url), books, kind="simulate", policy="p", source="t", cloud=cloud)
+    billed = report_json("--ledger", url, "--month", "2024-03", "--run", str(run_id))
+    assert billed["totals"]["cloud_cost"] == 32.67 and billed["idle"]["cloud_cost"] == 8.17
+    assert [(t["tenant"], t["cloud_cost"], t["cloud_co2_kg"]) for t in billed["tenants"]] == [("a", 24.5, 0.38)]

@@ -31,6 +31,9 @@ def test_the_report_settings_example_prices_a_lab_replay_at_the_virginia_rate(
     assert "Virginia Electric & Power" in json.dumps(bill)
     assert bill["region"] == "Virginia" and bill["pricing"]
     assert bill["totals"]["cost"] > 0 and bill["totals"]["co2_kg"] > 0
+    # The example's chargeback: the lab's GPU-hours billed per tenant, adding up to the total to the cent.
+    assert bill["totals"]["chargeback"] > 0 and bill["idle"]["chargeback"] == 0.0
+    assert round(sum(t["chargeback"] for t in bill["tenants"]) * 100) == round(bill["totals"]["chargeback"] * 100)
 
 
 def test_the_agent_class_file_example_caps_gpu_0_as_inference(tmp_path: Path) -> None:

@@ -35,9 +35,12 @@ SETTINGS = {
     "carbon": {"location": {"flat_g_per_kwh": 380, "source": "grid"},
                "market": {"residual_mix_g_per_kwh": 520, "source": "residual",
                           "contracts": [{"name": "ppa", "g_per_kwh": 0, "share": 0.4}],
-                          "certificates_kwh_per_month": 10}},
+                          "certificates_kwh_per_month": 10},
+               "cloud": {"regions": {"us-east-1": 380, "eu-west-1": 250}, "source": "regional averages"}},
     "embodied": {"kg_per_gpu": 1500, "lifetime_years": 5, "source": "vendor"},
+    "chargeback": {"per_gpu_hour": {"A100": 2.10, "default": 1.50}, "per_instance": {"1g.5gb": 0.35}},
 }
+CHARGEBACK = {"chargeback": SETTINGS["chargeback"]}
 HOURLY = {"tariff": {"hourly_csv": "prices.csv", "source": "market"}}
 
 
@@ -91,6 +94,35 @@ def test_report_settings_values(workdir: Path, billed: tuple[Path, str], data: s
     write_mutated(target, yaml.safe_dump(document, allow_unicode=True), data)
     code, out, err = report(ledger, month, "--settings", str(target))
     assert_clean(code, err, out=out)
+
+
+@fuzz(60)
+@given(data=st.data())
+def test_chargeback_settings(workdir: Path, billed: tuple[Path, str], data: st.DataObject) -> None:  # noqa: F811
+    """The `chargeback:` settings (issue 41): a value, a rate's name or a whole mapping replaced by anything gives
+    a bill whose chargeback rows add up, or one located line and exit 2."""
+    ledger, month = billed
+    path = data.draw(st.sampled_from(key_paths(CHARGEBACK)), label="path")
+    document = _replace(CHARGEBACK, path, data.draw(st.one_of(YAML_SCALARS, ODD_VALUES), label="value"))
+    if data.draw(st.booleans(), label="rename"):  # a GPU model or profile named by anything
+        name = data.draw(st.one_of(YAML_SCALARS, ODD_VALUES), label="name")
+        given = document["chargeback"]
+        rates = given.get("per_gpu_hour") if isinstance(given, dict) else None
+        if isinstance(rates, dict) and rates:
+            rates[name if isinstance(name, (str, int, float, bool)) or name is None else str(name)] = rates.pop(
+                next(iter(rates)))
+    target = workdir / "fuzzed-chargeback.yaml"
+    write_mutated(target, yaml.safe_dump(document, allow_unicode=True), data)
+    code, out, err = report(ledger, month, "--settings", str(target))
+    assert_clean(code, err, out=out)
+    if code == 0 and json.loads(out)["totals"]["chargeback"] is not None:
+        payload = json.loads(out)
+        total = payload["totals"]["chargeback"]
+        assert round(sum(t["chargeback"] for t in payload["tenants"]) * 100) == round(total * 100)
+    elif code == 0:  # `chargeback: null` is no chargeback, as any null key is absent
+        assert document["chargeback"] is None
+    else:
+        assert "fuzzed-chargeback.yaml" in err or "--settings: chargeback" in err, err
 
 
 @fuzz(60)

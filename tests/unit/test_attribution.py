@@ -32,7 +32,7 @@ def test_a_job_is_charged_its_gpus_busy_power_and_its_share_of_the_host_hour_by_
     charge = run(books, "j1", "a", 1000, 1800.0, 5400.0)
     assert charge == JobCharge("j1", "a", "batch", 1800.0, 5400.0, 1.0, ("n0",), gpu_energy_j=300.0 * 3600,
                                facility_energy_j=pytest.approx(600.0 * 3600), cost=pytest.approx(0.15),
-                               co2_g=pytest.approx(120.0))
+                               co2_g=pytest.approx(120.0), submit_s=0.0)  # the job's submit time, for queue rows
     assert sorted(books.tenant_hours) == [(0.0, "a"), (3600.0, "a")]
     first, second = books.tenant_hours[(0.0, "a")], books.tenant_hours[(3600.0, "a")]
     assert (first.gpu_hours, first.gpu_energy_j, first.facility_energy_j) == (0.5, 300.0 * 1800, 600.0 * 1800)
@@ -84,7 +84,8 @@ def test_node_draw_is_metered_per_hour_with_sleep_time() -> None:
     awake = books.node_hours[(3600.0, "n0")]
     kwh = 450.0 * 1800 / 3.6e6  # 300 W x PUE 1.5 for the half hour after 1:00
     assert awake == Usage(gpu_hours=1.0, gpu_energy_j=100.0 * 1800, facility_energy_j=pytest.approx(450.0 * 1800),
-                          cost=pytest.approx(kwh * 0.40), co2_g=pytest.approx(kwh * 200), asleep_s=0.0)
+                          cost=pytest.approx(kwh * 0.40), co2_g=pytest.approx(kwh * 200), asleep_s=0.0,
+                          modelled_s=1800.0)  # no counters read: modelled
     asleep = books.node_hours[(0.0, "n1")]
     assert asleep.asleep_s == 3600.0 and asleep.gpu_hours == 2.0
     assert asleep.facility_energy_j == pytest.approx(12.0 * 3600)

@@ -53,7 +53,7 @@ def test_a_version_1_ledger_is_read_as_it_is_and_migrated_by_the_next_writer(tmp
     unnamed = report_json("--ledger", str(path), "--month", MONTH, "--aggregate", "cluster")
     assert [(r["name"], r["cost"]) for r in unnamed["rows"]] == [("(unnamed)", 0.25)]
     open_metered_run(path, Site(), policy="p", source="s", cluster="east")
-    assert schema_version(path) == SCHEMA_VERSION == 2
+    assert schema_version(path) == SCHEMA_VERSION == 3
     assert [(r["run_id"], r["cluster"]) for r in runs(path)] == [(1, ""), (2, "east")]
     assert report_json("--ledger", str(path), "--month", MONTH, "--run", "1")["totals"]["cost"] == 0.5
 

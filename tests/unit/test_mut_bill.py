@@ -42,6 +42,10 @@ TENANTS = [hour(0.0, "a", 1.0, 1.5, 3.0, 0.6, 0.3), hour(3600.0, "a", 1.0, 1.5, 
            hour(DAY_S, "b", 0.5, 1.0, 2.0, 0.4, 0.2)]
 
 
+NO_CLOUD = {"cloud_node_hours": 0.0, "cloud_cost": 0.0, "cloud_co2_kg": 0.0}
+"""Every row carries the cloud's figures, 0 in a month without any (the contract)."""
+
+
 def month() -> MonthInput:
     return MonthInput(0.0, 2 * DAY_S, list(SITE), list(TENANTS), list(NODES), [J1, J2])
 
@@ -55,15 +59,15 @@ def test_job_rows_priced_at_the_ledgers_own_hourly_rates_with_idle_kept_apart() 
     # j1: 3 kWh in each hour, 2.4 at the report's PUE, at 0.2 and 0.3 per kWh, 100 and 200 g/kWh.
     assert [r.name for r in bill.rows] == ["j1", "j2"]
     assert bill.rows[0].figures == {"gpu_hours": 2.0, "gpu_hours_allocated": 2.0, "gpu_energy_kwh": 3.0,
-                                    "energy_kwh": 4.8, "idle_energy_kwh": 0.0, "cost": 1.2, "co2_kg": 0.72}
+                                    "energy_kwh": 4.8, "idle_energy_kwh": 0.0, "cost": 1.2, "co2_kg": 0.72, **NO_CLOUD}
     assert bill.rows[1].figures == {"gpu_hours": 0.5, "gpu_hours_allocated": 0.5, "gpu_energy_kwh": 1.0,
-                                    "energy_kwh": 1.6, "idle_energy_kwh": 0.0, "cost": 0.32, "co2_kg": 0.16}
+                                    "energy_kwh": 1.6, "idle_energy_kwh": 0.0, "cost": 0.32, "co2_kg": 0.16, **NO_CLOUD}
     assert bill.totals == {"gpu_hours": 9.0, "gpu_hours_allocated": 2.5, "gpu_energy_kwh": 20.0, "energy_kwh": 28.0,
-                           "idle_energy_kwh": 21.6, "cost": 7.2, "co2_kg": 4.4}
+                           "idle_energy_kwh": 21.6, "cost": 7.2, "co2_kg": 4.4, **NO_CLOUD}
     assert bill.idle == {"gpu_hours": 6.5, "gpu_hours_allocated": 0.0, "gpu_energy_kwh": 16.0, "energy_kwh": 21.6,
-                         "idle_energy_kwh": 21.6, "cost": 5.68, "co2_kg": 3.52}
+                         "idle_energy_kwh": 21.6, "cost": 5.68, "co2_kg": 3.52, **NO_CLOUD}
     assert bill.keys == ("gpu_hours", "gpu_hours_allocated", "gpu_energy_kwh", "energy_kwh", "idle_energy_kwh",
-                         "cost", "co2_kg")
+                         "cost", "co2_kg", "cloud_node_hours", "cloud_cost", "cloud_co2_kg")
     assert bill.aggregate == "job" and bill.share_idle == "none" and bill.market_factor_g_per_kwh is None
     # Days: 24 kWh on the first (4.8 charged to j1), 4 on the second (1.6 to j2).
     assert bill.days == [{"day_start_s": 0.0, "energy_kwh": 24.0, "cost": 6.4, "co2_kg": 4.0, "idle_share": 0.8},
@@ -139,7 +143,7 @@ def test_a_report_tariff_carbon_market_and_embodied_figures_replace_the_ledgers(
     assert figures(bill.rows, "co2_market_kg") == {"infer": 0.4, "train": 1.2}
     assert figures(bill.rows, "embodied_kg") == {"infer": 0.05, "train": 0.2}  # 0.1 kg per GPU-hour
     assert bill.totals["cost"] == 14.0 and bill.totals["co2_market_kg"] == 7.0 and bill.totals["embodied_kg"] == 0.9
-    assert bill.keys[-2:] == ("embodied_kg", "co2_market_kg")
+    assert bill.keys[-5:-3] == ("embodied_kg", "co2_market_kg")
     assert bill.days[0]["cost"] == 12.0 and bill.days[0]["co2_kg"] == 7.2
     empty = make_bill(MonthInput(0.0, DAY_S, [], [], [], []), pricing, "tenant", "none")
     assert empty.market_factor_g_per_kwh == 500.0 and empty.totals["energy_kwh"] == 0.0 and empty.days == []

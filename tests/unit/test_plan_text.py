@@ -171,3 +171,13 @@ def test_piped_progress_is_plain_lines_on_stderr_and_q_silences_it(tmp_path: Pat
     quiet = subprocess.run([sys.executable, "-m", "greengpu", "-q", *command[3:]], capture_output=True, text=True,
                            timeout=300, check=True)
     assert quiet.stderr == ""
+
+
+def test_the_plan_savings_line_never_shows_a_saving_while_the_total_rose() -> None:
+    """Issue 36: the total cost (energy plus cloud, as the replay counts it) comes first, and a rise says MORE."""
+    from greengpu.report.plan_text import savings_line
+
+    rose = savings_line({"cost": -1300.0, "energy_kwh": 500.0, "co2_kg": 40.0})
+    assert "total cost (energy plus cloud) 1,300 MORE" in rose and "500 kWh less" in rose and "saved" not in rose
+    fell = savings_line({"cost": 62.0, "energy_kwh": -5.0, "co2_kg": 0.2})
+    assert "62 less" in fell and "5 kWh MORE" in fell and "the same kg CO2" in fell
