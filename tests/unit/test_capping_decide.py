@@ -25,7 +25,8 @@ def test_efficiency_from_the_model_caps_below_default_within_budget() -> None:
     assert decision.limit_w is not None and 100 <= decision.limit_w < 400
     assert decision.locked_clock_mhz is None
     assert 0 < decision.expected_slowdown <= 0.05
-    assert decision.reason == f"class training: {decision.limit_w:g} W, least energy within 5% slowdown (power model, training curve)"
+    assert decision.reason == (f"class training: {decision.limit_w:g} W, least energy within 5% slowdown "
+                               "(power model, training curve)")
     power_w, speed = busy_effect(decision, node_type(8))
     assert power_w < 400 and speed >= 1 / 1.05 - 1e-9
 

@@ -3,8 +3,13 @@ clock-bound share only; the default's inference clock follows from the curve and
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
-from conftest import REPO
+from conftest import REPO, public_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedkit import node_type
@@ -168,3 +173,25 @@ def test_the_replay_caps_through_the_same_decision_and_never_above_the_limit() -
             power_w, speed = pacer.effect(job, node)
             assert (power_w, speed) == busy_effect(decision, gpu)
             assert power_w <= (decision.limit_w or gpu.gpu_max_w)
+
+
+def test_the_fit_script_reprints_the_shipped_curves(tmp_path: Path) -> None:
+    # scripts/fit_power_curves.py is how the shipped figures are reproduced: on the bundled Zeus traces it
+    # prints the shipped training curve; on files shaped like ML.ENERGY's it fits the clock-bound share.
+    from greengpu.energy.power_model import TRAINING_CURVE
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for task in ("lm-arena-chat", "gpqa", "sourcegraph-fim", "image-chat"):
+        configurations = [{"model_id": f"{task}-m", "gpu_model": "H100", "num_gpus": 1, "tensor_parallel": 1,
+                           "expert_parallel": 1, "data_parallel": 1, "avg_batch_size": b,
+                           "median_itl_ms": 10 + 0.1 * b, "avg_power_watts": 490.0} for b in (10, 20, 40)]
+        (tasks / f"{task}.json").write_text(json.dumps({"configurations": configurations}))
+    script = REPO / "scripts" / "fit_power_curves.py"
+    done = subprocess.run([sys.executable, str(script), "--zeus", str(public_data("zeus-power-limit-traces")),
+                           "--mlenergy", str(tasks)], capture_output=True, text=True, check=True, timeout=120)
+    assert f"  time_factor   {TRAINING_CURVE.time_factor}" in done.stdout
+    assert f"  power_factor  {TRAINING_CURVE.power_factor}" in done.stdout
+    assert "12 configurations in 4 groups" in done.stdout
+    assert f"clock-bound share: median {2 / 12:.3f}" in done.stdout
+    assert "quartiles 0.70, 0.70, 0.70" in done.stdout  # 490 W of a 700 W H100
