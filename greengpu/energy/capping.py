@@ -4,11 +4,12 @@ Per workload class the policy gives a mode:
 - `efficiency`: the power limit that needs the least energy per unit of work while running at
   most `max_slowdown` slower than at the default limit. Chosen from a profile of (limit,
   throughput, power) points: measured for the job when the agent has them (Zeus-style profiling),
-  otherwise predicted by the fitted power model (`power_model.TRAINING_CURVE`). The default limit is
-  always a candidate, so the pick never needs more energy than not capping, by the profile's account.
-- `clocks`: lock SM clocks at `clock_fraction` of the maximum; the fraction is raised when its
-  worst-case (compute-bound) slowdown would exceed the class's `max_slowdown` (the latency budget
-  of inference).
+  otherwise predicted by the power model's curve for the class (`curves.curve_for`: Zeus-fitted for
+  training and batch, ML.ENERGY-derived for inference and interactive). The default limit is always a
+  candidate, so the pick never needs more energy than not capping, by the profile's account.
+- `clocks`: lock SM clocks at `clock_fraction` of the maximum; the fraction is raised when the class
+  curve's slowdown there would exceed the class's `max_slowdown` (the latency budget of inference;
+  memory-bound decoding slows by only part of the clock's drop, compute-bound work by all of it).
 - `fixed`: a limit in watts, clamped to the GPU's constraints (NVML refuses anything outside).
 - `off`: the default limit, clocks unlocked.
 A cap that does not bind (power stays under it and the SwPowerCap clock event reason is never set)
@@ -21,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from greengpu.energy.power_model import TRAINING_CURVE, PowerCurve, busy_gpu
+from greengpu.energy.curves import ClassCurve, curve_for, gpu_draw
+from greengpu.energy.power_model import TRAINING_CURVE, PowerCurve
 from greengpu.model import LimitConstraints, NodeType
 from greengpu.policy import CappingPolicy, ClassCapping
 
@@ -55,16 +57,24 @@ class CapDecision:
     reason: str
     expected_slowdown: float = 0.0
     """Expected run-time increase as a fraction (0.05: 5% slower), by the profile or the model."""
+    job_class: str | None = None
+    """The class the setting was decided for: its curve gives the GPU's draw and speed (`busy_effect`)."""
+    clock_fraction: float | None = None
+    """The locked clock as a fraction of the maximum (None: unlocked)."""
 
 
 def model_profile(constraints: LimitConstraints, curve: PowerCurve = TRAINING_CURVE,
-                  step_w: float = MODEL_STEP_W) -> list[ProfilePoint]:
-    """The profile the power model predicts for a busy GPU, from the default limit down in `step_w` steps."""
+                  step_w: float = MODEL_STEP_W, draw_w: float | None = None) -> list[ProfilePoint]:
+    """The profile the power model predicts for a busy GPU, from the default limit down in `step_w` steps.
+
+    `draw_w` is what the GPU draws uncapped (None: its default limit, a full-load GPU as the inventory
+    models it); the curve reads a limit as a fraction of it, and a limit above it does not bind."""
     points = []
+    uncapped_w = constraints.default_w if draw_w is None else min(draw_w, constraints.default_w)
     limit = constraints.default_w
     while limit >= constraints.min_w - 1e-9:
-        time_factor, power_factor = curve.at(limit / constraints.default_w)
-        points.append(ProfilePoint(limit, 1.0 / time_factor, constraints.default_w * power_factor))
+        time_factor, power_factor = curve.at(limit / uncapped_w)
+        points.append(ProfilePoint(limit, 1.0 / time_factor, min(limit, uncapped_w * power_factor)))
         limit -= step_w
     return points
 
@@ -86,9 +96,10 @@ def pick_limit(points: Sequence[ProfilePoint], max_slowdown: float,
     return best, reference.throughput / best.throughput - 1.0
 
 
-def clock_fraction_within(budget: float, wanted_fraction: float) -> float:
-    """The lowest clock fraction, at least `wanted_fraction`, whose compute-bound slowdown stays in `budget`."""
-    return max(wanted_fraction, 1.0 / (1.0 + budget))
+def clock_fraction_within(budget: float, wanted_fraction: float, curve: ClassCurve | None = None) -> float:
+    """The lowest clock fraction, at least `wanted_fraction`, whose slowdown by `curve` (None: compute-bound,
+    the training curve) stays in `budget`."""
+    return (curve or curve_for(None)).clock_fraction_within(budget, wanted_fraction)
 
 
 def cap_binds(power_samples_w: Sequence[float], limit_w: float, sw_power_cap_seen: bool) -> bool:
@@ -133,31 +144,35 @@ def decide(
                                        "(a slower job would lengthen the queue)")
     if rule.mode == "off":
         return CapDecision(None, None, f"class {job_class}: capping off")
+    curve = curve_for(job_class)
     if rule.mode == "fixed":
         wanted = rule.limit_w if rule.limit_w is not None else constraints.default_w
         limit = constraints.clamp(wanted)
         bounds = f"{constraints.min_w:g}-{constraints.max_w:g} W"
         note = "" if limit == wanted else f" (asked {wanted:g} W, clamped to {bounds})"
-        return CapDecision(limit, None, f"class {job_class}: fixed {limit:g} W{note}")
+        return CapDecision(limit, None, f"class {job_class}: fixed {limit:g} W{note}", job_class=job_class)
     if rule.mode == "clocks" or (rule.mode == "efficiency" and cap_not_binding
                                  and policy.switch_to_clocks_when_not_binding):
-        wanted = rule.clock_fraction if rule.mode == "clocks" else 1.0 / (1.0 + rule.max_slowdown)
-        fraction = clock_fraction_within(rule.max_slowdown, wanted)
+        # efficiency moved to clocks: the lowest clock the class's curve allows within the budget
+        wanted = rule.clock_fraction if rule.mode == "clocks" else curve.clock_fraction_within(rule.max_slowdown, 0.0)
+        fraction = curve.clock_fraction_within(rule.max_slowdown, wanted)
         why = "the power cap did not bind; " if rule.mode == "efficiency" else ""
         raised = f" (raised from {wanted:.2f} to keep within {rule.max_slowdown:.0%})" if fraction > wanted else ""
         return CapDecision(None, _locked(max_clock_mhz, fraction),
-                           f"class {job_class}: {why}SM clocks locked at {fraction:.2f} of max{raised}",
-                           expected_slowdown=1.0 / fraction - 1.0)
+                           f"class {job_class}: {why}SM clocks locked at {fraction:.2f} of max{raised} "
+                           f"({curve.name} curve)", expected_slowdown=curve.clock_slowdown(fraction),
+                           job_class=job_class, clock_fraction=fraction)
     if rule.mode == "efficiency":
-        points = list(profile) if profile else model_profile(constraints)
+        points = list(profile) if profile else model_profile(constraints, curve.limit)
         best, slowdown = pick_limit(points, rule.max_slowdown, host_share_w)
         limit = constraints.clamp(best.limit_w)
-        source = "measured profile" if profile else "power model"
+        source = "measured profile" if profile else f"power model, {curve.name} curve"
         if limit >= constraints.default_w:
             return CapDecision(None, None, f"class {job_class}: no limit saves energy within "
-                               f"{rule.max_slowdown:.0%} ({source})")
+                               f"{rule.max_slowdown:.0%} ({source})", job_class=job_class)
         return CapDecision(limit, None, f"class {job_class}: {limit:g} W, least energy within "
-                           f"{rule.max_slowdown:.0%} slowdown ({source})", expected_slowdown=slowdown)
+                           f"{rule.max_slowdown:.0%} slowdown ({source})", expected_slowdown=slowdown,
+                           job_class=job_class)
     raise ValueError(f"unknown capping mode {rule.mode!r}")
 
 
@@ -167,17 +182,12 @@ def constraints_of(node_type: NodeType) -> LimitConstraints:
 
 
 def busy_effect(decision: CapDecision, node_type: NodeType) -> tuple[float, float]:
-    """(power in W, speed relative to uncapped) of a busy GPU of `node_type` under `decision`.
-
-    Power limits use the fitted power model. Locked clocks at fraction f are modelled as running
-    at the compute-bound worst case (speed f) with dynamic power scaling as f squared above idle:
-    an assumption (docs/CAPPING.md), not a fit.
-    """
-    if decision.locked_clock_mhz is not None:
-        speed = 1.0 / (1.0 + decision.expected_slowdown)
-        dynamic_w = node_type.gpu_max_w - node_type.gpu_idle_w
-        power_w = node_type.gpu_idle_w + dynamic_w * speed * speed
-        if decision.limit_w is not None:
-            power_w = min(power_w, decision.limit_w)
-        return power_w, speed
-    return busy_gpu(node_type, decision.limit_w)
+    """(power in W, speed relative to uncapped) of a busy GPU of `node_type` under `decision`: the
+    decided class's curve (`curves.gpu_draw`, docs/POWER-MODEL.md), never above the limit. A decision
+    with locked clocks but no clock fraction (made elsewhere) is taken at the clock its expected
+    slowdown gives on a compute-bound curve."""
+    clock = decision.clock_fraction
+    job_class = decision.job_class
+    if decision.locked_clock_mhz is not None and clock is None:
+        clock, job_class = 1.0 / (1.0 + decision.expected_slowdown), None
+    return gpu_draw(node_type, job_class, decision.limit_w, clock)

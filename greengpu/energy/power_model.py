@@ -1,11 +1,15 @@
 """The GPU power model: idle and busy power from the inventory, and how a power limit changes both
 power and speed, from a normalised curve fitted to the public Zeus power-limit traces.
 
-Normalisation: for each measured workload (GPU, dataset, network, batch size, optimizer) the
-highest power limit is the reference; at limit fraction f = limit / reference the curve gives the
-run-time factor (>= 1) and the average-power factor (<= 1). The curve is the median over all
-workloads and GPUs in 0.05-wide bins, made monotone (less power never runs faster), and scaled to
-each node type by its own `gpu_max_w` (the reference). docs/POWER-MODEL.md has the fit and its error.
+Normalisation: for each measured workload (GPU, dataset, network, batch size, optimizer) the run at
+its highest power limit is the reference, and a limit is taken as a fraction f = limit / the
+reference's average draw: what the limit leaves of the power the workload draws uncapped. At f the
+curve gives the run-time factor (>= 1) and the average-power factor (<= f: a GPU never draws above
+its limit). The curve is the median over all workloads and GPUs in 0.05-wide bins below f = 1 (where
+the cap binds), made monotone (less power never runs faster), with (1, 1) at f = 1, and scaled to each
+node type by its `gpu_max_w` (the inventory's full-load draw at the default limit). Below the
+measured range power follows the limit and energy per unit of work stays at the lowest point's.
+docs/POWER-MODEL.md has the fit and its error.
 """
 
 from __future__ import annotations
@@ -27,8 +31,12 @@ class PowerCurve:
     power_factor: tuple[float, ...]
 
     def at(self, fraction: float) -> tuple[float, float]:
-        """(time factor, power factor) at `fraction` of the reference limit, clamped to the fitted range."""
-        f = min(max(fraction, self.fractions[0]), self.fractions[-1])
+        """(time factor, power factor) at `fraction` of the reference; above the range as at its top, below
+        it the power follows the limit down and the energy per unit of work stays the lowest point's."""
+        if fraction < self.fractions[0]:
+            power = min(self.power_factor[0], max(fraction, 1e-6))
+            return self.time_factor[0] * self.power_factor[0] / power, power
+        f = min(fraction, self.fractions[-1])
         i = bisect.bisect_left(self.fractions, f)
         if self.fractions[i] == f or i == 0:
             return self.time_factor[i], self.power_factor[i]
@@ -44,11 +52,12 @@ class PowerCurve:
 
 
 # Fitted by fit_curve() from the public Zeus power-limit traces (1,609 measurements, 4 GPUs,
-# 6 workloads; Zeus, NSDI'23, Apache-2.0). tests/unit/test_power_model.py refits and compares.
+# 6 workloads; Zeus, NSDI'23, Apache-2.0). tests/unit/test_power_model.py refits and compares;
+# scripts/fit_power_curves.py prints it.
 TRAINING_CURVE = PowerCurve(
-    fractions=(0.35, 0.40, 0.50, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95, 1.00),
-    time_factor=(2.824, 1.492, 1.138, 1.064, 1.049, 1.033, 1.021, 1.019, 1.013, 1.007, 1.007, 1.0),
-    power_factor=(0.538, 0.538, 0.685, 0.781, 0.8, 0.903, 0.903, 0.962, 0.962, 0.984, 0.984, 1.0),
+    fractions=(0.35, 0.40, 0.45, 0.50, 0.55, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95, 1.00),
+    time_factor=(4.068, 2.824, 2.171, 1.634, 1.49, 1.401, 1.219, 1.181, 1.12, 1.092, 1.067, 1.059, 1.031, 1.0),
+    power_factor=(0.35, 0.4, 0.447, 0.498, 0.538, 0.586, 0.621, 0.66, 0.694, 0.739, 0.782, 0.821, 0.858, 1.0),
 )
 
 
@@ -63,7 +72,8 @@ class Measurement:
 
 
 def normalise(rows: Iterable[Measurement]) -> list[tuple[float, float, float]]:
-    """(fraction, time factor, power factor) per row, against each workload's highest limit."""
+    """(limit over the uncapped draw, time factor, power factor) per row, against each workload's run at
+    its highest limit."""
     by_workload: dict[tuple[str, ...], list[Measurement]] = {}
     for row in rows:
         by_workload.setdefault(row.workload, []).append(row)
@@ -71,19 +81,21 @@ def normalise(rows: Iterable[Measurement]) -> list[tuple[float, float, float]]:
     for measured in by_workload.values():
         reference = max(measured, key=lambda m: m.limit_w)
         for m in measured:
-            points.append((m.limit_w / reference.limit_w, m.time_s / reference.time_s, m.power_w / reference.power_w))
+            points.append((m.limit_w / reference.power_w, m.time_s / reference.time_s, m.power_w / reference.power_w))
     return points
 
 
 def fit_curve(rows: Sequence[Measurement], bin_width: float = 0.05) -> PowerCurve:
-    """Median factors per fraction bin, made monotone: time never rises, power never falls, with the limit."""
-    bins: dict[float, list[tuple[float, float]]] = {}
+    """Median factors per fraction bin below 1, made monotone: time never rises, power never falls, with
+    the limit, and power never above the limit; (1, 1) at 1 (a limit at the uncapped draw)."""
+    bins: dict[float, list[tuple[float, float]]] = {1.0: [(1.0, 1.0)]}
     for fraction, time_factor, power_factor in normalise(rows):
         key = round(round(fraction / bin_width) * bin_width, 4)
-        bins.setdefault(key, []).append((time_factor, power_factor))
+        if key < 1.0:
+            bins.setdefault(key, []).append((time_factor, power_factor))
     fractions = tuple(sorted(bins))
     times = [statistics.median(t for t, _ in bins[f]) for f in fractions]
-    powers = [statistics.median(p for _, p in bins[f]) for f in fractions]
+    powers = [min(f, statistics.median(p for _, p in bins[f])) for f in fractions]
     for i in range(len(fractions) - 2, -1, -1):  # walking down in limit: time can only grow
         times[i] = max(times[i], times[i + 1])
     for i in range(1, len(fractions)):  # walking up in limit: power can only grow
@@ -103,10 +115,11 @@ def fit_error(curve: PowerCurve, rows: Sequence[Measurement]) -> dict[str, float
 def busy_gpu(node_type: NodeType, limit_w: float | None, curve: PowerCurve = TRAINING_CURVE) -> tuple[float, float]:
     """(power in W, speed relative to uncapped) of one busy GPU at `limit_w` (None: the default limit).
 
-    The limit is clamped to [gpu_min_limit_w, gpu_max_w], as NVML would refuse anything outside.
+    The limit is clamped to [gpu_min_limit_w, gpu_max_w], as NVML would refuse anything outside; the
+    draw is never above the limit nor below idle.
     """
     if limit_w is None:
         return node_type.gpu_max_w, 1.0
     limit = min(max(limit_w, node_type.gpu_min_limit_w), node_type.gpu_max_w)
     time_factor, power_factor = curve.at(limit / node_type.gpu_max_w)
-    return node_type.gpu_max_w * power_factor, 1.0 / time_factor
+    return min(limit, max(node_type.gpu_idle_w, node_type.gpu_max_w * power_factor)), 1.0 / time_factor

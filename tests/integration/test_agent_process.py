@@ -20,7 +20,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-TRAINING_LIMIT_W = 259.0  # the default policy's efficiency pick for an A100 (tests/unit/test_agent.py)
+from greengpu.energy.curves import INFERENCE
+
+TRAINING_LIMIT_W = 367.0  # the default policy's efficiency pick for an A100 (tests/unit/test_agent.py)
+INFERENCE_CLOCK_MHZ = round(1410 * INFERENCE.clock_fraction_within(0.05, 0.8))  # the inference curve's clock
 
 
 class AgentProcess:
@@ -83,7 +86,7 @@ def test_metrics_scrape_over_http_and_sigterm_restores(tmp_path: Path) -> None:
     agent = AgentProcess(tmp_path)
     try:
         url = agent.wait_for(r"serving metrics on (http://127\.0\.0\.1:\d+)/metrics").group(1)
-        agent.wait_for(r"GPU 0 .*-> 259 W")
+        agent.wait_for(r"GPU 0 .*-> 367 W")
         agent.wait_for(r"GPU 1 .*SM clocks locked at (\d+) MHz")
         time.sleep(0.5)  # let the fake's energy counters advance
         families = scrape(url + "/metrics")
@@ -103,11 +106,14 @@ def test_metrics_scrape_over_http_and_sigterm_restores(tmp_path: Path) -> None:
             return {s.labels["gpu"]: s.value for s in family.samples}
 
         assert gauge("greengpu_gpu_power_limit_watts") == {"0": TRAINING_LIMIT_W, "1": 400.0, "2": 100.0}
-        assert gauge("greengpu_gpu_clock_locked_mhz") == {"0": 0.0, "1": float(round(1410 / 1.05)), "2": 0.0}
+        assert gauge("greengpu_gpu_clock_locked_mhz") == {"0": 0.0, "1": float(INFERENCE_CLOCK_MHZ), "2": 0.0}
         power = gauge("greengpu_gpu_power_watts")
         assert 0 < power["2"] < power["1"] and power["0"] <= TRAINING_LIMIT_W
         assert 0 <= gauge("greengpu_gpu_utilization_ratio")["0"] <= 1
-        assert gauge("greengpu_gpu_power_cap_binding")["0"] == 1.0
+        # The fake's busy A100 draws 52 + 348 x 0.9 = 365.2 W, under the 367 W cap the model now picks (a
+        # limit read against the uncapped draw): the gauge says the cap does not bind (the agent then
+        # moves the GPU to locked clocks after its window); under the old 259 W pick it bound.
+        assert gauge("greengpu_gpu_power_cap_binding")["0"] == 0.0
         assert "greengpu_gpu_temperature_celsius" in families and "greengpu_gpu_memory_used_bytes" in families
         relaxed = families["greengpu_agent_caps_relaxed_for_queue"]  # the local class source knows no queue
         assert relaxed.type == "gauge" and [s.value for s in relaxed.samples] == [0.0]
@@ -134,7 +140,7 @@ def test_metrics_scrape_over_http_and_sigterm_restores(tmp_path: Path) -> None:
 def test_sigint_restores_too(tmp_path: Path) -> None:
     agent = AgentProcess(tmp_path)
     try:
-        agent.wait_for(r"GPU 0 .*-> 259 W")
+        agent.wait_for(r"GPU 0 .*-> 367 W")
         agent.process.send_signal(signal.SIGINT)
         assert agent.process.wait(timeout=20) == 0
         assert [g["limit_w"] for g in agent.gpus()] == [400.0, 400.0, 400.0]
@@ -222,7 +228,7 @@ def test_failing_ticks_fail_healthz_and_put_the_gpus_back_and_systemd_hears_from
                          env=env)
     try:
         url = agent.wait_for(r"serving metrics on (http://127\.0\.0\.1:\d+)/metrics").group(1)
-        agent.wait_for(r"GPU 0 \[job 7 \(training\)\].*-> 259 W")
+        agent.wait_for(r"GPU 0 \[job 7 \(training\)\].*-> 367 W")
         messages = [notify.recv(4096).decode() for _ in range(3)]
         assert messages[0].startswith("READY=1\nSTATUS=capping 3 GPUs") and "WATCHDOG=1" in messages[1:]
         jobs = {s.labels["gpu"]: s.labels["tenant"] for s in scrape(url + "/metrics")["greengpu_gpu_job_info"].samples}
@@ -244,7 +250,7 @@ def test_failing_ticks_fail_healthz_and_put_the_gpus_back_and_systemd_hears_from
         assert errors.value >= 1
 
         (tmp_path / "away").rename(listing)  # and comes back: capped again, healthy again
-        agent.wait_for(r"GPU 0 \[job 7 \(training\)\].*-> 259 W")
+        agent.wait_for(r"GPU 0 \[job 7 \(training\)\].*-> 367 W")
         time.sleep(0.3)
         with urllib.request.urlopen(url + "/healthz", timeout=5) as health:
             assert health.read() == b"ok\n"

@@ -13,6 +13,7 @@ from greengpu.control.agent import Agent
 from greengpu.control.jobclass import LocalMap, parse_scontrol_jobs
 from greengpu.control.journal import Journal
 from greengpu.energy.capping import decide
+from greengpu.energy.curves import INFERENCE
 from greengpu.policy import CappingPolicy, ClassCapping
 from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
 
@@ -46,8 +47,12 @@ def test_each_class_gets_the_pure_decision_and_stop_restores(tmp_path: Path) -> 
     agent.tick()
     constraints = agent.backend.constraints(0)
     expected = decide("training", POLICY, constraints, 1410)
-    assert fake.gpus[0].limit_w == expected.limit_w == 259.0  # the model's least energy within 5%: 0.6475 of 400 W
-    assert fake.gpus[1].locked_clock_mhz == round(1410 * 1 / 1.05) and fake.gpus[1].limit_w == 400.0
+    # the model's least energy within 5%: 367 W, 0.9175 of the 400 W uncapped draw (the Zeus curve read
+    # against the draw since issue 41, docs/POWER-MODEL.md; 259 W before, modelled at 319.6 W, above its cap)
+    assert fake.gpus[0].limit_w == expected.limit_w == 367.0
+    # inference: the lowest clock its curve keeps within 5% (memory-bound decoding slows by its share only)
+    assert fake.gpus[1].locked_clock_mhz == round(1410 * INFERENCE.clock_fraction_within(0.05, 0.8))
+    assert fake.gpus[1].locked_clock_mhz < round(1410 / 1.05) and fake.gpus[1].limit_w == 400.0
     assert fake.gpus[2].limit_w == 100.0  # fixed 20 W clamped to the A100's minimum
     assert fake.gpus[3].limit_w == 100.0  # idle: minimum limit
     agent.tick()  # nothing differs: nothing written again
@@ -65,7 +70,7 @@ def test_a_new_job_on_a_gpu_gets_its_own_setting(tmp_path: Path) -> None:
     assert fake.gpus[0].limit_w == 100.0  # idle
     fake.set_load(0, 0.9, [7])
     agent.tick()
-    assert fake.gpus[0].limit_w == 259.0
+    assert fake.gpus[0].limit_w == 367.0
     fake.set_load(0, 0.0, [])
     agent.tick()
     assert fake.gpus[0].limit_w == 100.0
@@ -78,7 +83,7 @@ def test_drift_is_set_again_and_journalled(tmp_path: Path) -> None:
     agent.tick()
     fake.gpus[0].limit_w = 400.0  # an admin (or a driver reload) put it back
     report = agent.tick()
-    assert fake.gpus[0].limit_w == 259.0
+    assert fake.gpus[0].limit_w == 367.0
     assert any("drift" in line for line in report.changes)
     reasons = [e.get("reason", "") for e in Journal(tmp_path / "journal.jsonl").entries()]
     assert any(r.startswith("drift: the limit was changed outside greengpu") for r in reasons)
@@ -108,7 +113,7 @@ def test_a_cap_that_binds_stays(tmp_path: Path) -> None:
     for _ in range(6):
         agent.tick()
         clock.now_s += 10.0
-    assert fake.gpus[0].limit_w == 259.0 and fake.gpus[0].locked_clock_mhz is None
+    assert fake.gpus[0].limit_w == 367.0 and fake.gpus[0].locked_clock_mhz is None
 
 
 def test_dry_run_changes_nothing(tmp_path: Path) -> None:
@@ -118,7 +123,7 @@ def test_dry_run_changes_nothing(tmp_path: Path) -> None:
     report = agent.tick()
     agent.stop()
     assert fake.calls == []
-    assert any("would set 259 W" in line for line in report.changes)
+    assert any("would set 367 W" in line for line in report.changes)
 
 
 def test_not_root_keeps_reading_and_journals_no_write(tmp_path: Path) -> None:
@@ -142,7 +147,7 @@ def test_restart_after_a_crash_restores_first(tmp_path: Path) -> None:
     crashed, _, _ = make_agent(tmp_path, [], {0: "training", 1: "inference"}, fake=fake)
     crashed.start()
     crashed.tick()
-    assert fake.gpus[0].limit_w == 259.0 and fake.gpus[1].locked_clock_mhz is not None
+    assert fake.gpus[0].limit_w == 367.0 and fake.gpus[1].locked_clock_mhz is not None
     # No stop(): the process died. A new agent, with no jobs mapped, starts on the same GPUs.
     fake.set_load(0, 0.0, [])
     fake.set_load(1, 0.0, [])
@@ -225,7 +230,7 @@ def test_running_jobs_go_uncapped_while_gpu_work_waits_and_capped_again_after(tm
     fake.set_load(0, 0.9, [100])
     agent.tick()
     capped_w = fake.gpus[0].limit_w
-    assert capped_w == 259.0
+    assert capped_w == 367.0
     source.short = True
     clock.now_s += 60
     report = agent.tick()

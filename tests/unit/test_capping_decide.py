@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from schedkit import node_type
 
 from greengpu.energy.capping import CapDecision, LimitConstraints, busy_effect, cap_binds, decide
+from greengpu.energy.curves import INFERENCE
 from greengpu.policy import CappingPolicy, ClassCapping
 
 A100 = LimitConstraints(min_w=100, max_w=400, default_w=400)
@@ -24,21 +25,27 @@ def test_efficiency_from_the_model_caps_below_default_within_budget() -> None:
     assert decision.limit_w is not None and 100 <= decision.limit_w < 400
     assert decision.locked_clock_mhz is None
     assert 0 < decision.expected_slowdown <= 0.05
-    assert decision.reason == f"class training: {decision.limit_w:g} W, least energy within 5% slowdown (power model)"
+    assert decision.reason == (f"class training: {decision.limit_w:g} W, least energy within 5% slowdown "
+                               "(power model, training curve)")
     power_w, speed = busy_effect(decision, node_type(8))
     assert power_w < 400 and speed >= 1 / 1.05 - 1e-9
 
 
 def test_clocks_are_raised_to_keep_an_inference_job_within_its_latency_budget() -> None:
+    # Inference's curve: only the clock-bound share of a decode step slows, so 5% allows a clock of
+    # 1 / (1 + 0.05 / share) of the maximum (0.875 at the shipped share 0.35), not 1 / 1.05.
     rule = ClassCapping("clocks", clock_fraction=0.8, max_slowdown=0.05)
     decision = decide("inference", policy(inference=rule), A100, 1410)
+    lowest = 1 / (1 + 0.05 / INFERENCE.clock_bound_share)
     assert decision.limit_w is None
-    assert decision.locked_clock_mhz == round(1410 / 1.05)
+    assert decision.clock_fraction == pytest.approx(lowest) and 0.8 < lowest < 1 / 1.05
+    assert decision.locked_clock_mhz == round(1410 * lowest)
     assert decision.expected_slowdown == pytest.approx(0.05)
-    assert "raised from 0.80" in decision.reason
+    assert "raised from 0.80" in decision.reason and "(inference curve)" in decision.reason
     loose = decide("inference", policy(inference=ClassCapping("clocks", clock_fraction=0.8, max_slowdown=0.3)),
                    A100, 1410)
-    assert loose.locked_clock_mhz == 1128
+    assert loose.locked_clock_mhz == 1128 and loose.clock_fraction == 0.8
+    assert loose.expected_slowdown == pytest.approx(INFERENCE.clock_bound_share * 0.25)  # not 25%: memory-bound
 
 
 def test_a_cap_that_never_binds_switches_to_locked_clocks() -> None:
@@ -100,7 +107,8 @@ def test_a_pick_at_the_default_limit_is_no_cap_at_all() -> None:
     profile = [ProfilePoint(400.0, 1.0, 300.0), ProfilePoint(350.0, 0.80, 290.0), ProfilePoint(300.0, 0.60, 280.0)]
     rule = ClassCapping("efficiency", max_slowdown=0.5)
     decision = decide("training", policy(training=rule), A100, 1410, profile=profile)
-    assert decision == CapDecision(None, None, "class training: no limit saves energy within 50% (measured profile)")
+    assert decision == CapDecision(None, None, "class training: no limit saves energy within 50% (measured profile)",
+                                   job_class="training")
     # Within a 0% budget only the default limit is allowed: the model's pick is the default, so no cap either.
     strict = decide("training", policy(training=ClassCapping("efficiency", max_slowdown=0.0)), A100, 1410)
     assert strict.limit_w is None and strict.locked_clock_mhz is None and strict.expected_slowdown == 0.0
@@ -132,12 +140,19 @@ def test_locked_clocks_run_at_the_compute_bound_speed_with_power_scaling_as_its_
     from greengpu.energy.capping import CapDecision
 
     gpu = node_type(8)  # 50 W idle, 400 W at full load
+    # Made without a clock fraction (elsewhere): taken at the compute-bound clock of its slowdown.
     locked = CapDecision(None, 1128, "test", expected_slowdown=0.25)  # speed 1 / 1.25 = 0.8
     power_w, speed = busy_effect(locked, gpu)
     assert speed == pytest.approx(0.8)
     assert power_w == pytest.approx(50 + 350 * 0.64)  # 274 W
-    assert busy_effect(CapDecision(200.0, 1128, "test", expected_slowdown=0.25), gpu)[0] == 200.0
+    # A limit and a clock: the lower power holds (the limit's 0.498 x 400 W, under the clock's 274 W).
+    assert busy_effect(CapDecision(200.0, 1128, "test", expected_slowdown=0.25), gpu)[0] == pytest.approx(199.2)
     assert busy_effect(CapDecision(None, None, "none"), gpu) == (400.0, 1.0)
+    # The same clock for training and inference: the same power, but inference slows by its share only.
+    training = busy_effect(CapDecision(None, 1128, "t", 0.25, job_class="training", clock_fraction=0.8), gpu)
+    inference = busy_effect(CapDecision(None, 1128, "i", 0.0875, job_class="inference", clock_fraction=0.8), gpu)
+    assert training == (pytest.approx(274.0), pytest.approx(0.8))
+    assert inference == (pytest.approx(274.0), pytest.approx(1 / (1 + INFERENCE.clock_bound_share * 0.25)))
 
 
 STEADY = CappingPolicy(enabled=True, classes={"off": ClassCapping("off"), "fixed": ClassCapping("fixed", limit_w=250),
@@ -150,15 +165,18 @@ STEADY = CappingPolicy(enabled=True, classes={"off": ClassCapping("off"), "fixed
 @pytest.mark.parametrize(("job_class", "kwargs", "expected"), [
     ("off", {}, CapDecision(None, None, "class off: capping off")),
     ("nobody", {}, CapDecision(None, None, "class nobody: capping off")),  # a class without a rule: off
-    ("fixed", {}, CapDecision(250, None, "class fixed: fixed 250 W")),
-    ("low", {}, CapDecision(100, None, "class low: fixed 100 W (asked 50 W, clamped to 100-400 W)")),
-    ("dflt", {}, CapDecision(400, None, "class dflt: fixed 400 W")),  # fixed without a limit: the default
-    # 1410 MHz x 0.9 = 1269 MHz; compute-bound slowdown 1 / 0.9 - 1 = 11.1%, inside the 20% budget.
-    ("clk", {}, CapDecision(None, 1269, "class clk: SM clocks locked at 0.90 of max", pytest.approx(1 / 0.9 - 1))),
+    ("fixed", {}, CapDecision(250, None, "class fixed: fixed 250 W", job_class="fixed")),
+    ("low", {}, CapDecision(100, None, "class low: fixed 100 W (asked 50 W, clamped to 100-400 W)",
+                            job_class="low")),
+    ("dflt", {}, CapDecision(400, None, "class dflt: fixed 400 W", job_class="dflt")),  # no limit: the default
+    # 1410 MHz x 0.9 = 1269 MHz; a class the model does not know is compute-bound (the training curve):
+    # slowdown 1 / 0.9 - 1 = 11.1%, inside the 20% budget.
+    ("clk", {}, CapDecision(None, 1269, "class clk: SM clocks locked at 0.90 of max (training curve)",
+                            pytest.approx(1 / 0.9 - 1), job_class="clk", clock_fraction=0.9)),
     # A cap that never bound: clocks at 1 / 1.05 of the maximum, 1410 / 1.05 = 1342.9 -> 1343 MHz.
     ("tight", {"cap_not_binding": True},
-     CapDecision(None, 1343, "class tight: the power cap did not bind; SM clocks locked at 0.95 of max",
-                 pytest.approx(0.05))),
+     CapDecision(None, 1343, "class tight: the power cap did not bind; SM clocks locked at 0.95 of max "
+                 "(training curve)", pytest.approx(0.05), job_class="tight", clock_fraction=pytest.approx(1 / 1.05))),
     ("fixed", {"capacity_short": True},
      CapDecision(None, None, "class fixed: jobs wait for capacity, so this one runs uncapped "
                              "(a slower job would lengthen the queue)")),
