@@ -47,6 +47,7 @@ from greengpu.sched.order import queue_order
 from greengpu.sched.pending_index import AlikeRestWaits, PendingIndex, QueueWaits, RestOfWalk
 from greengpu.sched.placement import needs_healthy_gpus, place, warning_gpus_by_node
 from greengpu.sched.preemption import VictimChoice
+from greengpu.sched.shared_cycle import schedule_shared, split_shared
 from greengpu.sched.steady import MARGIN_S as STEADY_MARGIN_S
 from greengpu.sched.steady import order_unchanged_until_s
 from greengpu.sched.waits import (
@@ -1072,11 +1073,17 @@ def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_
     # 50,000-job cycle. Pause it for the cycle; reference counting still frees everything.
     was_enabled = gc.isenabled()
     gc.disable()
-    books = books_for(snapshot, policy.borrow_non_interruptible, incremental, purpose)
+    whole, shared = split_shared(snapshot)  # MIG and time-slice jobs: their own pass (greengpu.sched.shared_cycle)
+    books = books_for(whole, policy.borrow_non_interruptible, incremental, purpose)
     try:
-        cycle = _Cycle(snapshot, policy, interval_s, books, shortcuts=incremental)
+        cycle = _Cycle(whole, policy, interval_s, books, shortcuts=incremental)
         result = cycle.run()
         books.commit(cycle.started, cycle.stopped)
+        if shared:
+            extra = schedule_shared(snapshot, policy, shared, result.actions)
+            result = replace(result, actions=result.actions + tuple(extra.actions),
+                             waits={**result.waits, **extra.waits},
+                             unchanged_until_s=min(result.unchanged_until_s, extra.unchanged_until_s))
         return result
     except BaseException:
         forget_books(snapshot.cluster)

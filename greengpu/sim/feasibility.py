@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from greengpu.model import Cluster, Job
+from greengpu.sched.shared_gpus import shared_never_fits
 
 
 def installed_gpus_by_model(cluster: Cluster) -> dict[str, tuple[int, int]]:
@@ -27,6 +28,8 @@ def installed_gpus_by_model(cluster: Cluster) -> dict[str, tuple[int, int]]:
 
 def never_fits_reason(job: Job, cluster: Cluster, by_model: dict[str, tuple[int, int]] | None = None) -> str | None:
     """Why `job` can never start on `cluster`, or None when it might."""
+    if job.gpu_profile:  # a MIG instance or a time-slice replica (docs/GPU-SHARING.md)
+        return shared_never_fits(job, cluster)
     by_model = by_model if by_model is not None else installed_gpus_by_model(cluster)
     models = [m for m in by_model if job.gpu_types is None or m in job.gpu_types]
     if not models:
