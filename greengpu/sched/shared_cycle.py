@@ -81,6 +81,8 @@ class _SharedPass:
                 self.coming[gpu.key] = [i for i in partition.instances if i not in used]
         self.result = SharedDecisions()
         self.woken: set[str] = set()
+        self.ordered: set[tuple[str, int]] = set()
+        """MIG GPUs this cycle repartitions."""
 
     # ------------------------------------------------------------------ helpers
 
@@ -177,8 +179,8 @@ class _SharedPass:
         for gpu in awake:
             assert gpu.family is not None
             partition = partition_of(self.snapshot, gpu.key)
-            if partition.ready_s > self.now_s or not self._admits(job, gpu):
-                continue
+            if partition.ready_s > self.now_s or gpu.key in self.ordered or not self._admits(job, gpu):
+                continue  # reconfiguring, or repartitioned this cycle: its old instances are gone
             used = self.use.instances_used.get(gpu.key, set())
             free = [i for i in partition.instances if i not in used]
             mine = sorted((i for i in free if parse_instance(i)[0] == profile), key=lambda i: parse_instance(i)[1])
@@ -205,6 +207,7 @@ class _SharedPass:
         instances = partition_for(gpu.family, profile, gpu.profiles)
         self.result.actions.append(PartitionGpu(gpu.node, gpu.gpu_index, instances,
                                                 f"{profile} for {job.job_id}"))
+        self.ordered.add(gpu.key)
         coming_now = list(instances)
         coming_now.remove(next(i for i in coming_now if parse_instance(i)[0] == profile))
         self.coming[gpu.key] = coming_now
