@@ -1080,7 +1080,7 @@ def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_
         result = cycle.run()
         books.commit(cycle.started, cycle.stopped)
         if shared:
-            extra = schedule_shared(snapshot, policy, shared, result.actions)
+            extra = schedule_shared(snapshot, policy, shared, result.actions, memo=incremental)
             result = replace(result, actions=result.actions + tuple(extra.actions),
                              waits={**result.waits, **extra.waits},
                              unchanged_until_s=min(result.unchanged_until_s, extra.unchanged_until_s))

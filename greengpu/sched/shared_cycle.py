@@ -53,7 +53,13 @@ class SharedDecisions:
 
 
 class _SharedPass:
-    def __init__(self, snapshot: ClusterSnapshot, policy: SchedulerPolicy, main_actions: Sequence[Action]) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, policy: SchedulerPolicy, main_actions: Sequence[Action],
+                 memo: bool = True) -> None:
+        self.memo = memo
+        """Jobs alike (tenant, profile, class, constraints) share their candidate GPUs, and once one finds no
+        room the rest take its wait: identical decisions (memo=False decides each on its own, to compare)."""
+        self._kinds: dict[tuple[object, ...], tuple[list[SharedGpu], list[SharedGpu], list[tuple[str, int]]]] = {}
+        self._full: dict[tuple[object, ...], Wait] = {}
         self.snapshot = snapshot
         self.policy = policy
         self.now_s = snapshot.time_s
@@ -140,15 +146,28 @@ class _SharedPass:
         return self.result
 
     def _decide(self, job: Job) -> None:
-        candidates = self._candidates(job)
+        key = (job.tenant, job.gpu_profile, job.job_class, job.interruptible, job.gpu_types, job.required_nodes,
+               job.excluded_nodes)
+        kind = self._kinds.get(key)
+        if kind is None:
+            candidates = self._candidates(job)
+            states = self.snapshot.node_states
+            awake = [g for g in candidates if g.node not in states or states[g.node].schedulable]
+            shares = list(dict.fromkeys((g.model, self._units(g, job.gpu_profile)) for g in candidates))
+            kind = (candidates, awake, shares)
+            if self.memo:
+                self._kinds[key] = kind
+        candidates, awake, shares = kind
         if not candidates:
             self._wait(job, WaitReason.NO_MODEL, (), f"no GPU offers {job.gpu_profile} to a {job.job_class} job")
             return
-        states = self.snapshot.node_states
-        awake = [g for g in candidates if g.node not in states or states[g.node].schedulable]
-        problem = self._quota_problem(job, candidates)
-        if problem is not None:
-            self._wait(job, WaitReason.QUOTA, candidates, problem)
+        problems = [self.ledger.admission_problem(job, model, units) for model, units in shares]
+        if all(p is not None for p in problems):
+            self._wait(job, WaitReason.QUOTA, candidates, next(p for p in problems if p is not None))
+            return
+        full = self._full.get(key)
+        if full is not None:  # an earlier job alike found no room: capacity and quota only shrink in a cycle
+            self.result.waits[job.job_id] = full
             return
         if job.gpu_profile == TIMESLICE:
             placed = self._timeslice(job, awake)
@@ -156,10 +175,8 @@ class _SharedPass:
             placed = self._mig(job, awake)
         if not placed:
             self._wake_or_wait(job, candidates)
-
-    def _quota_problem(self, job: Job, candidates: Sequence[SharedGpu]) -> str | None:
-        problems = [self.ledger.admission_problem(job, g.model, self._units(g, job.gpu_profile)) for g in candidates]
-        return None if any(p is None for p in problems) else next(p for p in problems if p is not None)
+            if self.memo:
+                self._full[key] = self.result.waits[job.job_id]
 
     def _admits(self, job: Job, gpu: SharedGpu) -> bool:
         return self.ledger.admission_problem(job, gpu.model, self._units(gpu, job.gpu_profile)) is None
@@ -193,7 +210,7 @@ class _SharedPass:
             return True
         for gpu in awake:  # a partition being made may hold it: wait for it rather than repartition another GPU
             coming = self.coming.get(gpu.key)
-            if coming and any(parse_instance(i)[0] == profile for i in coming):
+            if coming and any(parse_instance(i)[0] == profile for i in coming) and self._admits(job, gpu):
                 coming.remove(next(i for i in coming if parse_instance(i)[0] == profile))
                 self._wait(job, WaitReason.CAPACITY, (gpu,), f"MIG GPU {gpu.node}:{gpu.gpu_index} repartitioning")
                 return True
@@ -208,6 +225,7 @@ class _SharedPass:
         self.result.actions.append(PartitionGpu(gpu.node, gpu.gpu_index, instances,
                                                 f"{profile} for {job.job_id}"))
         self.ordered.add(gpu.key)
+        self._full.clear()  # instances coming: a kind that found no room may find one now
         coming_now = list(instances)
         coming_now.remove(next(i for i in coming_now if parse_instance(i)[0] == profile))
         self.coming[gpu.key] = coming_now
@@ -220,11 +238,12 @@ class _SharedPass:
         asleep = [g for g in candidates if g.node in states and states[g.node].power is PowerState.ASLEEP
                   and not states[g.node].drained and not states[g.node].failing_gpus]
         if waking or any(g.node in self.woken for g in asleep):
-            self._wait(job, WaitReason.WAKE, waking or asleep)
+            self._wait(job, WaitReason.WAKE, waking or [g for g in asleep if g.node in self.woken])
             return
         if asleep:
             gpu = min(asleep, key=lambda g: (g.node_index, g.gpu_index))
             self.woken.add(gpu.node)
+            self._full.clear()  # a kind's wake wait names the woken nodes
             self.result.actions.append(WakeNode(gpu.node, f"needed by {job.job_id}"))
             self._wait(job, WaitReason.WAKE, (gpu,))
             return
@@ -232,9 +251,9 @@ class _SharedPass:
 
 
 def schedule_shared(snapshot: ClusterSnapshot, policy: SchedulerPolicy, pending: Sequence[PendingJob],
-                    main_actions: Sequence[Action]) -> SharedDecisions:
+                    main_actions: Sequence[Action], memo: bool = True) -> SharedDecisions:
     """The shared pass over `pending` (the jobs with a `gpu_profile`), after the main pass's `main_actions`."""
-    return _SharedPass(snapshot, policy, main_actions).run(pending)
+    return _SharedPass(snapshot, policy, main_actions, memo).run(pending)
 
 
 def split_shared(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, tuple[PendingJob, ...]]:

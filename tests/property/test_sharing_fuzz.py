@@ -10,6 +10,7 @@ import itertools
 import os
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -19,9 +20,12 @@ from sharingkit import a100, lab
 
 from greengpu.cli import main
 from greengpu.config.policy import load_policy
-from greengpu.model import TIMESLICE, Tenant
+from greengpu.model import TIMESLICE, ClusterSnapshot, Tenant
+from greengpu.policy import Policy
+from greengpu.sched.core import schedule_cycle
 from greengpu.sched.mig import A30_24GB, A100_40GB, GPU_80GB, MigFamily, fits
 from greengpu.sim.engine import Simulation
+from greengpu.tick.tick import Scheduled, schedule
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 FUZZ = settings(max_examples=120, deadline=None, derandomize=IN_CI, database=None,
@@ -125,6 +129,16 @@ def test_fits_agrees_with_brute_force(data: st.DataObject, family: MigFamily) ->
 # ------------------------------------------------------------------ random workloads, replayed
 
 
+def _compared(snapshot: ClusterSnapshot, policy: Policy) -> Scheduled:
+    """The tick's scheduling, checked against a cycle that decides every job on its own (no memos)."""
+    got = schedule(snapshot, policy)
+    alone = schedule_cycle(snapshot, policy.scheduler, policy.interval_s, incremental=False, purpose="compare")
+    assert got.cycle.actions == alone.actions
+    assert dict(got.cycle.waits) == dict(alone.waits)
+    return got
+
+
+
 @settings(max_examples=int(os.environ.get("SHARING_EXAMPLES", "60")), deadline=None, derandomize=IN_CI,
           database=None)
 @given(jobs=st.lists(st.tuples(st.sampled_from(["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", TIMESLICE,
@@ -147,6 +161,7 @@ def test_random_sharing_workloads_keep_every_invariant(jobs: list[tuple[str, str
                          gpu_profile="" if profile == "half" else profile))
     sim = Simulation(cluster, load_policy(policy), built)
     sim.checks.full_check_every = 1  # the independent oracle after every cycle
-    result = sim.run()
+    with patch("greengpu.sim.engine.schedule", _compared):
+        result = sim.run()
     assert result.invariant_violations == 0, sim.checks.examples
     assert result.jobs_completed == len(built)

@@ -214,3 +214,19 @@ def test_a_gpu_repartitioned_this_cycle_gives_none_of_its_old_instances() -> Non
     assert [a.job_id for a in result.actions if isinstance(a, PlaceJob)] == []
     assert [a.gpu_index for a in result.actions if isinstance(a, PartitionGpu)] == [0]
     assert result.waits["a1"].reason is WaitReason.CAPACITY
+
+
+def test_a_job_counts_only_on_coming_instances_its_quota_admits() -> None:
+    sxm = a100("sxm", mig=1)
+    pcie = replace(a100("pcie", mig=1), gpu_model="A100-PCIE-40GB")
+    tenant = Tenant("a", quota_gpus_by_model={"A100-PCIE-40GB": 1.0}, borrow_limit_gpus=0.0)
+    cluster = lab(sxm, pcie, tenants=(tenant,))
+    whole = MigPartition(("7g.40gb@0",))
+    running = (ran("c", "n1", 0, "7g.40gb@0", "7g.40gb", GPU_UNITS, tenant="c"),)
+    result = schedule_cycle(snapshot(cluster, [job("b1", tenant="b", gpu_profile="2g.10gb", priority=1),
+                                               job("a1", tenant="a", gpu_profile="1g.5gb")],
+                                     running, {("n1", 0): whole}), POLICY)
+    assert [a.node for a in result.actions if isinstance(a, PartitionGpu)] == ["n0"]
+    assert result.waits["b1"].nodes == frozenset({"n0"})
+    # the new partition's 1g.5gb@6 is on a model tenant a has no quota on: it waits for its own GPUs
+    assert result.waits["a1"].reason is WaitReason.CAPACITY and result.waits["a1"].detail == ""
