@@ -31,6 +31,9 @@ class ClusterLayout:
     """Models whose nodes all have the same GPU count (whole-node gang placement takes a fast path)."""
     model_of_node: dict[str, str]
     memory_of_node: dict[str, float]
+    whole_size: list[int]
+    """GPUs per node that whole-GPU and fractional work may use: `size` less its MIG and time-sliced GPUs (the
+    same list as `size` for a cluster without them)."""
     shared: frozenset[tuple[int, int]] = frozenset()
     """(node index, GPU) of MIG and time-sliced GPUs: never free to whole-GPU or fractional work (their own
     pass places jobs there: greengpu.sched.shared_cycle); empty for most clusters."""
@@ -75,9 +78,12 @@ def cluster_layout(cluster: Cluster) -> ClusterLayout:
     for t in types:
         node_size_by_model[t.gpu_model] = max(node_size_by_model.get(t.gpu_model, 0), t.gpus)
         sizes_seen.setdefault(t.gpu_model, set()).add(t.gpus)
+    sizes = [t.gpus for t in types]
+    whole_sizes = [t.gpus - shared_gpu_count(t) for t in types]
     layout = ClusterLayout(
         names=names, index={name: i for i, name in enumerate(names)}, model=[t.gpu_model for t in types],
-        domain=[n.domain for n in cluster.nodes], size=[t.gpus for t in types],
+        domain=[n.domain for n in cluster.nodes], size=sizes,
+        whole_size=sizes if whole_sizes == sizes else whole_sizes,
         memory_gb=[t.gpu_memory_gb for t in types], node_size_by_model=node_size_by_model,
         models=tuple(sorted(node_size_by_model)),
         uniform_models=frozenset(m for m, sizes in sizes_seen.items() if len(sizes) == 1),
@@ -103,6 +109,7 @@ class PlacementState:
         self.model = layout.model
         self.domain = layout.domain
         self.size = layout.size
+        self.whole_size = layout.whole_size
         self.node_size_by_model = layout.node_size_by_model
         self.models = layout.models
         self.uniform_models = layout.uniform_models

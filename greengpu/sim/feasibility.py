@@ -14,15 +14,17 @@ from collections.abc import Sequence
 
 from greengpu.model import Cluster, Job
 from greengpu.sched.shared_gpus import shared_never_fits
+from greengpu.sched.state import shared_gpu_count
 
 
 def installed_gpus_by_model(cluster: Cluster) -> dict[str, tuple[int, int]]:
-    """Per GPU model: (installed GPUs, GPUs of its largest node)."""
+    """Per GPU model: (installed GPUs whole-GPU work may use, those of its largest node)."""
     out: dict[str, tuple[int, int]] = {}
     for node in cluster.nodes:
         node_type = cluster.node_types[node.type_name]
+        gpus = node_type.gpus - shared_gpu_count(node_type)  # MIG and time-sliced GPUs take no whole-GPU work
         total, largest = out.get(node_type.gpu_model, (0, 0))
-        out[node_type.gpu_model] = (total + node_type.gpus, max(largest, node_type.gpus))
+        out[node_type.gpu_model] = (total + gpus, max(largest, gpus))
     return out
 
 

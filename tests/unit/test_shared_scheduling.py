@@ -230,3 +230,28 @@ def test_a_job_counts_only_on_coming_instances_its_quota_admits() -> None:
     assert result.waits["b1"].nodes == frozenset({"n0"})
     # the new partition's 1g.5gb@6 is on a model tenant a has no quota on: it waits for its own GPUs
     assert result.waits["a1"].reason is WaitReason.CAPACITY and result.waits["a1"].detail == ""
+
+
+def test_no_node_is_woken_for_whole_gpus_its_shared_gpus_would_not_give() -> None:
+    cluster = lab(a100("plain"), a100("mig", mig=2))
+    busy = (RunningJob(job("r", gpus=4), tuple(GpuSlot("n0", g) for g in range(4)), 0.0, 3600.0),)
+    asleep = {"n1": NodeState(power=PowerState.ASLEEP)}
+    three = schedule_cycle(snapshot(cluster, [job("three", gpus=3)], busy, states=asleep), POLICY)
+    assert not [a for a in three.actions if isinstance(a, WakeNode)]  # n1 has 2 GPUs for whole work, not 4
+    two = schedule_cycle(snapshot(cluster, [job("two", gpus=2)], busy, states=asleep), POLICY)
+    assert [a.node for a in two.actions if isinstance(a, WakeNode)] == ["n1"]
+
+
+def test_a_replay_names_whole_gpu_jobs_only_shared_gpus_could_hold() -> None:
+    from greengpu.sim.feasibility import never_fits_reason
+
+    cluster = lab(a100("mig", mig=2), a100("ts", sliced=1))
+    # 2 + 3 GPUs take whole-GPU work, not 8
+    assert never_fits_reason(job("six", gpus=6), cluster) == (
+        "job six asks for 6 GPUs, more than the cluster's 5 A100-SXM4-40GB GPUs")
+    assert never_fits_reason(job("four", gpus=4, gpus_per_node=4), cluster) == (
+        "job four asks for 4 GPUs per node; no node of its GPU models has that many")
+    assert never_fits_reason(job("three", gpus=3, gpus_per_node=3), cluster) is None
+    assert never_fits_reason(job("m", gpu_profile="1g.5gb"), cluster) is None
+    assert never_fits_reason(job("t", gpu_profile=TIMESLICE, job_class="training"), cluster) == (
+        "job t asks for a time-slice replica; no time-sliced GPU takes training jobs")
