@@ -122,3 +122,14 @@ def test_a_valid_profile_trace_reads(tmp_path: Path) -> None:
                      "j3,0,60,0.5,lab,batch,\n", encoding="utf-8")
     jobs = read_trace(trace).jobs
     assert [(j.gpu_profile, j.gpus) for j in jobs] == [("1g.5gb", 1), ("timeslice", 1), ("", 0.5)]
+
+
+def test_vectorised_and_exact_readers_agree_on_profiles(repo: Path) -> None:
+    from greengpu.sim.fast_traces import fast_canonical
+    from greengpu.sim.traces import read_trace
+
+    path = repo / "examples" / "a100-lab.day.trace.csv"
+    assert fast_canonical(path) is not None  # the vectorised path is really taken
+    fast = read_trace(path, "csv").jobs
+    assert fast == read_trace(path, "csv", vectorised=False).jobs
+    assert sum(1 for j in fast if j.gpu_profile) == 28
