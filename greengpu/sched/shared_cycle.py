@@ -165,6 +165,10 @@ class _SharedPass:
         if all(p is not None for p in problems):
             self._wait(job, WaitReason.QUOTA, candidates, next(p for p in problems if p is not None))
             return
+        memory = self._memory_problem(job, candidates)
+        if memory is not None:
+            self._wait(job, WaitReason.QUOTA, candidates, memory)
+            return
         full = self._full.get(key)
         if full is not None:  # an earlier job alike found no room: capacity and quota only shrink in a cycle
             self.result.waits[job.job_id] = full
@@ -179,7 +183,17 @@ class _SharedPass:
                 self._full[key] = self.result.waits[job.job_id]
 
     def _admits(self, job: Job, gpu: SharedGpu) -> bool:
-        return self.ledger.admission_problem(job, gpu.model, self._units(gpu, job.gpu_profile)) is None
+        return self.ledger.admission_problem(job, gpu.model, self._units(gpu, job.gpu_profile)) is None and (
+            self.ledger.tenant(job.tenant).max_gpu_memory_gb is None or self._memory_problem(job, (gpu,)) is None)
+
+    def _memory_problem(self, job: Job, gpus: Sequence[SharedGpu]) -> str | None:
+        """Why the job's GPU memory (its request, or its share of the GPU's) would break its tenant's memory cap
+        on every one of `gpus`, or None (no cap, or one fits)."""
+        if self.ledger.tenant(job.tenant).max_gpu_memory_gb is None:
+            return None
+        problems = [self.ledger.memory_problem(job, self.ledger.job_memory_gb(
+            job, (g.node,), {g.node: self._units(g, job.gpu_profile)})) for g in gpus]
+        return None if any(p is None for p in problems) else problems[0]
 
     def _timeslice(self, job: Job, awake: Sequence[SharedGpu]) -> bool:
         used = self.use.replicas_used

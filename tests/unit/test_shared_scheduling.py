@@ -255,3 +255,13 @@ def test_a_replay_names_whole_gpu_jobs_only_shared_gpus_could_hold() -> None:
     assert never_fits_reason(job("m", gpu_profile="1g.5gb"), cluster) is None
     assert never_fits_reason(job("t", gpu_profile=TIMESLICE, job_class="training"), cluster) == (
         "job t asks for a time-slice replica; no time-sliced GPU takes training jobs")
+
+
+def test_a_memory_cap_counts_an_instance_as_its_share_of_the_gpus_memory() -> None:
+    tenant = Tenant("small", quota_gpus=4.0, max_gpu_memory_gb=12.0)  # a 40 GB GPU: 1/7 of it is 5.7 GB
+    cluster = lab(a100("mig", mig=1), tenants=(tenant,))
+    pending = [job(f"j{i}", tenant="small", gpu_profile="1g.5gb", submit_time_s=i) for i in range(3)]
+    result = schedule_cycle(snapshot(cluster, pending, (), {("n0", 0): SEVEN}), POLICY)
+    assert sorted(places(result)) == ["j0", "j1"]
+    assert result.waits["j2"].reason is WaitReason.QUOTA
+    assert result.waits["j2"].detail == "tenant at its GPU memory cap"
