@@ -36,7 +36,7 @@ from greengpu.model import (
 )
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.mig import parse_instance, partition_for, profile_units
-from greengpu.sched.order import fair_share, queue_order
+from greengpu.sched.order import age_boost, fair_share, queue_order
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.shared_gpus import SharedGpu, SharedUse, partition_of, shared_gpus, shared_use
 from greengpu.sched.state import cluster_layout
@@ -89,6 +89,8 @@ class _SharedPass:
         self.woken: set[str] = set()
         self.ordered: set[tuple[str, int]] = set()
         """MIG GPUs this cycle repartitions."""
+        self.order_dependent = False
+        """Whether a job counts on an instance of a partition being made (the first ones in queue order do)."""
 
     # ------------------------------------------------------------------ helpers
 
@@ -141,9 +143,28 @@ class _SharedPass:
                 ready_s = partition_of(self.snapshot, gpu.key).ready_s
                 if ready_s > self.now_s:
                     self.result.unchanged_until_s = min(self.result.unchanged_until_s, ready_s)
+            if self.order_dependent:  # which jobs count on the coming instances follows the queue order
+                self.result.unchanged_until_s = min(self.result.unchanged_until_s, self._order_steps_s(pending))
         else:
             self.result.unchanged_until_s = -math.inf
         return self.result
+
+    def _order_steps_s(self, pending: Sequence[PendingJob]) -> float:
+        """When the queue order could first change with only the clock moving: a job's next age-boost step
+        (-inf with decayed usage in the shares: it moves at any time)."""
+        policy = self.policy
+        if policy.fair_share.usage_weight > 0 and self.snapshot.tenant_usage_gpu_s:
+            return -math.inf
+        rate_per_s = policy.age_boost_per_hour / 3600.0
+        if rate_per_s <= 0 or policy.age_boost_max <= 0:
+            return math.inf
+        until = math.inf
+        for item in pending:
+            submit_s = item.job.submit_time_s
+            steps = age_boost((self.now_s - submit_s) * rate_per_s, policy.age_boost_max)
+            if steps < policy.age_boost_max:
+                until = min(until, submit_s + (steps + 1) / rate_per_s)
+        return until
 
     def _decide(self, job: Job) -> None:
         key = (job.tenant, job.gpu_profile, job.job_class, job.interruptible, job.gpu_types, job.required_nodes,
@@ -226,6 +247,7 @@ class _SharedPass:
             coming = self.coming.get(gpu.key)
             if coming and any(parse_instance(i)[0] == profile for i in coming) and self._admits(job, gpu):
                 coming.remove(next(i for i in coming if parse_instance(i)[0] == profile))
+                self.order_dependent = True
                 self._wait(job, WaitReason.CAPACITY, (gpu,), f"MIG GPU {gpu.node}:{gpu.gpu_index} repartitioning")
                 return True
         empty = [((g.node not in self.busy_nodes), g.node_index, g.gpu_index, g) for g in awake

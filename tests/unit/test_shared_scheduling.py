@@ -265,3 +265,14 @@ def test_a_memory_cap_counts_an_instance_as_its_share_of_the_gpus_memory() -> No
     assert sorted(places(result)) == ["j0", "j1"]
     assert result.waits["j2"].reason is WaitReason.QUOTA
     assert result.waits["j2"].detail == "tenant at its GPU memory cap"
+
+
+def test_waits_that_follow_the_queue_order_promise_no_longer_than_it_stands() -> None:
+    cluster = lab(a100("mig", mig=1))
+    coming = {("n0", 0): MigPartition(("3g.20gb@0", "3g.20gb@4"), ready_s=10_000.0)}
+    pending = [job(f"j{i}", gpu_profile="3g.20gb", submit_time_s=float(i)) for i in range(3)]
+    result = schedule_cycle(snapshot(cluster, pending, (), coming, time_s=100.0), POLICY)
+    assert not result.actions
+    assert [result.waits[f"j{i}"].detail != "" for i in range(3)] == [True, True, False]  # two instances coming
+    # j0's first age-boost step (an hour after submit) is the first time the order could change
+    assert result.unchanged_until_s == 3600.0
