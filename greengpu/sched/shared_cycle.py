@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from greengpu.model import (
     TIMESLICE,
@@ -302,8 +302,7 @@ def split_shared(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, tuple[Pend
     if not shared:
         return snapshot, ()
     kept = _kept_pending(snapshot.pending)
-    return ClusterSnapshot(snapshot.time_s, snapshot.cluster, snapshot.running, kept, snapshot.node_states,
-                           snapshot.tenant_usage_gpu_s, snapshot.mig_partitions), shared
+    return replace(snapshot, pending=kept), shared
 
 
 _KEPT_MEMO: list[tuple[tuple[PendingJob, ...], tuple[PendingJob, ...]]] = []
