@@ -78,3 +78,12 @@ def test_simulate_prints_the_reconfigurations(repo: Path, capsys: pytest.Capture
     out = json.loads(capsys.readouterr().out)
     results = out["results"] if isinstance(out, dict) else out
     assert results[0]["mig_reconfigurations"] >= 3 and results[0]["invariant_violations"] == 0
+
+
+def test_the_table_shows_reconfigurations_only_with_mig(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--cluster", str(repo / "examples" / "a100-lab.cluster.yaml"),
+                 "--trace", str(repo / "examples" / "a100-lab.day.trace.csv"), "--policy", "always-on"]) == 0
+    assert "MIG reconfigurations" in capsys.readouterr().out
+    assert main(["simulate", "--cluster", str(repo / "examples" / "lab-a100.cluster.yaml"),
+                 "--trace", str(repo / "examples" / "lab-a100.week.trace.csv"), "--policy", "always-on"]) == 0
+    assert "MIG reconfigurations" not in capsys.readouterr().out
