@@ -15,6 +15,15 @@ from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
 from functools import cached_property
 
+from greengpu.sharing import TIMESLICE, MigConfig, MigPartition, PartitionGpu, TimeSlicing
+from greengpu.site_types import LimitConstraints, Pool, Site, TimeSeries
+
+__all__ = ["GPU_UNITS", "JOB_CLASSES", "TIMESLICE", "Action", "Cluster", "ClusterSnapshot", "GpuSlot", "Job",
+           "KillJob", "LimitConstraints", "LockClocks", "MigConfig", "MigPartition", "Node", "NodeState", "NodeType",
+           "PartitionGpu", "PendingJob", "Pool", "PowerState", "PreemptJob", "PreemptionRecord", "PlaceJob",
+           "RunningJob", "SetPowerLimit", "Site", "SleepNode", "Tenant", "TimeSeries", "TimeSlicing", "WakeNode",
+           "gpus_to_units"]
+
 GPU_UNITS = 1000
 """Milli-GPU units in one whole GPU."""
 
@@ -45,6 +54,10 @@ class NodeType:
     gpu_memory_gb: float = 0.0
     gpu_max_clock_mhz: int = 0
     """The GPUs' maximum SM clock (0: not given; locked clocks are then decided as fractions only)."""
+    mig: MigConfig | None = None
+    """GPUs in MIG mode (the first `mig.gpus` indexes); None: none (docs/GPU-SHARING.md)."""
+    time_slicing: TimeSlicing | None = None
+    """GPUs shared by time-slicing (the next `time_slicing.gpus` indexes); None: none."""
 
     @property
     def node_idle_w(self) -> float:
@@ -55,21 +68,6 @@ class NodeType:
     def node_peak_w(self) -> float:
         """Power of the whole node with every GPU at full load and default limit."""
         return self.host_idle_w + self.gpus * self.gpu_max_w
-
-
-@dataclass(frozen=True)
-class LimitConstraints:
-    """What NVML allows for one GPU, in watts (nvmlDeviceGetPowerManagementLimitConstraints, default limit).
-
-    Vocabulary shared by the capping decision and the NVML backend (neither imports the other)."""
-
-    min_w: float
-    max_w: float
-    default_w: float
-
-    def clamp(self, limit_w: float) -> float:
-        """`limit_w` brought inside [min_w, max_w]."""
-        return min(max(limit_w, self.min_w), self.max_w)
 
 
 @dataclass(frozen=True)
@@ -103,48 +101,6 @@ class Tenant:
     """When given, the nominal quota per GPU model (replaces quota_gpus for those models)."""
     max_gpu_memory_gb: float | None = None
     """Hard cap on the GPU memory the tenant's running jobs may hold; None: no cap."""
-
-
-@dataclass(frozen=True)
-class Pool:
-    """A pool of cloud capacity (spot or on-demand)."""
-
-    name: str
-    type_name: str
-    spot: bool
-    price_per_hour: float
-    interruptions_per_hour: float = 0.0
-    max_nodes: int = 0
-
-
-@dataclass(frozen=True)
-class TimeSeries:
-    """An hourly (or irregular) series: values hold from each time until the next."""
-
-    times_s: tuple[float, ...]
-    values: tuple[float, ...]
-    source: str = ""
-
-    def value_at(self, time_s: float) -> float:
-        """The value in force at `time_s` (the last point at or before it; the first before the start)."""
-        import bisect
-
-        index = bisect.bisect_right(self.times_s, time_s) - 1
-        return self.values[max(index, 0)]
-
-
-@dataclass(frozen=True)
-class Site:
-    """Facility-wide figures: PUE, tariff and grid carbon intensity."""
-
-    pue: float = 1.0
-    currency: str = "USD"
-    price_per_kwh: float | None = None
-    tariff: TimeSeries | None = None
-    carbon_g_per_kwh: float | None = None
-    carbon: TimeSeries | None = None
-    timezone: str = "UTC"
-    """The site's IANA time zone (e.g. Europe/Berlin): sleep windows are read on its wall clock, DST included."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +161,9 @@ class Job:
     """Partitions it may run in (a node qualifies in any of them); None: any."""
     exclusive: bool = False
     """Whole nodes only (Slurm `--exclusive`): it shares no node with other work."""
+    gpu_profile: str = ""
+    """A MIG profile (one instance, e.g. `1g.5gb`) or `timeslice` (one replica of a time-sliced GPU); empty: whole
+    GPUs or an MPS-style fraction as `gpus` says (docs/GPU-SHARING.md)."""
 
     @classmethod
     def trusted(cls, **values: object) -> Job:
@@ -254,6 +213,8 @@ class GpuSlot:
     node: str
     gpu_index: int
     units: int = GPU_UNITS
+    instance: str = ""
+    """A MIG instance `profile@start` (its first memory slice) or `timeslice`; empty: a plain share."""
 
 
 @dataclass(frozen=True)
@@ -284,6 +245,11 @@ class RunningJob:
     def nodes(self) -> tuple[str, ...]:
         """The nodes this job runs on, in slot order, without repeats."""
         return tuple(dict.fromkeys(s.node for s in self.slots))
+
+    @cached_property
+    def held_gpus(self) -> float:
+        """GPUs held as shares: `job.gpus`, or a MIG instance's or replica's fraction of its GPU."""
+        return sum(s.units for s in self.slots) / GPU_UNITS if self.job.gpu_profile else self.job.gpus
 
     @cached_property
     def units_by_node(self) -> dict[str, int]:
@@ -343,6 +309,8 @@ class ClusterSnapshot:
     new mapping (the core's remembered books skip re-reading a mapping they have already seen)."""
     tenant_usage_gpu_s: Mapping[str, float] = field(default_factory=dict)
     """Decayed past GPU usage per tenant (fair share with history); empty: none."""
+    mig_partitions: Mapping[tuple[str, int], MigPartition] = field(default_factory=dict)
+    """The MIG instances of each MIG GPU (node, index) now; a GPU not here has none."""
 
     def node_state(self, name: str) -> NodeState:
         """The state of node `name`, awake when the body reported none."""
@@ -419,4 +387,4 @@ class WakeNode:
     reason: str = ""
 
 
-Action = PlaceJob | PreemptJob | KillJob | SetPowerLimit | LockClocks | SleepNode | WakeNode
+Action = PartitionGpu | PlaceJob | PreemptJob | KillJob | SetPowerLimit | LockClocks | SleepNode | WakeNode

@@ -162,6 +162,8 @@ def _print_simulation(results: list[dict[str, Any]]) -> None:
         ("invariant violations", lambda r: fmt(r["invariant_violations"])),
         ("simulation wall time (s)", lambda r: fmt(r["sim_wall_s"])),
     ]
+    if any("mig_reconfigurations" in r for r in results):  # only with MIG GPUs (docs/GPU-SHARING.md)
+        rows.insert(len(rows) - 2, ("MIG reconfigurations", lambda r: fmt(r.get("mig_reconfigurations"))))
     for label, render in rows:
         table.add_row(label, *[render(r) for r in results])
     Console().print(table)

@@ -13,6 +13,7 @@ from typing import Any
 import hostlist
 
 from greengpu.config.fields import Fields
+from greengpu.config.gpu_sharing import SHARING_KEYS, gpu_sharing
 from greengpu.config.prices import PriceTable, read_price_csv
 from greengpu.config.series import read_series_csv
 from greengpu.config.yamlsource import YamlDocument, load_yaml_file, load_yaml_text
@@ -33,7 +34,7 @@ TOP_KEYS = ("site", "node_types", "nodes", "tenants", "pools")
 SITE_KEYS = ("pue", "price_per_kwh", "tariff_csv", "carbon_g_per_kwh", "carbon_csv", "currency", "name", "timezone")
 NODE_TYPE_KEYS = (
     "gpus", "gpu_model", "gpu_idle_w", "gpu_max_w", "gpu_min_limit_w", "host_idle_w", "host_sleep_w",
-    "boot_s", "gpu_memory_gb", "gpu_max_clock_mhz",
+    "boot_s", "gpu_memory_gb", "gpu_max_clock_mhz", *SHARING_KEYS,
 )
 NODE_KEYS = ("name", "type", "domain", "mac", "wol_host", "wol_port", "ipmi_host", "features", "partitions")
 TENANT_KEYS = ("quota_gpus", "weight", "borrow_limit_gpus", "quota_gpus_by_model", "max_gpu_memory_gb")
@@ -140,10 +141,11 @@ def _node_type(fields: Fields, name: str) -> NodeType:
     memory = fields.number("gpu_memory_gb", 0.0, minimum=0.0)
     max_clock_mhz = fields.integer("gpu_max_clock_mhz", 0, minimum=0, maximum=10_000)
     assert boot_s is not None and memory is not None and max_clock_mhz is not None
+    mig, time_slicing = gpu_sharing(fields, gpus, model)  # docs/GPU-SHARING.md
     return NodeType(
         name=name, gpus=gpus, gpu_model=model, gpu_idle_w=gpu_idle_w, gpu_max_w=gpu_max_w,
         gpu_min_limit_w=gpu_min_limit_w, host_idle_w=host_idle_w, host_sleep_w=host_sleep_w,
-        boot_s=boot_s, gpu_memory_gb=memory, gpu_max_clock_mhz=max_clock_mhz,
+        boot_s=boot_s, gpu_memory_gb=memory, gpu_max_clock_mhz=max_clock_mhz, mig=mig, time_slicing=time_slicing,
     )
 
 

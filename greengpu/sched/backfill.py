@@ -65,7 +65,9 @@ class NodeEnds:
         return found
 
     def _entries(self, job: RunningJob) -> list[tuple[int, _Entry]]:
-        result = []
+        result: list[tuple[int, _Entry]] = []
+        if job.job.gpu_profile:
+            return result  # a MIG instance or replica frees no GPU whole-GPU work could use
         for name in job.nodes:
             node = self.index.get(name)
             if node is not None:

@@ -17,6 +17,7 @@ A gang is placed whole or not at all, and a waiting job holds no GPUs.
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 
 from greengpu.model import (
     Action,
@@ -26,6 +27,7 @@ from greengpu.policy import SchedulerPolicy
 from greengpu.sched.books import books_for, forget_books
 from greengpu.sched.cycle.vocabulary import EVERYWHERE, CycleResult, alike_key
 from greengpu.sched.cycle.walk import Cycle
+from greengpu.sched.shared_cycle import schedule_shared, split_shared
 from greengpu.sched.waits import (
     WAIT_CAPACITY,
     WAIT_NO_MODEL,
@@ -55,11 +57,17 @@ def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_
     # 50,000-job cycle. Pause it for the cycle; reference counting still frees everything.
     was_enabled = gc.isenabled()
     gc.disable()
-    books = books_for(snapshot, policy.borrow_non_interruptible, incremental, purpose)
+    whole, shared = split_shared(snapshot)  # MIG and time-slice jobs: their own pass (greengpu.sched.shared_cycle)
+    books = books_for(whole, policy.borrow_non_interruptible, incremental, purpose)
     try:
-        cycle = _Cycle(snapshot, policy, interval_s, books, shortcuts=incremental)
+        cycle = _Cycle(whole, policy, interval_s, books, shortcuts=incremental)
         result = cycle.run()
         books.commit(cycle.started, cycle.stopped)
+        if shared:
+            extra = schedule_shared(snapshot, policy, shared, result.actions, memo=incremental)
+            result = replace(result, actions=result.actions + tuple(extra.actions),
+                             waits={**result.waits, **extra.waits},
+                             unchanged_until_s=min(result.unchanged_until_s, extra.unchanged_until_s))
         return result
     except BaseException:
         forget_books(snapshot.cluster)

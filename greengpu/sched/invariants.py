@@ -3,7 +3,10 @@
 - no GPU over-committed (shares on one GPU add up to at most one GPU);
 - no partial gang (a running job holds exactly what it asked for, on distinct whole GPUs);
 - no tenant above its nominal quota plus borrowing limit;
-- no work on a node that is not awake.
+- no work on a node that is not awake;
+- shared GPUs (docs/GPU-SHARING.md): no whole-GPU or fractional work on a MIG or time-sliced GPU, a MIG job on
+  one instance of its profile in its GPU's current partition that no other job holds, no more replicas taken
+  than the GPU has.
 
 The quota check is recomputed here from the inventory and the running set alone. It deliberately
 shares no code with `greengpu.sched.quota.QuotaLedger`, which the scheduler admits jobs with: an
@@ -13,7 +16,7 @@ unnoticed that way). Keep it that way: nothing from `greengpu.sched` may be impo
 
 from __future__ import annotations
 
-from greengpu.model import GPU_UNITS, ClusterSnapshot, PowerState
+from greengpu.model import GPU_UNITS, TIMESLICE, ClusterSnapshot, PowerState
 
 ALL_MODELS = "*"
 """The quota key of a tenant without per-model quotas: usage on every GPU model counts together."""
@@ -28,7 +31,7 @@ def check_invariants(snapshot: ClusterSnapshot) -> list[str]:
     for running in snapshot.running:
         job = running.job
         held = sum(s.units for s in running.slots)
-        if held != job.units:
+        if held != job.units and not job.gpu_profile:  # a MIG instance or replica holds its share (below)
             problems.append(f"partial gang: {job.job_id} holds {held / GPU_UNITS:g} of {job.gpus:g} GPUs")
         seen: set[tuple[str, int]] = set()
         for slot in running.slots:
@@ -48,6 +51,7 @@ def check_invariants(snapshot: ClusterSnapshot) -> list[str]:
     for (node, gpu), units in sorted(used.items()):
         if units > GPU_UNITS:
             problems.append(f"over-committed GPU {node}:{gpu}: {units / GPU_UNITS:g} GPUs allocated")
+    problems.extend(shared_gpu_violations(snapshot))
     problems.extend(quota_violations(snapshot))
     return problems
 
@@ -92,3 +96,52 @@ def quota_violations(snapshot: ClusterSnapshot) -> list[str]:
                          f"above quota plus borrowing {limit_units / GPU_UNITS:g}")
     return found
 
+
+def shared_gpu_violations(snapshot: ClusterSnapshot) -> list[str]:
+    """Every broken shared-GPU invariant in `snapshot`, one message each."""
+    cluster = snapshot.cluster
+    kinds: dict[tuple[str, int], tuple[str, int]] = {}
+    for node in cluster.nodes:
+        node_type = cluster.node_types[node.type_name]
+        mig_gpus = node_type.mig.gpus if node_type.mig else 0
+        for gpu in range(mig_gpus):
+            kinds[(node.name, gpu)] = ("mig", 0)
+        if node_type.time_slicing:
+            for gpu in range(mig_gpus, mig_gpus + node_type.time_slicing.gpus):
+                kinds[(node.name, gpu)] = ("timeslice", node_type.time_slicing.replicas)
+    if not kinds and not any(r.job.gpu_profile for r in snapshot.running):
+        return []
+    problems: list[str] = []
+    instances: dict[tuple[str, int, str], str] = {}
+    replicas: dict[tuple[str, int], int] = {}
+    for running in snapshot.running:
+        job = running.job
+        for slot in running.slots:
+            key = (slot.node, slot.gpu_index)
+            kind = kinds.get(key)
+            where = f"{slot.node}:{slot.gpu_index}"
+            if not job.gpu_profile:
+                if kind is not None:
+                    problems.append(f"{job.job_id} asked for no profile and runs on shared GPU {where}")
+                continue
+            if len(running.slots) != 1:
+                problems.append(f"{job.job_id} holds {len(running.slots)} slots for one {job.gpu_profile}")
+            if job.gpu_profile == TIMESLICE:
+                if kind is None or kind[0] != "timeslice" or slot.instance != TIMESLICE:
+                    problems.append(f"{job.job_id} holds a replica of {where}, which is not time-sliced")
+                    continue
+                replicas[key] = replicas.get(key, 0) + 1
+                if replicas[key] > kind[1]:
+                    problems.append(f"time-sliced GPU {where} has {replicas[key]} of {kind[1]} replicas taken")
+                continue
+            if kind is None or kind[0] != "mig" or slot.instance.partition("@")[0] != job.gpu_profile:
+                problems.append(f"{job.job_id} holds {slot.instance or 'a share'} of {where}, not a "
+                                f"{job.gpu_profile} instance of a MIG GPU")
+                continue
+            partition = snapshot.mig_partitions.get(key)
+            if partition is None or slot.instance not in partition.instances:
+                problems.append(f"{job.job_id} holds {slot.instance} of {where}, not in its partition")
+            holder = instances.setdefault((slot.node, slot.gpu_index, slot.instance), job.job_id)
+            if holder != job.job_id:
+                problems.append(f"MIG instance {slot.instance} of {where} held by {holder} and {job.job_id}")
+    return problems

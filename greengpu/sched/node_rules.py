@@ -88,7 +88,7 @@ def wakeable_sizes(state: PlacementState, node_states: Mapping[str, NodeState],
     for name, node_state in node_states.items():
         node = state.index.get(name)
         if node is not None and node not in barred and node_state.power in WAKEABLE and not node_state.drained:
-            wakeable.setdefault(state.model[node], []).append(state.size[node])
+            wakeable.setdefault(state.model[node], []).append(state.whole_size[node])
     for sizes in wakeable.values():
         sizes.sort(reverse=True)
     return wakeable

@@ -275,7 +275,7 @@ def _place(
     whole_node_reserve: int,
 ) -> Slots | None:
     models = allowed_models(state, job)
-    if not models:
+    if not models or job.gpu_profile:  # MIG and time-slice jobs: only greengpu.sched.shared_cycle places them
         return None
     if job.is_fractional:
         return _place_fraction(state, job, models, excluded, only, whole_node_reserve)

@@ -126,13 +126,14 @@ class QuotaLedger:
         by_node = running.units_by_node
         used = self.used_units
         if tenant.quota_gpus_by_model:
-            for model, units in self._units_by_model(by_node.items()).items():
+            for model, held in self._units_by_model(by_node.items()).items():
                 key = (name, model)
-                used[key] = used.get(key, 0) + sign * units
-        else:
+                used[key] = used.get(key, 0) + sign * held
+        units = job.units if not job.gpu_profile else sum(by_node.values())  # a MIG instance or replica: its share
+        if not tenant.quota_gpus_by_model:
             key = (name, ANY_MODEL)
-            used[key] = used.get(key, 0) + sign * job.units
-        self.total_units[name] = self.total_units.get(name, 0) + sign * job.units
+            used[key] = used.get(key, 0) + sign * units
+        self.total_units[name] = self.total_units.get(name, 0) + sign * units
         if tenant.max_gpu_memory_gb is not None or job.gpu_memory_gb is not None:
             memory = self.job_memory_gb(job, by_node, by_node)
             self.memory_gb[name] = self.memory_gb.get(name, 0.0) + sign * memory

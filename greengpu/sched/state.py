@@ -12,7 +12,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from greengpu.model import GPU_UNITS, Cluster, ClusterSnapshot, GpuSlot
+from greengpu.model import GPU_UNITS, Cluster, ClusterSnapshot, GpuSlot, NodeType
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,12 @@ class ClusterLayout:
     """Models whose nodes all have the same GPU count (whole-node gang placement takes a fast path)."""
     model_of_node: dict[str, str]
     memory_of_node: dict[str, float]
+    whole_size: list[int]
+    """GPUs per node that whole-GPU and fractional work may use: `size` less its MIG and time-sliced GPUs (the
+    same list as `size` for a cluster without them)."""
+    shared: frozenset[tuple[int, int]] = frozenset()
+    """(node index, GPU) of MIG and time-sliced GPUs: never free to whole-GPU or fractional work (their own
+    pass places jobs there: greengpu.sched.shared_cycle); empty for most clusters."""
 
 
 _LAYOUTS: dict[int, tuple[Cluster, ClusterLayout]] = {}
@@ -54,6 +60,12 @@ class ChangeLog:
         self.nodes.extend(nodes)
 
 
+def shared_gpu_count(node_type: NodeType) -> int:
+    """The node type's MIG and time-sliced GPUs (its first indexes)."""
+    return (node_type.mig.gpus if node_type.mig else 0) + (node_type.time_slicing.gpus if node_type.time_slicing
+                                                           else 0)
+
+
 def cluster_layout(cluster: Cluster) -> ClusterLayout:
     """The layout of `cluster` (memoised per Cluster object: it is immutable)."""
     cached = _LAYOUTS.get(id(cluster))
@@ -66,14 +78,19 @@ def cluster_layout(cluster: Cluster) -> ClusterLayout:
     for t in types:
         node_size_by_model[t.gpu_model] = max(node_size_by_model.get(t.gpu_model, 0), t.gpus)
         sizes_seen.setdefault(t.gpu_model, set()).add(t.gpus)
+    sizes = [t.gpus for t in types]
+    whole_sizes = [t.gpus - shared_gpu_count(t) for t in types]
     layout = ClusterLayout(
         names=names, index={name: i for i, name in enumerate(names)}, model=[t.gpu_model for t in types],
-        domain=[n.domain for n in cluster.nodes], size=[t.gpus for t in types],
+        domain=[n.domain for n in cluster.nodes], size=sizes,
+        whole_size=sizes if whole_sizes == sizes else whole_sizes,
         memory_gb=[t.gpu_memory_gb for t in types], node_size_by_model=node_size_by_model,
         models=tuple(sorted(node_size_by_model)),
         uniform_models=frozenset(m for m, sizes in sizes_seen.items() if len(sizes) == 1),
         model_of_node={n.name: t.gpu_model for n, t in zip(cluster.nodes, types, strict=True)},
         memory_of_node={n.name: t.gpu_memory_gb for n, t in zip(cluster.nodes, types, strict=True)},
+        shared=frozenset((node_index, gpu) for node_index, t in enumerate(types)
+                         for gpu in range(shared_gpu_count(t))),
     )
     if len(_LAYOUTS) > 64:
         _LAYOUTS.clear()  # the cache holds its Cluster alive: keep it small
@@ -92,6 +109,7 @@ class PlacementState:
         self.model = layout.model
         self.domain = layout.domain
         self.size = layout.size
+        self.whole_size = layout.whole_size
         self.node_size_by_model = layout.node_size_by_model
         self.models = layout.models
         self.uniform_models = layout.uniform_models
@@ -105,6 +123,12 @@ class PlacementState:
         schedulable_gpus = sum(size for size, ok in zip(self.size, self.schedulable, strict=True) if ok)
         self.free_units_total = schedulable_gpus * GPU_UNITS
         """Free milli-GPUs on schedulable nodes, kept current by allocate and release."""
+        self.sharing = layout.shared
+        for node, gpu in self.sharing:  # shared GPUs count as taken: whole and fractional jobs never land there
+            self.gpu_free[node][gpu] = 0
+            self.free_whole[node] -= 1
+            if self.schedulable[node]:
+                self.free_units_total -= GPU_UNITS
         for running in snapshot.running:
             self._take(running.slots)
         self.buckets: dict[str, list[set[int]]] = {
@@ -155,6 +179,8 @@ class PlacementState:
             node = self.index.get(slot.node)
             if node is None or slot.gpu_index >= self.size[node]:
                 continue  # the invariant checker reports slots on unknown nodes or GPUs
+            if self.sharing and (node, slot.gpu_index) in self.sharing:
+                continue  # a MIG instance or a replica: the shared GPU is never free here anyway
             free = self.gpu_free[node]
             if free[slot.gpu_index] == GPU_UNITS:
                 self.free_whole[node] -= 1
@@ -166,6 +192,8 @@ class PlacementState:
         for slot in slots:
             node = self.index.get(slot.node)
             if node is None or slot.gpu_index >= self.size[node]:
+                continue
+            if self.sharing and (node, slot.gpu_index) in self.sharing:
                 continue
             free = self.gpu_free[node]
             free[slot.gpu_index] += slot.units

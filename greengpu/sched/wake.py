@@ -48,9 +48,9 @@ class WakePlan:
                 rank = _ASLEEP
             else:
                 continue  # suspending nodes can be planned for once they are asleep
-            self.free[node] = state.size[node]
+            self.free[node] = state.whole_size[node]
             self.rank[node] = rank
-            self.by_model.setdefault(state.model[node], []).append((state.size[node], rank, node))
+            self.by_model.setdefault(state.model[node], []).append((state.whole_size[node], rank, node))
         for entries in self.by_model.values():
             entries.sort()
 

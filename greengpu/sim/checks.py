@@ -51,7 +51,7 @@ class PlacementChecks:
         problems: list[str] = []
         for running in placed:
             job = running.job
-            if sum(s.units for s in running.slots) != job.units:
+            if sum(s.units for s in running.slots) != job.units and not job.gpu_profile:  # shares: check_invariants
                 problems.append(f"partial gang: {job.job_id}")
             for slot in running.slots:
                 if self.gpu_units.get((slot.node, slot.gpu_index), 0) > GPU_UNITS:

@@ -29,6 +29,7 @@ from greengpu.model import (
     ClusterSnapshot,
     Job,
     KillJob,
+    PartitionGpu,
     PendingJob,
     PlaceJob,
     PowerState,
@@ -46,6 +47,7 @@ from greengpu.sim.cloud_choice import fits_free_awake
 from greengpu.sim.cloud_ledger import MeteredCloudPools
 from greengpu.sim.failures import FailureReplay, GpuEvent
 from greengpu.sim.jobs import JobRunner
+from greengpu.sim.mig_body import MigPartitions
 from greengpu.sim.nodes import NodeFleet, SimNode
 from greengpu.sim.pace import Pacer
 from greengpu.sim.results import CloudFigures, SimResult, deadline_misses, wait_stats
@@ -87,6 +89,8 @@ class Simulation:
                                lambda: (self.work.allocated_gpus, self.offered_gpus),
                                lambda: self.arrivals.gpus(self.clock.now_s), timezone=cluster.site.timezone)
         self.checks = PlacementChecks(cluster)
+        self.mig = MigPartitions(cluster)
+        """MIG GPUs' partitions and repartitions (sim/mig_body.py; empty without MIG GPUs)."""
         self.usage = TenantUsage(policy.scheduler.fair_share)
         self.work = JobRunner(self.clock, self.fleet, self.pacer, self.sleep, self.checks, self.usage,
                               self.attribution, policy.scheduler.preemption.grace_s)
@@ -172,7 +176,8 @@ class Simulation:
             node_states = self.failures.node_states(node_states)
         return ClusterSnapshot(time_s=self.clock.now_s, cluster=self.cluster, running=self.work.running_tuple(),
                                pending=self.work.pending.as_tuple(), node_states=node_states,
-                               tenant_usage_gpu_s=self.usage.snapshot(self.clock.now_s))
+                               tenant_usage_gpu_s=self.usage.snapshot(self.clock.now_s),
+                               mig_partitions=self.mig.current)
 
     def _cycle(self) -> None:
         self.cycles += 1
@@ -194,6 +199,8 @@ class Simulation:
                 tenant = self.pending[action.job_id].job.tenant
                 nodes = dict.fromkeys(s.node for s in action.slots)
                 self.work.start(action, self._lifts_caps and guard.lifts(tenant, nodes, self._model_of))
+            elif isinstance(action, PartitionGpu):
+                self.mig.apply(action, self.clock.now_s)
         for job_id in scheduled.cycle.withdrawn:  # its beneficiary started elsewhere: it runs on
             self.work.withdraw(job_id)
         if self.cloud is not None and self.pending:  # what still waits for capacity may go to the cloud
@@ -245,14 +252,15 @@ class Simulation:
     def _check_all(self) -> None:
         self.checks.record(check_invariants(ClusterSnapshot(
             time_s=self.clock.now_s, cluster=self.cluster, running=tuple(self.running.values()),
-            node_states=self.fleet.node_states)))
+            node_states=self.fleet.node_states, mig_partitions=self.mig.current)))
 
     def _nothing_can_change(self) -> bool:
         """No job runs, none is still to arrive, no node is waking or suspending: a cycle that placed
         and woke nothing now would place and wake nothing at any later time."""
         return not self.running and self.arrivals_left == 0 and not self.fleet.any_in_transition() and not (
             self.failures is not None and self.failures.awaiting_repair) and not (  # a repaired GPU may take them
-            self.cloud is not None and self.cloud.busy)  # an interrupted cloud job comes back
+            self.cloud is not None and self.cloud.busy) and not self.mig.busy(  # an interrupted cloud job comes back
+            self.clock.now_s)  # a job waits for a MIG GPU being repartitioned
 
     def run(self) -> SimResult:
         """Replay every job; return the figures."""
@@ -398,7 +406,7 @@ class Simulation:
         span_s = (self.clock.now_s - origin) if jobs else 0.0
         completed = work.outcomes.completed
         in_cloud = self.cloud.completed if self.cloud is not None else set()  # no facility energy in the cloud
-        completed_gpu_hours = sum(j.gpus * j.duration_s for j in jobs
+        completed_gpu_hours = sum(work.held_gpus(j) * j.duration_s for j in jobs
                                   if j.job_id in completed and j.job_id not in in_cloud) / 3600.0
         cloud = self._cloud_figures()
         return SimResult(
@@ -424,7 +432,8 @@ class Simulation:
             deadline_misses=deadline_misses(jobs, work.finish_s, self.clock.now_s),
             cloud_pools=self.cloud.to_json() if self.cloud is not None else None,
             interruption_lost_gpu_hours=cloud.lost_gpu_s / 3600.0,
-            come_backs=len(self.cloud.come_backs) if self.cloud is not None else 0)
+            come_backs=len(self.cloud.come_backs) if self.cloud is not None else 0,
+            mig_reconfigurations=self.mig.reconfigurations if self.mig.has_mig else None)
 
     def _cloud_figures(self) -> CloudFigures:
         if self.cloud is None:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from greengpu.config.limits import MAX_DURATION_S, MAX_GPUS, MAX_PRIORITY, MAX_TIME_S, MIN_TIME_S
 from greengpu.model import JOB_CLASSES, Job
-from greengpu.sim.trace_formats import QOS_PRIORITY
+from greengpu.sim.trace_formats import QOS_PRIORITY, SHARED_PROFILES
 
 _EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
 _MAX_ELAPSED_DIGITS = 9
@@ -95,7 +95,7 @@ def fast_canonical(path: Path) -> list[Job] | None:
             or frame.isna().any().any() or not _clean_lines(path, len(frame)):
         return None
     supported = {"job_id", "submit_time", "duration_s", "gpus", "tenant", "priority", "class",
-                 "checkpoint_interval_s", "interruptible", "gpu_type", "deadline_s"}
+                 "checkpoint_interval_s", "interruptible", "gpu_type", "deadline_s", "gpu_profile"}
     if set(frame.columns) - supported:
         return None
     frame = frame.apply(lambda column: column.str.strip())
@@ -124,13 +124,33 @@ def fast_canonical(path: Path) -> list[Job] | None:
         checkpoint = [v if g else None for v, g in zip(values.tolist(), given.tolist(), strict=True)]
     if any((frame[c] != "").any() for c in ("interruptible", "gpu_type", "deadline_s") if c in frame):
         return None  # rarer columns: the exact reader handles them
-    return [
+    profiles = _profiles(frame, gpus)
+    if profiles is None:
+        return None
+    jobs = [
         Job.trusted(job_id=i, tenant=t, gpus=g, duration_s=d, submit_time_s=s, priority=int(p), job_class=c,
             interruptible=c in ("training", "batch"), checkpoint_interval_s=k)
         for i, t, g, d, s, p, c, k in zip(
             ids.tolist(), frame["tenant"].tolist(), _gpu_values(gpus), duration.tolist(), submit.tolist(),
             priority.tolist(), classes.tolist(), checkpoint, strict=True)
     ]
+    if profiles:
+        jobs = [Job.trusted(**{**vars(j), "gpu_profile": p}) if p else j for j, p in zip(jobs, profiles, strict=True)]
+    return jobs
+
+
+def _profiles(frame: pd.DataFrame, gpus: pd.Series) -> list[str] | None:
+    """The `gpu_profile` cells ([] without the column or with every cell empty); None when one is not clean (an
+    unknown profile, or gpus other than 1 beside one: the exact reader says which)."""
+    if "gpu_profile" not in frame:
+        return []
+    profiles = frame["gpu_profile"]
+    given = profiles != ""
+    if not given.any():
+        return []
+    if not profiles[given].isin(SHARED_PROFILES).all() or not (gpus[given] == 1).all():
+        return None
+    return [str(p) for p in profiles.tolist()]
 
 
 _QOS_DEFAULT = 0

@@ -13,20 +13,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from greengpu.model import Cluster, Job
+from greengpu.sched.shared_gpus import shared_never_fits
+from greengpu.sched.state import shared_gpu_count
 
 
 def installed_gpus_by_model(cluster: Cluster) -> dict[str, tuple[int, int]]:
-    """Per GPU model: (installed GPUs, GPUs of its largest node)."""
+    """Per GPU model: (installed GPUs whole-GPU work may use, those of its largest node)."""
     out: dict[str, tuple[int, int]] = {}
     for node in cluster.nodes:
         node_type = cluster.node_types[node.type_name]
+        gpus = node_type.gpus - shared_gpu_count(node_type)  # MIG and time-sliced GPUs take no whole-GPU work
         total, largest = out.get(node_type.gpu_model, (0, 0))
-        out[node_type.gpu_model] = (total + node_type.gpus, max(largest, node_type.gpus))
+        out[node_type.gpu_model] = (total + gpus, max(largest, gpus))
     return out
 
 
 def never_fits_reason(job: Job, cluster: Cluster, by_model: dict[str, tuple[int, int]] | None = None) -> str | None:
     """Why `job` can never start on `cluster`, or None when it might."""
+    if job.gpu_profile:  # a MIG instance or a time-slice replica (docs/GPU-SHARING.md)
+        return shared_never_fits(job, cluster)
     by_model = by_model if by_model is not None else installed_gpus_by_model(cluster)
     models = [m for m in by_model if job.gpu_types is None or m in job.gpu_types]
     if not models:

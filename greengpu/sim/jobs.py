@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from greengpu.accounting.attribution import Attribution
-from greengpu.model import KillJob, PendingJob, PlaceJob, PreemptionRecord, PreemptJob, RunningJob
+from greengpu.model import Job, KillJob, PendingJob, PlaceJob, PreemptionRecord, PreemptJob, RunningJob
 from greengpu.sched.preemption import last_checkpoint_s
 from greengpu.sched.slack import QueueGuard
 from greengpu.sim.checks import PlacementChecks
@@ -97,6 +97,8 @@ class JobRunner:
         """When each completed job finished (greengpu plan derives running + pending demand from it)."""
         self.last_finish_s = 0.0
         self.allocated_gpus = 0.0
+        self.shares: dict[str, float] = {}
+        """The share of a GPU each MIG or time-slice job held when it started (its GPU-hours count that)."""
         self.preemptions = 0
         self.lost_gpu_s = 0.0
         self.no_slack = False
@@ -199,6 +201,10 @@ class JobRunner:
     def arrive(self, pending: PendingJob) -> None:
         self.pending[pending.job.job_id] = pending
 
+    def held_gpus(self, job: Job) -> float:
+        """The GPUs a job counts as: `gpus`, or the share its MIG instance or replica held."""
+        return self.shares.get(job.job_id, job.gpus) if job.gpu_profile else job.gpus
+
     def start(self, action: PlaceJob, lifted: bool) -> None:
         """Start a pending job where the core placed it (`lifted`: its cap lifted from the start)."""
         waiting = self.pending.pop(action.job_id)
@@ -219,8 +225,11 @@ class JobRunner:
         self.segment_start[job.job_id] = now_s
         self.pacer.begin(job.job_id, now_s, speed)
         self._push_finish(job.job_id, now_s + run_s)
-        self.allocated_gpus += job.gpus
-        self.usage.started(job.tenant, job.gpus, now_s)
+        held = running.held_gpus  # a MIG instance or replica counts as its share
+        if job.gpu_profile:
+            self.shares[job.job_id] = held
+        self.allocated_gpus += held
+        self.usage.started(job.tenant, held, now_s)
         self.checks.started(running)
         for slot in action.slots:
             node = nodes[slot.node]
@@ -244,8 +253,8 @@ class JobRunner:
         self.checks.stopped(running)
         self.outcomes.run_s[job_id] = self.outcomes.run_s.get(job_id, 0.0) + now_s - self.segment_start.pop(job_id)
         self.pacer.paces.pop(job_id, None)
-        self.allocated_gpus -= running.job.gpus
-        self.usage.stopped(running.job.tenant, running.job.gpus, now_s)
+        self.allocated_gpus -= running.held_gpus
+        self.usage.stopped(running.job.tenant, running.held_gpus, now_s)
         nodes = self.fleet.nodes
         for slot in running.slots:
             node = nodes[slot.node]

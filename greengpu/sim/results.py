@@ -92,6 +92,8 @@ class SimResult:
     """The part of `lost_gpu_hours` redone after spot interruptions (the rest: preemptions, failures)."""
     come_backs: int = 0
     """Cloud jobs that moved back on-premises at a checkpoint (not counted in `preemptions`)."""
+    mig_reconfigurations: int | None = None
+    """MIG GPUs repartitioned (each unusable for its `reconfigure_s`); None: the cluster has no MIG GPUs."""
 
     def to_json(self) -> dict[str, Any]:
         """The result as the JSON object `greengpu simulate --json` prints (one per policy)."""
@@ -132,6 +134,8 @@ class SimResult:
                 "interruption_lost_gpu_hours": self.interruption_lost_gpu_hours,
                 "come_backs": self.come_backs} if self.cloud_pools is not None else {}),
             **(self.failures or {}),
+            # Only with MIG GPUs: a replay without them keeps its keys exactly.
+            **({"mig_reconfigurations": self.mig_reconfigurations} if self.mig_reconfigurations is not None else {}),
         }
 
 

@@ -7,7 +7,13 @@ the other for them.
 
 from __future__ import annotations
 
+from greengpu.model import TIMESLICE
+from greengpu.sched.mig import ALL_PROFILES
+
 TRACE_FORMATS = ("csv", "philly", "sacct")
 CANONICAL_REQUIRED = ("job_id", "submit_time", "duration_s", "gpus", "tenant")
 QOS_PRIORITY = {"low": -10, "scavenger": -20, "normal": 0, "standard": 0, "high": 10, "urgent": 20, "debug": 5}
 """Slurm QOS name to greengpu priority; other names get 0."""
+SHARED_PROFILES = ALL_PROFILES | {TIMESLICE}
+"""The values of the optional `gpu_profile` column: a MIG profile (one instance) or `timeslice` (one replica of a
+time-sliced GPU); empty: whole GPUs or an MPS-style fraction (docs/GPU-SHARING.md)."""

@@ -28,8 +28,8 @@ from greengpu.config.limits import (
 from greengpu.config.series import parse_time_s
 from greengpu.config.yamlsource import shown
 from greengpu.errors import BadInput
-from greengpu.model import JOB_CLASSES, Job
-from greengpu.sim.trace_formats import CANONICAL_REQUIRED, QOS_PRIORITY, TRACE_FORMATS
+from greengpu.model import JOB_CLASSES, TIMESLICE, Job
+from greengpu.sim.trace_formats import CANONICAL_REQUIRED, QOS_PRIORITY, SHARED_PROFILES, TRACE_FORMATS
 
 _WIDTH_KEY = "\x00width"
 _TRUE = {"true", "1", "yes", "y", "t"}
@@ -139,12 +139,25 @@ def _canonical_job(row: dict[str, str], line: int) -> Job | None:
     deadline = _duration(row, "deadline_s") if _optional(row, "deadline_s") else None
     gpu_type = _optional(row, "gpu_type")
     types = frozenset(t.strip() for t in gpu_type.split("|") if t.strip()) if gpu_type else None
+    gpus = _gpus(_optional(row, "gpus"), "gpus")
+    profile = _optional(row, "gpu_profile")
+    if profile:
+        _check_profile(profile, gpus)
     return Job(
-        job_id=job_id, tenant=tenant, gpus=_gpus(_optional(row, "gpus"), "gpus"),
+        job_id=job_id, tenant=tenant, gpus=gpus,
         duration_s=_duration(row, "duration_s"), submit_time_s=_time(row, "submit_time"),
         priority=priority, job_class=job_class, interruptible=interruptible, checkpoint_interval_s=checkpoint,
-        gpu_types=types, deadline_s=deadline,
+        gpu_types=types, deadline_s=deadline, gpu_profile=profile,
     )
+
+
+def _check_profile(profile: str, gpus: float) -> None:
+    """A `gpu_profile` is a MIG profile or `timeslice`, for one instance or replica (docs/GPU-SHARING.md)."""
+    if profile not in SHARED_PROFILES:
+        raise BadRow("gpu_profile", f"unknown profile {shown(profile)} (a MIG profile such as 1g.5gb, "
+                                    f"or {TIMESLICE})")
+    if gpus != 1:
+        raise BadRow("gpus", f"a {profile} job takes one instance: gpus must be 1, got {gpus:g}")
 
 
 def _philly_job(row: dict[str, str], line: int) -> Job | None:

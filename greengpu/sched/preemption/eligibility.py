@@ -171,6 +171,8 @@ class Eligibility:
         """The checks that do not depend on the pending job (cached per tenant for the cycle)."""
         vjob = victim.job
         policy = self.policy
+        if vjob.gpu_profile:
+            return False  # a MIG instance or replica frees nothing the main pass's jobs could use
         if victim.preempt_signalled_s is not None or not vjob.interruptible:
             return False
         if self.now_s - victim.start_time_s < policy.min_runtime_s:
