@@ -24,11 +24,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from greengpu.control.agent_reports import AgentReports
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ActionFailed, ClusterBody, Observation
 from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_metrics import DaemonMetrics, TickReport, freeze_long_lived_heap
 from greengpu.control.daemon_store import DaemonStore, TickFacts
+from greengpu.control.report_effects import ReportEffects
 from greengpu.energy.arrivals import RecentArrivals
 from greengpu.errors import BadInput
 from greengpu.forecast.reserve import DemandRiseForecaster
@@ -97,6 +99,8 @@ class Daemon:
         self.energy_by_tenant_j: dict[str, float] = {}
         self.facts: TickFacts | None = None
         """What the last tick read of the store (what /v1/status says when the store is locked)."""
+        self.reports = ReportEffects(AgentReports(policy.sleep.idle_util_threshold))
+        """The node agents' reports (`POST /v1/report`) and what they change in the tick."""
 
     # --- start-up ------------------------------------------------------------------------------
 
@@ -155,6 +159,7 @@ class Daemon:
             seen = self.body.observe(now_s, facts.sleeps_since, facts.wakes_since)
         except Exception as error:  # noqa: BLE001 - any failure to observe means: unsure, fail safe
             return self._failed(now_s, f"cannot observe the {self.body.name} cluster: {error}")
+        seen = self.reports.merge(seen, now_s)
         self.last_observation = seen
         if self.leader is not None:
             try:
@@ -182,6 +187,8 @@ class Daemon:
             if self.body.schedules_jobs and result.scheduled.cycle.withdrawn and not self.dry_run:
                 self.body.withdraw_preemptions(list(result.scheduled.cycle.withdrawn))
             self.body.settle()
+        if self.leading:
+            self.reports.after_tick(self, seen, now_s, act=not paused and not self.dry_run)
         self._gauges(seen)
         self.last_good_tick_s = self.clock()
         self.metrics.ticks.labels("ok").inc()

@@ -3,6 +3,9 @@
 `GET /v1/waiting` is what the node agents ask each tick: the jobs that wait for capacity at the last
 good tick, and when that was (`--waiting-from` on the agent).
 
+`POST /v1/report` is where the node agents post their reports (greengpu.control.agent_reports), with the
+same token as the changes below, a bounded body and a rate limit of its own.
+
 `POST /v1/pause`, `/v1/resume` and `/v1/exempt?node=NAME[&exempt=false]` need `Authorization: Bearer
 TOKEN`, the token read from `--token-file` (without one they answer 403: nothing changes over HTTP),
 are rate-limited per client address, and are logged with the client and the change, never the token.
@@ -27,6 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import generate_latest
 
+from greengpu.control.agent_report_http import read_report
 from greengpu.control.daemon import Daemon
 from greengpu.control.http_serve import BoundedHandler, BoundedHTTPServer
 
@@ -39,7 +43,10 @@ HTTP_WORKERS = 8
 READ_TIMEOUT_S = 10.0
 """A client whose request has not come whole within this is dropped; also the bound on writing an answer."""
 GET_PATHS = frozenset({"/metrics", "/healthz", "/v1/status", "/v1/waiting"})
-POST_PATHS = frozenset({"/v1/pause", "/v1/resume", "/v1/exempt"})
+POST_PATHS = frozenset({"/v1/pause", "/v1/resume", "/v1/exempt", "/v1/report"})
+REPORTS_PER_MINUTE = 120
+"""Reports a client may post per minute (every node's agent reports each tick; several agents may share an
+address behind a NAT)."""
 
 
 class RefusalLog:
@@ -91,6 +98,7 @@ class DaemonServer:
                  token: str | None = None, limit: RateLimit | None = None, *, workers: int = HTTP_WORKERS,
                  read_timeout_s: float = READ_TIMEOUT_S) -> None:
         limiter = limit or RateLimit(CHANGES_PER_MINUTE)
+        report_limiter = RateLimit(REPORTS_PER_MINUTE)
         refusals = RefusalLog()
         self.refusals = refusals
 
@@ -161,6 +169,9 @@ class DaemonServer:
                     refusals.refused(parts.path, client, "wrong bearer token")
                     self._json(401, {"error": "the bearer token is wrong (not the one in the daemon's --token-file)"},
                                {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+                    return
+                if parts.path == "/v1/report":
+                    self._json(*read_report(daemon, self.headers, self.rfile, client, report_limiter.allow))
                     return
                 if not limiter.allow(client):
                     refusals.refused(parts.path, client, "rate limit")

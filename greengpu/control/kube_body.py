@@ -67,6 +67,15 @@ class KubeBody:
         snapshot = ClusterSnapshot(now_s, self.cluster, tuple(running), base.pending, states)
         return Observation(snapshot, (), sleep, {}, {})
 
+    def drain_node(self, node: str, reason: str) -> str:
+        """Cordon `node` for a failing GPU (greengpu.health.drain decided it), without greengpu's sleep mark:
+        greengpu never uncordons it; an administrator does once the GPU is repaired."""
+        try:
+            self.sleeper.api.set_unschedulable(node, True, sleep_reason=None)
+        except KubeError as error:
+            raise ActionFailed(str(error)) from None
+        return f"{node}: cordoned ({reason})"
+
     def act(self, action: Action, now_s: float) -> str:
         try:
             if isinstance(action, SleepNode):

@@ -275,6 +275,14 @@ class SlurmBody:
             raise ActionFailed(str(error)) from None
         raise ActionFailed(f"{type(action).__name__} is not carried out on Slurm (the node agents cap GPUs)")
 
+    def drain_node(self, node: str, reason: str) -> str:
+        """Drain `node` for a failing GPU (greengpu.health.drain decided it); an administrator resumes it."""
+        try:
+            self._run("scontrol", "update", f"nodename={node}", "state=DRAIN", f"reason={reason}"[:200])
+        except slurm.SlurmError as error:
+            raise ActionFailed(str(error)) from None
+        return f"{node}: drained in Slurm"
+
     def release_gpus(self, reason: str) -> list[str]:
         return []  # the node agents own the GPUs and fall back to defaults on their own
 

@@ -1,0 +1,142 @@
+"""The report channel agent -> daemon over real loopback HTTP: a real `greengpu agent` process posts its node's
+report; a failing GPU reported for a node keeps new work off it, alerts with the job, tenant and last checkpoint,
+and drains the node once its job is done (fake cluster); idle by measured use; the daemon's new metrics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from manual_clock import ManualClock
+from test_daemon import T0, make
+
+from greengpu.control.daemon_http import DaemonServer
+from greengpu.model import Job, PowerState
+
+TOKEN = "report-token-of-sixteen+"
+
+
+def post(base: str, value: Any, token: str | None = TOKEN, raw: bytes | None = None) -> tuple[int, dict[str, Any]]:
+    data = raw if raw is not None else json.dumps(value).encode()
+    request = urllib.request.Request(base + "/v1/report", data=data, method="POST",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def gpu(index: int, util: float, health: str = "healthy", jobs: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"index": index, "utilization": util, "health": health, "score": 0.9 if health == "failing" else 0.0,
+            "energy_mj": 1000 * index, "pids": [100 + index] if jobs else [], "jobs": list(jobs)}
+
+
+def alerts(tmp_path: Path, kind: str) -> list[dict[str, Any]]:
+    lines = (tmp_path / "state" / "audit.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("alert") == kind]
+
+
+def test_a_real_agent_process_reports_its_node_to_the_daemon(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    daemon, _, _ = make(tmp_path, clock, jobs=[])
+    server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None, TOKEN).start()
+    base = "http://{}:{}".format(*server.address)
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    classes = tmp_path / "classes.yaml"
+    classes.write_text("default_class: training\n")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "greengpu", "agent", "--backend", "fake", "--fake-gpus", "4xA100", "--fake-busy",
+             "1", "--classes", str(classes), "--journal", str(tmp_path / "journal.jsonl"), "--listen",
+             "127.0.0.1:0", "--node", "n2", "--once", "--report-to", base, "--report-token-file",
+             str(tmp_path / "token")], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        fresh = daemon.reports.reports.fresh(T0)
+        assert set(fresh) == {"n2"}
+        report = fresh["n2"].report
+        assert [g.index for g in report.gpus] == [0, 1, 2, 3]
+        assert report.gpus[1].pids and report.gpus[1].utilization > 0.5 and report.gpus[1].jobs
+        assert not report.gpus[0].pids and report.gpus[0].utilization == 0.0
+        assert report.energy_j() is not None  # the fake GPUs have NVML's energy counter
+        # A wrong token is refused before anything is read; the agent says so and goes on (exit 0).
+        (tmp_path / "token").write_text("another-token-of-sixteen\n")
+        again = subprocess.run(
+            [sys.executable, "-m", "greengpu", "agent", "--backend", "fake", "--fake-gpus", "4xA100", "--classes",
+             str(classes), "--journal", str(tmp_path / "journal2.jsonl"), "--listen", "127.0.0.1:0", "--node",
+             "n2", "--once", "--report-to", base, "--report-token-file", str(tmp_path / "token")],
+            capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and "report not delivered" in again.stderr and "401" in again.stderr
+        status, text = urllib.request.urlopen(base + "/metrics", timeout=5).status, ""
+        text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
+        assert status == 200 and 'greengpu_daemon_agent_reports_total{outcome="ok"} 1.0' in text
+    finally:
+        server.stop()
+
+
+def test_bad_reports_are_refused_in_one_line_and_never_stored(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    daemon, _, _ = make(tmp_path, clock, jobs=[])
+    server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None, TOKEN).start()
+    base = "http://{}:{}".format(*server.address)
+    good = {"node": "n1", "time_s": T0, "gpus": [gpu(0, 0.5)]}
+    try:
+        assert post(base, good, token=None)[0] == 401
+        assert post(base, good, token="wrong-token-wrong-token")[0] == 401
+        status, answer = post(base, {**good, "gpus": [gpu(9, 0.5)]})
+        assert status == 400 and answer["error"].startswith("report.gpus[0].index")
+        assert post(base, None, raw=b"x" * (300 * 1024))[0] == 413
+        assert post(base, None, raw=b"[1,2")[0] == 400
+        assert daemon.reports.reports.fresh(T0) == {}
+        assert post(base, good) == (200, {"node": "n1", "ok": True})
+    finally:
+        server.stop()
+
+
+def test_a_failing_gpu_keeps_work_off_alerts_and_drains_the_node_once_its_job_is_done(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    jobs = [Job(job_id="train", tenant="a", gpus=4, duration_s=1500, submit_time_s=T0 + 30, gpus_per_node=4,
+                checkpoint_interval_s=600.0),
+            Job(job_id="later", tenant="b", gpus=4, duration_s=600, submit_time_s=T0 + 400, gpus_per_node=4)]
+    daemon, body, _ = make(tmp_path, clock, jobs=jobs)
+    server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None, TOKEN).start()
+    base = "http://{}:{}".format(*server.address)
+    try:
+        clock.now_s += 60
+        assert daemon.tick().ok
+        node = body.running["train"].slots[0].node
+        drained_at = None
+        for _ in range(40):
+            clock.now_s += 60
+            running = "train" in body.running
+            report = {"node": node, "time_s": clock.now_s,
+                      "gpus": [gpu(0, 0.9, "failing", ("train",) if running else ())]
+                      + [gpu(i, 0.9 if running else 0.0, jobs=("train",) if running else ()) for i in (1, 2, 3)],
+                      "jobs": {"train": {"tenant": "a", "last_checkpoint_s": T0 + 90.0}} if running else {}}
+            assert post(base, report)[0] == 200
+            assert daemon.tick().ok
+            assert all(node not in r.nodes for r in body.running.values() if r.job.job_id != "train")
+            if drained_at is None and alerts(tmp_path, "node_drained"):
+                drained_at = clock.now_s
+        failing = alerts(tmp_path, "gpu_failing")
+        assert len(failing) == 1  # once, not once a tick
+        assert failing[0]["message"] == (
+            f"{node}: GPU 0 failing; no new work, drained once empty; jobs still there: job train (tenant a, "
+            "last checkpoint 30 s ago (at 1700000090))")
+        assert "train" in body.finished and drained_at is not None
+        assert drained_at >= body.finished["train"]  # drained after its job ended, not before
+        assert "later" in body.finished  # the other job ran elsewhere
+        assert daemon.last_observation is not None
+        assert daemon.last_observation.snapshot.node_states[node].drained
+        assert body.nodes[node].power == PowerState.AWAKE.value  # a drained node is not put to sleep by the drain
+        text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
+        assert "greengpu_daemon_drained_nodes 1.0" in text
+        assert 'greengpu_daemon_queue_wait_seconds{quantile="0.5"}' in text
+        assert "greengpu_daemon_job_failure_ratio 0.0" in text
+    finally:
+        server.stop()
