@@ -96,9 +96,9 @@ class DaemonServer:
 
     def __init__(self, daemon: Daemon, host: str, port: int, health: Callable[[], str | None],
                  token: str | None = None, limit: RateLimit | None = None, *, workers: int = HTTP_WORKERS,
-                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, report_limit: RateLimit | None = None) -> None:
         limiter = limit or RateLimit(CHANGES_PER_MINUTE)
-        report_limiter = RateLimit(REPORTS_PER_MINUTE)
+        report_limiter = report_limit or RateLimit(REPORTS_PER_MINUTE)
         refusals = RefusalLog()
         self.refusals = refusals
 

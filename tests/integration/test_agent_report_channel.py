@@ -72,9 +72,8 @@ def test_a_real_agent_process_reports_its_node_to_the_daemon(tmp_path: Path) -> 
              "n2", "--once", "--report-to", base, "--report-token-file", str(tmp_path / "token")],
             capture_output=True, text=True, timeout=60)
         assert again.returncode == 0 and "report not delivered" in again.stderr and "401" in again.stderr
-        status, text = urllib.request.urlopen(base + "/metrics", timeout=5).status, ""
         text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
-        assert status == 200 and 'greengpu_daemon_agent_reports_total{outcome="ok"} 1.0' in text
+        assert 'greengpu_daemon_agent_reports_total{outcome="ok"} 1.0' in text
     finally:
         server.stop()
 
@@ -140,3 +139,87 @@ def test_a_failing_gpu_keeps_work_off_alerts_and_drains_the_node_once_its_job_is
         assert "greengpu_daemon_job_failure_ratio 0.0" in text
     finally:
         server.stop()
+
+
+def test_a_training_job_below_half_its_baseline_alerts_once_with_where_to_look(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    jobs = [Job(job_id="big", tenant="vision", gpus=4, duration_s=7200, submit_time_s=T0 + 30, gpus_per_node=4,
+                job_class="training")]
+    daemon, body, _ = make(tmp_path, clock, jobs=jobs)
+    server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None, TOKEN).start()
+    base = "http://{}:{}".format(*server.address)
+    try:
+        clock.now_s += 60
+        assert daemon.tick().ok
+        node = body.running["big"].slots[0].node
+        for minute in range(45):
+            clock.now_s += 60
+            util = 0.8 if minute < 12 else 0.2 if minute < 40 else 0.75
+            report = {"node": node, "time_s": clock.now_s, "gpus": [gpu(i, util, jobs=("big",)) for i in range(4)],
+                      "jobs": {"big": {"tenant": "vision", "last_checkpoint_s": None}}}
+            assert post(base, report)[0] == 200
+            assert daemon.tick().ok
+        stalled = alerts(tmp_path, "job_stalled")
+        assert len(stalled) == 1 and len(alerts(tmp_path, "job_recovered")) == 1
+        assert stalled[0]["message"] == (f"job big (tenant vision) on {node} stalled: GPU utilisation 20%, below half "
+                                         "its baseline 80% for 900 s; last checkpoint: none seen since start")
+        assert (stalled[0]["job"], stalled[0]["tenant"], stalled[0]["node"]) == ("big", "vision", node)
+        text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
+        assert "greengpu_daemon_stalled_jobs 0.0" in text  # recovered
+    finally:
+        server.stop()
+
+
+def test_a_stale_report_keeps_an_idle_node_awake_and_a_busy_gpu_too(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from greengpu.policy import SleepPolicy, SleepWindow
+
+    clock = ManualClock(T0)
+    daemon, body, _ = make(tmp_path, clock, jobs=[])
+    daemon.policy = replace(daemon.policy, sleep=SleepPolicy(
+        enabled=True, idle_timeout_s=300.0, windows=(SleepWindow(),), min_awake_s=0.0, warm_reserve_gpus=0,
+        max_suspends_per_min=10))
+    server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None, TOKEN).start()
+    base = "http://{}:{}".format(*server.address)
+    try:
+        # n1: a process busy outside the scheduler's books; n2: reported once, then silent; n3: no agent.
+        assert post(base, {"node": "n2", "time_s": clock.now_s, "gpus": [gpu(0, 0.0)]})[0] == 200
+        for _ in range(15):
+            clock.now_s += 60
+            assert post(base, {"node": "n1", "time_s": clock.now_s,
+                               "gpus": [gpu(0, 0.95, jobs=("outside",))]})[0] == 200
+            assert daemon.tick().ok
+        assert body.nodes["n1"].power == PowerState.AWAKE.value  # busy by its report
+        assert body.nodes["n2"].power == PowerState.AWAKE.value  # its report went stale: unknown, awake
+        assert body.nodes["n3"].power in (PowerState.SUSPENDING.value, PowerState.ASLEEP.value)  # as before
+    finally:
+        server.stop()
+
+
+def test_queue_wait_quantiles_and_the_failure_ratio_over_the_jobs_seen(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from prometheus_client import generate_latest
+
+    from greengpu.model import GpuSlot, NodeState, RunningJob
+
+    clock = ManualClock(T0)
+    daemon, body, _ = make(tmp_path, clock, jobs=[])
+    seen = body.observe(T0, 0, 0)
+
+    def running(job_id: str, node: str, wait_s: float) -> RunningJob:
+        job = Job(job_id=job_id, tenant="a", gpus=1, duration_s=600, submit_time_s=T0 - wait_s)
+        return RunningJob(job=job, slots=(GpuSlot(node, 0),), start_time_s=T0, expected_end_s=T0 + 600)
+
+    jobs = tuple(running(f"j{i}", "n1" if i < 2 else "n2", 100.0 * i) for i in range(5))
+    first = replace(seen, snapshot=replace(seen.snapshot, running=jobs))
+    daemon.reports.after_tick(daemon, first, T0, act=False)
+    # n1 fails: its two jobs end with it; of the others one ends as it should.
+    failed = replace(seen, snapshot=replace(seen.snapshot, running=jobs[2:4],
+                                            node_states={"n1": NodeState(power=PowerState.FAILED)}))
+    daemon.reports.after_tick(daemon, failed, T0 + 60, act=False)
+    text = generate_latest(daemon.metrics.registry).decode()
+    assert 'greengpu_daemon_queue_wait_seconds{quantile="0.5"} 200.0' in text  # waits 0..400 s
+    assert 'greengpu_daemon_queue_wait_seconds{quantile="0.95"} 380.0' in text
+    assert "greengpu_daemon_job_failure_ratio 0.6666666666666666" in text  # 2 of the 3 that ended
