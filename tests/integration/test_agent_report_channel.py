@@ -132,6 +132,9 @@ def test_a_failing_gpu_keeps_work_off_alerts_and_drains_the_node_once_its_job_is
         assert "later" in body.finished  # the other job ran elsewhere
         assert daemon.last_observation is not None
         assert daemon.last_observation.snapshot.node_states[node].drained
+        assert body.nodes[node].drained  # the fake cluster's own drained state, written down
+        assert json.loads((tmp_path / "state" / "fake-cluster.json").read_text())["nodes"][
+            int(node[1:]) - 1]["drained"]
         assert body.nodes[node].power == PowerState.AWAKE.value  # a drained node is not put to sleep by the drain
         text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
         assert "greengpu_daemon_drained_nodes 1.0" in text
