@@ -3,17 +3,27 @@ failed) and its node and job gauges (split from greengpu.control.daemon, whose s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from greengpu.control.body import Observation
+from greengpu.control.audit import Alerts
+from greengpu.control.body import ClusterBody, Observation
 from greengpu.control.daemon_metrics import DaemonMetrics
 from greengpu.model import PowerState
-
-if TYPE_CHECKING:
-    from greengpu.control.daemon import Daemon
+from greengpu.policy import Policy
 
 
-def check_wakes(daemon: Daemon, seen: Observation, now_s: float) -> None:
+class Checked(Protocol):
+    """What the checks read and keep of the daemon (greengpu.control.daemon.Daemon)."""
+
+    body: ClusterBody
+    policy: Policy
+    metrics: DaemonMetrics
+    alerts: Alerts
+    _woken: dict[str, float]
+    _faulted: set[str]
+
+
+def check_wakes(daemon: Checked, seen: Observation, now_s: float) -> None:
     """A node woken more than `wake_timeout_s` ago and still not up raises one `wake_failed` alert."""
     for node, sent_s in list(daemon._woken.items()):
         state = seen.snapshot.node_states.get(node)
@@ -27,7 +37,7 @@ def check_wakes(daemon: Daemon, seen: Observation, now_s: float) -> None:
                                     node=node)
 
 
-def check_faults(daemon: Daemon, seen: Observation, now_s: float) -> None:
+def check_faults(daemon: Checked, seen: Observation, now_s: float) -> None:
     """One `node_failed` alert per node the workload manager reports failed, with its reason; again only after
     the node came back."""
     for node in list(daemon._faulted):

@@ -13,17 +13,26 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from greengpu.control.agent_reports import AgentReports
-from greengpu.control.body import Observation
+from greengpu.control.audit import Alerts, AuditLog
+from greengpu.control.body import ClusterBody, Observation
+from greengpu.control.daemon_metrics import DaemonMetrics
 from greengpu.health.cluster import node_states_with_health
 from greengpu.health.drain import failing_node_lines, plan_drains
 from greengpu.health.stalled import StallChange, StallWatch, stall_line
 from greengpu.model import NodeState, PowerState
 
-if TYPE_CHECKING:
-    from greengpu.control.daemon import Daemon
+
+class Daemon(Protocol):
+    """What the reports' effects use of the daemon (greengpu.control.daemon.Daemon)."""
+
+    body: ClusterBody
+    metrics: DaemonMetrics
+    alerts: Alerts
+    audit: AuditLog
+
 
 log = logging.getLogger("greengpu.daemon")
 
