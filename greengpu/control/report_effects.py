@@ -55,7 +55,11 @@ class ReportEffects:
     def __init__(self, reports: AgentReports) -> None:
         self.reports = reports
         self.drained: set[str] = set()
-        """Nodes this daemon drained for a failing GPU (kept drained in what the core sees)."""
+        """Nodes this daemon drained for a failing GPU and still drained (the gauge)."""
+        self.kept_drained: set[str] = set()
+        """Nodes drained in the daemon's books only (a body without a drain of its own): kept drained in what
+        the core sees. A body that drains (Slurm, Kubernetes, the fake cluster) shows its drain itself, and
+        an administrator who returns the node is obeyed."""
         self.stalls = StallWatch()
         self.stalled: set[str] = set()
         self._alerted_failing: set[str] = set()
@@ -71,9 +75,9 @@ class ReportEffects:
         states = snapshot.node_states
         if health:
             states = node_states_with_health(states, health)
-        if self.drained:
+        if self.kept_drained:
             states = dict(states)
-            for node in self.drained:
+            for node in self.kept_drained:
                 states[node] = replace(states.get(node, NodeState()), drained=True)
         checkpoints = self.reports.last_checkpoints(now_s)
         running = snapshot.running
@@ -95,9 +99,11 @@ class ReportEffects:
             daemon.metrics.alerts.labels("gpu_failing").inc()
             daemon.alerts.raise_alert("gpu_failing", lines[node], now_s, node=node)
         self._alerted_failing = set(lines)
+        self.drained = {n for n in self.drained if n in snapshot.node_states and snapshot.node_states[n].drained}
         if act:
             for drain in plan_drains(snapshot):
                 self._drain(daemon, drain.node, drain.reason, now_s)
+        daemon.metrics.drained.set(len(self.drained))
         self._stalls(daemon, seen, now_s, checkpoints)
         self._figures(daemon, seen, now_s, checkpoints)
 
@@ -106,8 +112,11 @@ class ReportEffects:
         try:
             outcome = drain(node, reason) if drain is not None else f"{node}: drained in the daemon's books"
         except Exception as error:  # noqa: BLE001 - a refused drain is alerted; the node takes no work anyway
+            daemon.metrics.actions.labels("drain", "failed").inc()
             daemon.alerts.raise_alert("action_failed", f"drain {node}: {error}", now_s, node=node)
             return
+        if drain is None:
+            self.kept_drained.add(node)
         self.drained.add(node)
         daemon.metrics.actions.labels("drain", "done").inc()
         daemon.metrics.drained.set(len(self.drained))

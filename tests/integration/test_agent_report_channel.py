@@ -138,6 +138,15 @@ def test_a_failing_gpu_keeps_work_off_alerts_and_drains_the_node_once_its_job_is
         assert body.nodes[node].power == PowerState.AWAKE.value  # a drained node is not put to sleep by the drain
         text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
         assert "greengpu_daemon_drained_nodes 1.0" in text
+        # Repaired: the agent reports the GPU healthy and an administrator returns the node; the daemon obeys.
+        body.nodes[node].drained = False
+        clock.now_s += 60
+        assert post(base, {"node": node, "time_s": clock.now_s, "gpus": [gpu(i, 0.0) for i in range(4)]})[0] == 200
+        assert daemon.tick().ok
+        assert node not in daemon.last_observation.snapshot.node_states or not (
+            daemon.last_observation.snapshot.node_states[node].drained)
+        text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
+        assert "greengpu_daemon_drained_nodes 0.0" in text and len(alerts(tmp_path, "node_drained")) == 1
         assert 'greengpu_daemon_queue_wait_seconds{quantile="0.5"}' in text
         assert "greengpu_daemon_job_failure_ratio 0.0" in text
     finally:
