@@ -235,3 +235,38 @@ def test_queue_wait_quantiles_and_the_failure_ratio_over_the_jobs_seen(tmp_path:
     assert 'greengpu_daemon_queue_wait_seconds{quantile="0.5"} 200.0' in text  # waits 0..400 s
     assert 'greengpu_daemon_queue_wait_seconds{quantile="0.95"} 380.0' in text
     assert "greengpu_daemon_job_failure_ratio 0.6666666666666666" in text  # 2 of the 3 that ended
+
+
+def test_a_gpu_the_agent_finds_failing_drains_its_node_end_to_end(tmp_path: Path) -> None:
+    """A real agent process reads a fake GPU whose row remapping failed (a critical event: `failing`) through
+    NVML's seam, reports it, and the daemon drains that idle node on the fake cluster."""
+    clock = ManualClock(T0)
+    daemon, body, _ = make(tmp_path, clock, jobs=[])
+    server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None, TOKEN).start()
+    base = "http://{}:{}".format(*server.address)
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    classes = tmp_path / "classes.yaml"
+    classes.write_text("default_class: training\n")
+    gpus = tmp_path / "gpus.json"
+
+    def agent(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "greengpu", "agent", "--backend", "fake", "--fake-gpus", "4xA100", "--fake-state",
+             str(gpus), "--classes", str(classes), "--journal", str(tmp_path / "journal.jsonl"), "--listen",
+             "127.0.0.1:0", "--node", "n3", "--once", *extra], capture_output=True, text=True, timeout=60)
+
+    try:
+        assert agent().returncode == 0  # writes the fake GPUs' state
+        saved = json.loads(gpus.read_text())
+        saved["gpus"][2]["remap_failure"] = True
+        gpus.write_text(json.dumps(saved))
+        done = agent("--report-to", base, "--report-token-file", str(tmp_path / "token"))
+        assert done.returncode == 0, done.stderr
+        assert "GPU health failing: n3 GPU 2" in done.stderr
+        clock.now_s += 30
+        assert daemon.tick().ok
+        assert body.nodes["n3"].drained and not body.nodes["n1"].drained
+        failing = alerts(tmp_path, "gpu_failing")
+        assert [a["message"] for a in failing] == ["n3: GPU 2 failing; no new work, drained once empty; no job left"]
+    finally:
+        server.stop()
