@@ -395,40 +395,7 @@ tests:
         values: '0+1x30'
       - series: 'greengpu_daemon_nodes{pod="daemon-a",state="failed"}'
         values: '0x4 1x40'
-      - series: 'greengpu_daemon_stalled_jobs{pod="daemon-a"}'
-        values: '0x9 2x10 0x20'
-      - series: 'greengpu_daemon_agent_report_age_seconds{pod="daemon-a",node="gpu1"}'
-        values: '30x9 60+60x30'
-      - series: 'greengpu_daemon_agent_report_age_seconds{pod="daemon-a",node="gpu2"}'
-        values: '30x40'
     alert_rule_test:
-      - eval_time: 5m
-        alertname: GreengpuTrainingJobsStalled
-        exp_alerts: []
-      - eval_time: 12m
-        alertname: GreengpuTrainingJobsStalled
-        exp_alerts:
-          - exp_labels: {severity: warning}
-            exp_annotations:
-              summary: 2 training job(s) below half their own GPU utilisation baseline
-              description: >-
-                Each has stayed under half its baseline for 15 minutes (a hung data loader, a dead rank,
-                a deadlock). The daemon's job_stalled alert names the job, tenant, node and last checkpoint.
-      - eval_time: 22m
-        alertname: GreengpuTrainingJobsStalled
-        exp_alerts: []
-      - eval_time: 18m
-        alertname: GreengpuAgentReportsStale
-        exp_alerts: []
-      - eval_time: 30m
-        alertname: GreengpuAgentReportsStale
-        exp_alerts:
-          - exp_labels: {severity: warning, node: gpu1}
-            exp_annotations:
-              summary: No report from the agent of gpu1 for 21m 0s
-              description: >-
-                The daemon counts the node as unknown: it stays awake and its GPU health is not seen.
-                Check the agent's pod or unit on that node and its --report-to URL and token.
       - eval_time: 12m
         alertname: GreengpuNodesFailed
         exp_alerts: []
