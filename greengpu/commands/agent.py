@@ -60,7 +60,7 @@ import click
               help="The daemon (e.g. http://greengpu-daemon:9475): after each tick, POST this node's report (GPU "
               "utilisation, health, energy counters, jobs) to its /v1/report (docs/AGENT.md).")
 @click.option("--report-token-file", default=None, metavar="FILE",
-              help="With --report-to: the bearer token (the daemon's --token-file).")
+              help="With --report-to: the bearer token (the daemon's --agent-token-file, or its --token-file).")
 def agent(policy_name: str, backend: str, classes_file: str | None, class_source: str, node: str | None,
           kube_host: str | None, pod_resources_socket: str, journal: str, listen: str,
           stale_after_s: float | None, interval_s: float,

@@ -96,7 +96,9 @@ class DaemonServer:
 
     def __init__(self, daemon: Daemon, host: str, port: int, health: Callable[[], str | None],
                  token: str | None = None, limit: RateLimit | None = None, *, workers: int = HTTP_WORKERS,
-                 read_timeout_s: float = READ_TIMEOUT_S, report_limit: RateLimit | None = None) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, report_limit: RateLimit | None = None,
+                 report_token: str | None = None) -> None:
+        """`report_token`: a second token `POST /v1/report` takes (the agents' `--agent-token-file`)."""
         limiter = limit or RateLimit(CHANGES_PER_MINUTE)
         report_limiter = report_limit or RateLimit(REPORTS_PER_MINUTE)
         refusals = RefusalLog()
@@ -155,7 +157,9 @@ class DaemonServer:
                 if parts.path in GET_PATHS:
                     self._json(405, {"error": f"{parts.path} is read-only: use GET"}, {"Allow": "GET"})
                     return
-                if token is None:
+                # Reports take the agents' token too (`--agent-token-file`): a node need not hold the one that pauses.
+                accepted = [t for t in ((token, report_token) if parts.path == "/v1/report" else (token,)) if t]
+                if not accepted:
                     refusals.refused(parts.path, client, "changes over HTTP are off")
                     self._json(403, {"error": "changes over HTTP are off: start the daemon with --token-file"})
                     return
@@ -165,7 +169,7 @@ class DaemonServer:
                     self._json(401, {"error": "a bearer token is required (Authorization: Bearer TOKEN)"},
                                {"WWW-Authenticate": "Bearer"})
                     return
-                if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                if not any([hmac.compare_digest(given.encode(), f"Bearer {t}".encode()) for t in accepted]):
                     refusals.refused(parts.path, client, "wrong bearer token")
                     self._json(401, {"error": "the bearer token is wrong (not the one in the daemon's --token-file)"},
                                {"WWW-Authenticate": 'Bearer error="invalid_token"'})

@@ -270,3 +270,31 @@ def test_a_gpu_the_agent_finds_failing_drains_its_node_end_to_end(tmp_path: Path
         assert [a["message"] for a in failing] == ["n3: GPU 2 failing; no new work, drained once empty; no job left"]
     finally:
         server.stop()
+
+
+def test_reports_take_the_agents_token_which_changes_nothing_else(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    daemon, _, store = make(tmp_path, clock, jobs=[])
+    agents = "agents-token-of-sixteen+"
+    server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None, TOKEN, report_token=agents).start()
+    base = "http://{}:{}".format(*server.address)
+    try:
+        assert post(base, {"node": "n1", "time_s": T0, "gpus": [gpu(0, 0.5)]}, token=agents)[0] == 200
+        request = urllib.request.Request(base + "/v1/pause", data=b"", method="POST",
+                                         headers={"Authorization": f"Bearer {agents}"})
+        try:
+            urllib.request.urlopen(request, timeout=5)
+            raise AssertionError("the agents' token paused the daemon")
+        except urllib.error.HTTPError as error:
+            assert error.code == 401
+        assert not store.paused()
+    finally:
+        server.stop()
+    # Without --token-file, reports with the agents' token still come in; nothing else changes over HTTP.
+    only = DaemonServer(daemon, "127.0.0.1", 0, lambda: None, None, report_token=agents).start()
+    try:
+        base = "http://{}:{}".format(*only.address)
+        assert post(base, {"node": "n2", "time_s": T0, "gpus": [gpu(0, 0.5)]}, token=agents)[0] == 200
+        assert post(base, {"node": "n2", "time_s": T0, "gpus": [gpu(0, 0.5)]}, token=TOKEN)[0] == 401
+    finally:
+        only.stop()
