@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from inventories import SITE
 from manual_clock import ManualClock
-from test_input_fuzz import fuzz
+from test_input_fuzz import ODD_VALUES, assert_clean, fuzz, run_cli
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
@@ -44,6 +46,11 @@ PATHS = [("node",), ("time_s",), ("gpus",), ("jobs",), ("gpus", 0), ("gpus", 0, 
          ("gpus", 0, "health"), ("gpus", 0, "score"), ("gpus", 0, "energy_mj"), ("gpus", 0, "pids"),
          ("gpus", 0, "jobs"), ("gpus", 0, "extra"), ("jobs", "j"), ("jobs", "j", "tenant"),
          ("jobs", "j", "last_checkpoint_s"), ("jobs", "j", "checkpoint_duration_s"), ("extra",)]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("report-flags")
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +120,29 @@ def test_a_mutated_field_is_stored_only_when_valid(served: tuple[Daemon, str], p
 def test_raw_bytes_never_crash_the_endpoint(served: tuple[Daemon, str], data: bytes) -> None:
     daemon, base = served
     check(daemon, base, data)
+
+
+@fuzz(15)
+@given(flag=st.sampled_from(["--report-to", "--report-token-file", "--agent-token-file"]), value=ODD_VALUES)
+def test_the_report_flags_through_the_command_line(root: Path, flag: str, value: str) -> None:
+    """`--report-to` and `--report-token-file` (agent), `--agent-token-file` (daemon): exit 0, or one line and
+    exit 2; never a URL that is not one, never a token under 16 characters."""
+    token = root / "token"
+    token.write_text(value if flag != "--report-to" else TOKEN, errors="surrogatepass")
+    token.chmod(0o600)
+    if flag == "--agent-token-file":
+        (root / "cluster.yaml").write_text(SITE + f"node_types:\n  g2: {NODE}\nnodes:\n  - {{name: n1, type: g2}}\n")
+        shutil.rmtree(root / "state", ignore_errors=True)
+        code, _, err = run_cli("-q", "daemon", "--backend", "fake", "--cluster", str(root / "cluster.yaml"),
+                               "--state", str(root / "state"), "--once", "--listen", "127.0.0.1:0", flag, str(token))
+    else:
+        url = value if flag == "--report-to" else "http://127.0.0.1:9"  # the discard port: refused at once
+        (root / "journal.jsonl").unlink(missing_ok=True)
+        code, _, err = run_cli("agent", "--backend", "fake", "--once", "--journal", str(root / "journal.jsonl"),
+                               "--listen", "127.0.0.1:0", "--class-source", "local", "--report-to", url,
+                               "--report-token-file", str(token))
+    assert_clean(code, err, allowed=(0, 2))
+    if flag == "--report-to":
+        assert code == 2, f"--report-to {value!r} was accepted"
+    elif code == 0:
+        assert len(token.read_text(errors="replace").strip()) >= 16, "a short token was accepted"
