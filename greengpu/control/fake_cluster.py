@@ -346,6 +346,17 @@ class FakeCluster(FakeGpus):
                 self._note_setting(action.node, action.gpu_index, gpu.limit_w, gpu.locked_clock_mhz)
         raise ActionFailed(f"unknown action {action!r}")
 
+    def ask_checkpoint(self, job_id: str, now_s: float) -> str:
+        """Ask a job to checkpoint and stop for no other job (its node is failing): the fake job checkpoints at
+        once, and the core stops it when its grace is over (KillJob), which requeues it."""
+        running = self.running.get(job_id)
+        if running is None:
+            raise ActionFailed(f"cannot ask {job_id} to checkpoint: not running")
+        self.running[job_id] = replace(running, preempt_signalled_s=now_s, preempted_for=None,
+                                       last_checkpoint_s=now_s)
+        self._changed = True
+        return f"{job_id} told to checkpoint and stop (failing GPU)"
+
     def drain_node(self, node: str, reason: str) -> str:
         """Drain `node` (greengpu.health.drain): it takes no new work, written down at once."""
         self.nodes[node].drained = True

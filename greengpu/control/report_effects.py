@@ -20,7 +20,7 @@ from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ClusterBody, Observation
 from greengpu.control.daemon_metrics import DaemonMetrics
 from greengpu.health.cluster import node_states_with_health
-from greengpu.health.drain import failing_node_lines, plan_drains
+from greengpu.health.drain import failing_node_lines, plan_checkpoints, plan_drains
 from greengpu.health.stalled import StallChange, StallWatch, stall_line
 from greengpu.model import NodeState, PowerState
 
@@ -101,11 +101,30 @@ class ReportEffects:
         self._alerted_failing = set(lines)
         self.drained = {n for n in self.drained if n in snapshot.node_states and snapshot.node_states[n].drained}
         if act:
+            self._checkpoints_asked(daemon, plan_checkpoints(snapshot), now_s)
             for drain in plan_drains(snapshot):
                 self._drain(daemon, drain.node, drain.reason, now_s)
         daemon.metrics.drained.set(len(self.drained))
         self._stalls(daemon, seen, now_s, checkpoints)
         self._figures(daemon, seen, now_s, checkpoints)
+
+    def _checkpoints_asked(self, daemon: Daemon, job_ids: tuple[str, ...], now_s: float) -> None:
+        """Ask the jobs to checkpoint and stop, where the body carries out job actions (the fake cluster); a
+        workload manager that schedules its own jobs lets them finish."""
+        ask = getattr(daemon.body, "ask_checkpoint", None)
+        if ask is None or not job_ids:
+            return
+        for job_id in job_ids:
+            try:
+                outcome = ask(job_id, now_s)
+            except Exception as error:  # noqa: BLE001 - the job then finishes where it is; the node drains after
+                daemon.metrics.actions.labels("checkpoint", "failed").inc()
+                daemon.audit.write({"time_s": now_s, "kind": "checkpoint", "job": job_id, "outcome": "failed",
+                                    "detail": str(error)})
+                continue
+            daemon.metrics.actions.labels("checkpoint", "done").inc()
+            daemon.audit.write({"time_s": now_s, "kind": "checkpoint", "job": job_id, "rule": "failing GPU",
+                                "outcome": "done", "detail": outcome})
 
     def _drain(self, daemon: Daemon, node: str, reason: str, now_s: float) -> None:
         drain = getattr(daemon.body, "drain_node", None)

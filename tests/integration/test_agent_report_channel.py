@@ -97,7 +97,7 @@ def test_bad_reports_are_refused_in_one_line_and_never_stored(tmp_path: Path) ->
         server.stop()
 
 
-def test_a_failing_gpu_keeps_work_off_alerts_and_drains_the_node_once_its_job_is_done(tmp_path: Path) -> None:
+def test_a_failing_gpu_keeps_work_off_alerts_and_drains_the_node_after_its_job_checkpoints(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     jobs = [Job(job_id="train", tenant="a", gpus=4, duration_s=1500, submit_time_s=T0 + 30, gpus_per_node=4,
                 checkpoint_interval_s=600.0),
@@ -110,15 +110,17 @@ def test_a_failing_gpu_keeps_work_off_alerts_and_drains_the_node_once_its_job_is
         assert daemon.tick().ok
         node = body.running["train"].slots[0].node
         drained_at = None
+        ran_on: set[str] = set()
         for _ in range(40):
             clock.now_s += 60
-            running = "train" in body.running
+            running = "train" in body.running and node in body.running["train"].nodes
             report = {"node": node, "time_s": clock.now_s,
                       "gpus": [gpu(0, 0.9, "failing", ("train",) if running else ())]
                       + [gpu(i, 0.9 if running else 0.0, jobs=("train",) if running else ()) for i in (1, 2, 3)],
                       "jobs": {"train": {"tenant": "a", "last_checkpoint_s": T0 + 90.0}} if running else {}}
             assert post(base, report)[0] == 200
             assert daemon.tick().ok
+            ran_on.update(body.running["train"].nodes if "train" in body.running else ())
             assert all(node not in r.nodes for r in body.running.values() if r.job.job_id != "train")
             if drained_at is None and alerts(tmp_path, "node_drained"):
                 drained_at = clock.now_s
@@ -127,8 +129,14 @@ def test_a_failing_gpu_keeps_work_off_alerts_and_drains_the_node_once_its_job_is
         assert failing[0]["message"] == (
             f"{node}: GPU 0 failing; no new work, drained once empty; jobs still there: job train (tenant a, "
             "last checkpoint 30 s ago (at 1700000090))")
-        assert "train" in body.finished and drained_at is not None
-        assert drained_at >= body.finished["train"]  # drained after its job ended, not before
+        # The training job was asked to checkpoint and stop, stopped after its grace and requeued; the node was
+        # drained only once it had left, and the job finished elsewhere from its checkpoint.
+        records = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+        asked = [r for r in records if r.get("kind") == "checkpoint" and r.get("job") == "train"]
+        stopped = [r for r in records if r.get("kind") == "kill" and r.get("job") == "train"]
+        assert len(asked) == 1 and asked[0]["outcome"] == "done" and len(stopped) == 1
+        assert drained_at is not None and asked[0]["time_s"] < stopped[0]["time_s"] <= drained_at
+        assert "train" in body.finished and ran_on - {node}  # resumed on another node, to the end
         assert "later" in body.finished  # the other job ran elsewhere
         assert daemon.last_observation is not None
         assert daemon.last_observation.snapshot.node_states[node].drained

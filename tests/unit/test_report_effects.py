@@ -66,3 +66,31 @@ def test_a_body_without_a_drain_keeps_it_in_the_daemons_books(tmp_path: Path) ->
     lines = (tmp_path / "audit.jsonl").read_text()
     assert "n1: drained in the daemon's books" in lines and "node_drained" in lines
     assert "n1: GPU 3 failing; no new work, drained once empty; no job left" in lines
+
+
+def test_only_interruptible_training_and_batch_on_a_failing_node_are_asked_to_checkpoint(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from greengpu.health.drain import plan_checkpoints, plan_drains
+    from greengpu.model import GpuSlot, Job, NodeState, RunningJob
+
+    cluster = load_cluster(write_inventory(tmp_path / "c.yaml", {"a8": a100_type()},
+                                           ["{name: n1, type: a8}", "{name: n2, type: a8}"]))
+
+    def running(job_id: str, node: str, job_class: str, interruptible: bool = True,
+                signalled_s: float | None = None) -> RunningJob:
+        job = Job(job_id=job_id, tenant="a", gpus=1, duration_s=600, submit_time_s=NOW, job_class=job_class,
+                  interruptible=interruptible)
+        return RunningJob(job=job, slots=(GpuSlot(node, 0),), start_time_s=NOW, expected_end_s=NOW + 600,
+                          preempt_signalled_s=signalled_s)
+
+    jobs = (running("t", "n1", "training"), running("b", "n1", "batch"), running("i", "n1", "inference"),
+            running("x", "n1", "training", interruptible=False), running("s", "n1", "training", signalled_s=NOW),
+            running("h", "n2", "training"))
+    snapshot = ClusterSnapshot(NOW, cluster, jobs, (), {"n1": NodeState(failing_gpus=frozenset({0}))})
+    assert plan_checkpoints(snapshot) == ("b", "t")
+    assert plan_drains(snapshot) == ()  # jobs still there
+    drained = replace(snapshot, node_states={"n1": NodeState(failing_gpus=frozenset({0}), drained=True)})
+    assert plan_checkpoints(drained) == () and plan_checkpoints(replace(snapshot, node_states={})) == ()
+    empty = replace(snapshot, running=jobs[5:])
+    assert [d.node for d in plan_drains(empty)] == ["n1"]
