@@ -56,12 +56,18 @@ import click
 @click.option("--host-suspend-command", default=None, metavar="COMMAND",
               help="What suspends this host for POST /v1/suspend. Default: logind's Suspend over the host's system "
               "D-Bus (dbus-send ... org.freedesktop.login1.Manager.Suspend).")
+@click.option("--report-to", default=None, metavar="URL",
+              help="The daemon (e.g. http://greengpu-daemon:9475): after each tick, POST this node's report (GPU "
+              "utilisation, health, energy counters, jobs) to its /v1/report (docs/AGENT.md).")
+@click.option("--report-token-file", default=None, metavar="FILE",
+              help="With --report-to: the bearer token (the daemon's --agent-token-file, or its --token-file).")
 def agent(policy_name: str, backend: str, classes_file: str | None, class_source: str, node: str | None,
           kube_host: str | None, pod_resources_socket: str, journal: str, listen: str,
           stale_after_s: float | None, interval_s: float,
           nonbinding_after_s: float, once: bool, dry_run: bool, fake_gpus: str, fake_state: str | None,
           fake_busy: str, fake_not_root: bool, waiting_from: str | None, cluster_file: str | None,
-          suspend_token_file: str | None, host_suspend_command: str | None) -> None:
+          suspend_token_file: str | None, host_suspend_command: str | None, report_to: str | None,
+          report_token_file: str | None) -> None:
     """Run on a GPU node: cap each GPU for the job class running on it, restore everything on exit.
 
     Reads power, energy, limits and clocks through NVML, applies the policy's capping decision per
@@ -86,6 +92,7 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
         node=node, kube_host=kube_host, journal=journal, listen=listen, interval_s=interval_s, once=once,
         dry_run=dry_run, nonbinding_after_s=nonbinding_after_s, stale_after_s=stale_after_s,
         pod_resources_socket=pod_resources_socket, cluster=cluster, waiting_from=waiting_from,
-        suspend_token_file=suspend_token_file, host_suspend_command=host_suspend_command))
+        suspend_token_file=suspend_token_file, host_suspend_command=host_suspend_command, report_to=report_to,
+        report_token_file=report_token_file))
     if code:
         raise click.exceptions.Exit(code)

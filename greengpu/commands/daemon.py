@@ -52,8 +52,9 @@ import click
               help="With --source kubernetes: run per node to suspend it ({node}); default: ask the node's agent "
               "(POST /v1/suspend with --agent-token-file), which suspends its own host.")
 @click.option("--agent-token-file", default=None, metavar="FILE",
-              help="With --source kubernetes and no --suspend-command: the bearer token the node agents' POST "
-              "/v1/suspend wants (the agent suspends its own node; docs/SLEEP.md).")
+              help="The node agents' bearer token: what their POST /v1/suspend wants (with --source kubernetes and "
+              "no --suspend-command: the agent suspends its own node; docs/SLEEP.md), and what the daemon takes "
+              "for their POST /v1/report (reports only).")
 @click.option("--agent-port", type=click.IntRange(1, 65535), default=9474, show_default=True,
               help="With --source kubernetes: the node agents' port (on each node's InternalIP).")
 def daemon(cluster_file: str, policy_name: str, source: str | None, backend: str, once: bool, dry_run: bool,

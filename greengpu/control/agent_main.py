@@ -30,6 +30,7 @@ from greengpu.backends.kubernetes import KubeError
 from greengpu.backends.nvml import GpuLost, NvmlBackend, NvmlUnavailable
 from greengpu.backends.slurm import SlurmError
 from greengpu.control.agent import Agent
+from greengpu.control.agent_report_send import ReportSender, build_report
 from greengpu.control.audit import check_webhook_url
 from greengpu.control.exporter import (
     LoopHealth,
@@ -42,6 +43,7 @@ from greengpu.control.exporter import (
 from greengpu.control.health_watch import HealthWatch
 from greengpu.control.jobclass import ClassSource, DaemonWaiting, KubernetesPods, LocalMap, SlurmJobs, load_class_file
 from greengpu.control.journal import Journal
+from greengpu.control.node_local_suspend import read_suspend_token
 from greengpu.errors import BadInput
 from greengpu.model import Cluster
 from greengpu.policy import Policy
@@ -81,6 +83,9 @@ class AgentOptions:
     """Serve POST /v1/suspend (the daemon's node-local suspend, greengpu.control.node_local_suspend) with this token."""
     host_suspend_command: str | None = None
     """What suspends the host (default: logind's Suspend over the host's system D-Bus)."""
+    report_to: str | None = None
+    """The daemon's URL: a report of this node after each good tick (greengpu.control.agent_report_send)."""
+    report_token_file: str | None = None
     """A last good tick older than this makes /healthz fail and the GPUs go back to default limits
     (None: 3 intervals, at least 30 s)."""
 
@@ -205,6 +210,7 @@ def run_agent(options: AgentOptions) -> int:
     # Checked before any GPU is touched: a typo here used to make every turn "the daemon is unreachable", so every
     # cap lifted (fail safe, but silently and for good).
     check_webhook_url(options.waiting_from, "--waiting-from", example="http://greengpu-daemon:9475")
+    sender = report_sender(options)
     try:
         host, port = parse_listen(options.listen)
     except ValueError as error:
@@ -259,6 +265,9 @@ def run_agent(options: AgentOptions) -> int:
                 health.tick_ok()
                 released = False
                 watch.tick()  # GPU health (docs/HEALTH.md)
+                if sender is not None:
+                    sender.send(build_report(agent.node, time.time(), agent.last_readings,
+                                             {i: c.job for i, c in agent.gpus.items()}, watch.assessments))
             except TICK_FAILURES as error:
                 health.tick_failed(str(error))
                 log.error("tick failed: %s", error)
@@ -284,6 +293,18 @@ def run_agent(options: AgentOptions) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def report_sender(options: AgentOptions) -> ReportSender | None:
+    """The report channel to the daemon (`--report-to`), checked before any GPU is touched."""
+    if options.report_to is None:
+        return None
+    check_webhook_url(options.report_to, "--report-to", example="http://greengpu-daemon:9475")
+    try:
+        token = read_suspend_token(options.report_token_file)
+    except ValueError as error:
+        raise BadInput(f"--report-token-file: {error}") from None
+    return ReportSender(options.report_to, token)
 
 
 def _wait(stop: threading.Event, interval_s: float, watchdog_s: float | None) -> bool:

@@ -24,11 +24,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from greengpu.control.agent_reports import AgentReports
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ActionFailed, ClusterBody, Observation
+from greengpu.control.daemon_checks import check_faults, check_wakes, set_gauges
 from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_metrics import DaemonMetrics, TickReport, freeze_long_lived_heap
 from greengpu.control.daemon_store import DaemonStore, TickFacts
+from greengpu.control.report_effects import ReportEffects
 from greengpu.energy.arrivals import RecentArrivals
 from greengpu.errors import BadInput
 from greengpu.forecast.reserve import DemandRiseForecaster
@@ -93,10 +96,11 @@ class Daemon:
         self._refused_until: dict[tuple[str, str, int | None], float] = {}
         """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
         self._faulted: set[str] = set()
-        """Nodes reported failed and alerted already (`_check_faults`)."""
+        """Nodes reported failed and alerted already (`check_faults`)."""
         self.energy_by_tenant_j: dict[str, float] = {}
         self.facts: TickFacts | None = None
         """What the last tick read of the store (what /v1/status says when the store is locked)."""
+        self.reports = ReportEffects(AgentReports(policy.sleep.idle_util_threshold))  # POST /v1/report
 
     # --- start-up ------------------------------------------------------------------------------
 
@@ -155,6 +159,7 @@ class Daemon:
             seen = self.body.observe(now_s, facts.sleeps_since, facts.wakes_since)
         except Exception as error:  # noqa: BLE001 - any failure to observe means: unsure, fail safe
             return self._failed(now_s, f"cannot observe the {self.body.name} cluster: {error}")
+        seen = self.reports.merge(seen, now_s)
         self.last_observation = seen
         if self.leader is not None:
             try:
@@ -163,8 +168,8 @@ class Daemon:
                 self.leading = False
                 log.warning("cannot tell whether this replica leads (%s): standing by", error)
         if self.leading:  # a standby does not alert (the leader does)
-            self._check_wakes(seen, now_s)
-            self._check_faults(seen, now_s)
+            check_wakes(self, seen, now_s)
+            check_faults(self, seen, now_s)
         # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
         result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s),
                               seen.gpu_settings)
@@ -182,7 +187,9 @@ class Daemon:
             if self.body.schedules_jobs and result.scheduled.cycle.withdrawn and not self.dry_run:
                 self.body.withdraw_preemptions(list(result.scheduled.cycle.withdrawn))
             self.body.settle()
-        self._gauges(seen)
+        if self.leading:
+            self.reports.after_tick(self, seen, now_s, act=not paused and not self.dry_run)
+        set_gauges(self.metrics, seen)
         self.last_good_tick_s = self.clock()
         self.metrics.ticks.labels("ok").inc()
         self.metrics.last_good.set(self.last_good_tick_s)
@@ -227,32 +234,6 @@ class Daemon:
         except (sqlite3.Error, OSError, BadInput) as error:  # a full disk must not stop the levers
             self.metrics.alerts.labels("ledger_failed").inc()
             self.alerts.raise_alert("ledger_failed", f"cannot write the ledger {self.meter.path}: {error}", now_s)
-
-    def _check_wakes(self, seen: Observation, now_s: float) -> None:
-        """A node woken more than `wake_timeout_s` ago and still not up raises one `wake_failed` alert."""
-        for node, sent_s in list(self._woken.items()):
-            state = seen.snapshot.node_states.get(node)
-            if state is None or state.power is PowerState.AWAKE:
-                del self._woken[node]
-            elif now_s - sent_s > self.policy.sleep.wake_timeout_s:
-                del self._woken[node]
-                self.metrics.alerts.labels("wake_failed").inc()
-                self.alerts.raise_alert("wake_failed", f"{node}: not up {now_s - sent_s:.0f} s after its wake-up "
-                                        f"({state.power.value}); check its power, BMC and wake-on-LAN", now_s,
-                                        node=node)
-
-    def _check_faults(self, seen: Observation, now_s: float) -> None:
-        """One `node_failed` alert per node the workload manager reports failed, with its reason; again only after
-        the node came back."""
-        for node in list(self._faulted):
-            if node not in seen.node_faults:
-                self._faulted.discard(node)
-        for node, reason in sorted(seen.node_faults.items()):
-            if node not in self._faulted:
-                self._faulted.add(node)
-                self.metrics.alerts.labels("node_failed").inc()
-                self.alerts.raise_alert("node_failed", f"{node}: failed in {self.body.name} ({reason}); not slept, "
-                                        "not counted as capacity until it is back", now_s, node=node, reason=reason)
 
     def _failed(self, now_s: float, message: str, kind: str = "observe_failed") -> TickReport:
         """A failed tick: counted, GPUs released first (fail safe), then the alert (a webhook that is slow or
@@ -377,16 +358,6 @@ class Daemon:
                 joules = delta * held / total
                 self.energy_by_tenant_j[tenant] = self.energy_by_tenant_j.get(tenant, 0.0) + joules
                 self.metrics.energy.labels(tenant).inc(joules)
-
-    def _gauges(self, seen: Observation) -> None:
-        counts = dict.fromkeys((s.value for s in PowerState), 0)
-        for node in seen.snapshot.cluster.nodes:
-            state = seen.snapshot.node_states.get(node.name)
-            counts[(state.power if state is not None else PowerState.AWAKE).value] += 1
-        for name, count in counts.items():
-            self.metrics.nodes.labels(name).set(count)
-        self.metrics.jobs.labels("running").set(len(seen.snapshot.running))
-        self.metrics.jobs.labels("pending").set(len(seen.snapshot.pending))
 
     def waiting_signal(self) -> dict[str, Any]:
         """What `GET /v1/waiting` answers: the work waiting at the last good tick, and whether the cluster had

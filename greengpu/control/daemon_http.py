@@ -3,6 +3,9 @@
 `GET /v1/waiting` is what the node agents ask each tick: the jobs that wait for capacity at the last
 good tick, and when that was (`--waiting-from` on the agent).
 
+`POST /v1/report` is where the node agents post their reports (greengpu.control.agent_reports), with the
+same token as the changes below, a bounded body and a rate limit of its own.
+
 `POST /v1/pause`, `/v1/resume` and `/v1/exempt?node=NAME[&exempt=false]` need `Authorization: Bearer
 TOKEN`, the token read from `--token-file` (without one they answer 403: nothing changes over HTTP),
 are rate-limited per client address, and are logged with the client and the change, never the token.
@@ -27,6 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import generate_latest
 
+from greengpu.control.agent_report_http import read_report
 from greengpu.control.daemon import Daemon
 from greengpu.control.http_serve import BoundedHandler, BoundedHTTPServer
 
@@ -39,7 +43,10 @@ HTTP_WORKERS = 8
 READ_TIMEOUT_S = 10.0
 """A client whose request has not come whole within this is dropped; also the bound on writing an answer."""
 GET_PATHS = frozenset({"/metrics", "/healthz", "/v1/status", "/v1/waiting"})
-POST_PATHS = frozenset({"/v1/pause", "/v1/resume", "/v1/exempt"})
+POST_PATHS = frozenset({"/v1/pause", "/v1/resume", "/v1/exempt", "/v1/report"})
+REPORTS_PER_MINUTE = 120
+"""Reports a client may post per minute (every node's agent reports each tick; several agents may share an
+address behind a NAT)."""
 
 
 class RefusalLog:
@@ -89,8 +96,11 @@ class DaemonServer:
 
     def __init__(self, daemon: Daemon, host: str, port: int, health: Callable[[], str | None],
                  token: str | None = None, limit: RateLimit | None = None, *, workers: int = HTTP_WORKERS,
-                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, report_limit: RateLimit | None = None,
+                 report_token: str | None = None) -> None:
+        """`report_token`: a second token `POST /v1/report` takes (the agents' `--agent-token-file`)."""
         limiter = limit or RateLimit(CHANGES_PER_MINUTE)
+        report_limiter = report_limit or RateLimit(REPORTS_PER_MINUTE)
         refusals = RefusalLog()
         self.refusals = refusals
 
@@ -147,7 +157,9 @@ class DaemonServer:
                 if parts.path in GET_PATHS:
                     self._json(405, {"error": f"{parts.path} is read-only: use GET"}, {"Allow": "GET"})
                     return
-                if token is None:
+                # Reports take the agents' token too (`--agent-token-file`): a node need not hold the one that pauses.
+                accepted = [t for t in ((token, report_token) if parts.path == "/v1/report" else (token,)) if t]
+                if not accepted:
                     refusals.refused(parts.path, client, "changes over HTTP are off")
                     self._json(403, {"error": "changes over HTTP are off: start the daemon with --token-file"})
                     return
@@ -157,10 +169,13 @@ class DaemonServer:
                     self._json(401, {"error": "a bearer token is required (Authorization: Bearer TOKEN)"},
                                {"WWW-Authenticate": "Bearer"})
                     return
-                if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                if not any([hmac.compare_digest(given.encode(), f"Bearer {t}".encode()) for t in accepted]):
                     refusals.refused(parts.path, client, "wrong bearer token")
                     self._json(401, {"error": "the bearer token is wrong (not the one in the daemon's --token-file)"},
                                {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+                    return
+                if parts.path == "/v1/report":
+                    self._json(*read_report(daemon, self.headers, self.rfile, client, report_limiter.allow))
                     return
                 if not limiter.allow(client):
                     refusals.refused(parts.path, client, "rate limit")

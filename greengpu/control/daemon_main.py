@@ -204,6 +204,14 @@ def run_daemon(options: DaemonOptions) -> int:
             token = read_token(options.token_file)
         except (OSError, ValueError) as error:
             raise BadInput(f"--token-file {error}") from None
+    agent_token = None  # the node agents' reports may come with their own token (POST /v1/report)
+    if options.agent_token_file is not None:
+        from greengpu.control.node_local_suspend import read_suspend_token
+
+        try:
+            agent_token = read_suspend_token(options.agent_token_file)
+        except ValueError as error:
+            raise BadInput(f"--agent-token-file: {error}") from None
     state_dir = Path(options.state_dir)
     store = DaemonStore(state_dir)
     try:
@@ -232,7 +240,7 @@ def run_daemon(options: DaemonOptions) -> int:
         return None if age_s <= stale_after_s(options.interval_s) else f"last good tick {age_s:.0f} s ago"
 
     try:
-        server = DaemonServer(daemon, host, port, health, token).start()
+        server = DaemonServer(daemon, host, port, health, token, report_token=agent_token).start()
     except OSError as error:
         log.error("cannot listen on %s: %s", options.listen, error)
         store.release()

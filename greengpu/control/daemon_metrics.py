@@ -38,6 +38,20 @@ class DaemonMetrics:
         self.alerts = Counter("greengpu_daemon_alerts", "Alerts raised, by kind.", ["kind"], registry=r)
         self.energy = Counter("greengpu_daemon_energy_joules", "Measured GPU energy attributed to each tenant "
                               "(idle GPUs to 'idle').", ["tenant"], registry=r)
+        self.queue_wait = Gauge("greengpu_daemon_queue_wait_seconds", "Queue wait of the jobs started in the "
+                                "sliding window (submit to start), by quantile.", ["quantile"], registry=r)
+        self.job_failure = Gauge("greengpu_daemon_job_failure_ratio", "Share of the jobs that ended in the sliding "
+                                 "window while a node of theirs was reported failed.", registry=r)
+        self.checkpoint_seconds = Histogram("greengpu_daemon_checkpoint_duration_seconds", "How long the "
+                                            "checkpoints the agents saw took.", registry=r,
+                                            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800))
+        self.report_age = Gauge("greengpu_daemon_agent_report_age_seconds", "Age of each node's last agent "
+                                "report (older than the staleness bound: unknown).", ["node"], registry=r)
+        self.reports = Counter("greengpu_daemon_agent_reports", "Agent reports received, by outcome.", ["outcome"],
+                               registry=r)
+        self.stalled = Gauge("greengpu_daemon_stalled_jobs", "Training jobs below half their own utilisation "
+                             "baseline for the sustain period.", registry=r)
+        self.drained = Gauge("greengpu_daemon_drained_nodes", "Nodes drained for a failing GPU.", registry=r)
 
 
 def freeze_long_lived_heap() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from greengpu.backends.fake_nvml import FakeGpu, FakeNvml
 from greengpu.backends.nvml import NvmlBackend
 from greengpu.control.agent import gpu_observation
 from greengpu.control.body import ActionFailed, Observation
+from greengpu.control.fake_gpus import FakeGpus, FakeNode
 from greengpu.control.fake_jobs import first_start_s, generated_jobs
 from greengpu.control.jobclass import GpuJob
 from greengpu.energy.sleep import NodeView, idle_draw_w
@@ -55,15 +56,7 @@ BUSY_UTILIZATION = 0.9
 __all__ = ["FakeCluster", "FakeNode", "first_start_s", "generated_jobs"]
 
 
-@dataclass
-class FakeNode:
-    name: str
-    power: str = PowerState.AWAKE.value
-    since_s: float = 0.0
-    idle_since_s: float | None = 0.0
-
-
-class FakeCluster:
+class FakeCluster(FakeGpus):
     """The cluster body of `--backend fake` (a `ClusterBody`)."""
 
     name = "fake"
@@ -214,8 +207,8 @@ class FakeCluster:
 
     def observe(self, now_s: float, suspends_last_minute: int, wakes_last_minute: int) -> Observation:
         self._advance(now_s)  # written down when the tick settles: a restart replays the same arrivals and ends
-        states = {n.name: NodeState(power=PowerState(n.power), since_s=n.since_s)
-                  for n in self.nodes.values() if n.power != PowerState.AWAKE.value}
+        states = {n.name: NodeState(power=PowerState(n.power), since_s=n.since_s, drained=n.drained)
+                  for n in self.nodes.values() if n.power != PowerState.AWAKE.value or n.drained}
         snapshot = ClusterSnapshot(now_s, self.cluster, tuple(self.running.values()), tuple(self.pending.values()),
                                    states)
         busy_nodes = {n for n, count in self._jobs_on.items() if count}
@@ -287,19 +280,6 @@ class FakeCluster:
         if view is not None and name not in self._stale:
             view[1][(name, index)] = (limit_w, clock_mhz)
 
-    def gpu_energy_j(self) -> dict[str, float]:
-        """Each awake node's GPU energy counters now (J), summed; nodes without counters are left out."""
-        energy: dict[str, float] = {}
-        for name, backend in self.nvml.items():
-            # A node still suspending has its GPUs powered, at whatever limit they were given: they go back
-            # too (after a SIGTERM they stayed at 100 W). Asleep or booting, a node's GPUs are off.
-            if self.nodes[name].power not in (PowerState.AWAKE.value, PowerState.SUSPENDING.value):
-                continue
-            readings = [backend.energy_j(index) for index in range(backend.gpu_count)]
-            if readings and all(r is not None for r in readings):
-                energy[name] = sum(r for r in readings if r is not None)
-        return energy
-
     def act(self, action: Action, now_s: float) -> str:
         try:
             return self._act(action, now_s)
@@ -313,8 +293,10 @@ class FakeCluster:
         if isinstance(action, PlaceJob):
             waiting = self.pending.get(action.job_id)
             if waiting is None or any((s.node, s.gpu_index) in self._taken for s in action.slots) or any(
-                    self.nodes[s.node].power != PowerState.AWAKE.value for s in action.slots):
-                raise ActionFailed(f"cannot place {action.job_id}: not pending, or its GPUs are taken or asleep")
+                    self.nodes[s.node].power != PowerState.AWAKE.value or self.nodes[s.node].drained
+                    for s in action.slots):
+                raise ActionFailed(f"cannot place {action.job_id}: not pending, or its GPUs are taken, asleep or "
+                                   "drained")
             del self.pending[action.job_id]
             self._changed = True
             self.running[action.job_id] = RunningJob(waiting.job, action.slots, now_s, now_s + waiting.job.duration_s)
@@ -364,24 +346,23 @@ class FakeCluster:
                 self._note_setting(action.node, action.gpu_index, gpu.limit_w, gpu.locked_clock_mhz)
         raise ActionFailed(f"unknown action {action!r}")
 
-    def _write(self, action: SetPowerLimit | LockClocks) -> str:
-        if isinstance(action, SetPowerLimit):
-            done = self._awake_backend(action.node).set_power_limit_w(action.gpu_index, action.limit_w)
-            if done is None:
-                raise ActionFailed(f"{action.node} GPU {action.gpu_index}: NVML refused the limit")
-            return f"{action.node} GPU {action.gpu_index}: {done:g} W"
-        backend = self._awake_backend(action.node)
-        if action.min_mhz is None:
-            backend.reset_clocks(action.gpu_index)
-            return f"{action.node} GPU {action.gpu_index}: clocks unlocked"
-        if not backend.lock_clocks_mhz(action.gpu_index, action.min_mhz):
-            raise ActionFailed(f"{action.node} GPU {action.gpu_index}: NVML refused the clock lock")
-        return f"{action.node} GPU {action.gpu_index}: clocks locked at {action.min_mhz} MHz"
+    def ask_checkpoint(self, job_id: str, now_s: float) -> str:
+        """Ask a job to checkpoint and stop for no other job (its node is failing): the fake job checkpoints at
+        once, and the core stops it when its grace is over (KillJob), which requeues it."""
+        running = self.running.get(job_id)
+        if running is None:
+            raise ActionFailed(f"cannot ask {job_id} to checkpoint: not running")
+        self.running[job_id] = replace(running, preempt_signalled_s=now_s, preempted_for=None,
+                                       last_checkpoint_s=now_s)
+        self._changed = True
+        return f"{job_id} told to checkpoint and stop (failing GPU)"
 
-    def _awake_backend(self, node: str) -> NvmlBackend:
-        if self.nodes[node].power != PowerState.AWAKE.value:
-            raise ActionFailed(f"{node}: not awake")
-        return self.nvml[node]
+    def drain_node(self, node: str, reason: str) -> str:
+        """Drain `node` (greengpu.health.drain): it takes no new work, written down at once."""
+        self.nodes[node].drained = True
+        self._changed = True
+        self._save()
+        return f"{node}: drained ({reason})"
 
     def withdraw_preemptions(self, job_ids: list[str]) -> None:
         """Jobs asked to stop for a job that no longer waits keep running: their signal is cleared."""
@@ -394,23 +375,3 @@ class FakeCluster:
     def settle(self) -> None:
         """Write down the job starts and stops of the tick (node power was written at once)."""
         self._save()
-
-    def release_gpus(self, reason: str) -> list[str]:
-        lines = []
-        self._stale.update(self.nvml)
-        for name, backend in self.nvml.items():
-            # A node still suspending has its GPUs powered, at whatever limit they were given: they go back
-            # too (after a SIGTERM they stayed at 100 W). Asleep or booting, a node's GPUs are off.
-            if self.nodes[name].power not in (PowerState.AWAKE.value, PowerState.SUSPENDING.value):
-                continue
-            for index in range(backend.gpu_count):
-                reading = backend.read(index)
-                if reading.limit_w != reading.constraints.default_w:
-                    backend.reset_power_limit(index)
-                    lines.append(f"{name} GPU {index}: back to {reading.constraints.default_w:g} W ({reason})")
-                backend.reset_clocks(index)
-        return lines
-
-    def gpu_limit_w(self, node: str, index: int) -> float:
-        """The limit a GPU holds now (tests)."""
-        return self.nvml[node].read(index).limit_w

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from greengpu.backends.kubernetes import KubeError
 from greengpu.control.body import ActionFailed, Observation
+from greengpu.control.checkpoint_marks import CHECKPOINT_KEY, checkpoint_value
 from greengpu.control.kube_fence import ActionAborted
 from greengpu.control.kube_sleep import KubeSleep, pod_job
 from greengpu.model import (
@@ -59,13 +60,23 @@ class KubeBody:
                     index += pod.gpus
                     job = pod_job(pod, now_s)
                     running.append(RunningJob(job=job, slots=slots, start_time_s=now_s,
-                                              expected_end_s=now_s + job.duration_s))
+                                              expected_end_s=now_s + job.duration_s, last_checkpoint_s=(
+                                                  checkpoint_value(pod.annotations.get(CHECKPOINT_KEY), now_s))))
             sleep = self.sleeper.observe(now_s, gpu_pods)
         except KubeError as error:
             raise RuntimeError(str(error)) from None
         states: dict[str, NodeState] = dict(base.node_states)
         snapshot = ClusterSnapshot(now_s, self.cluster, tuple(running), base.pending, states)
         return Observation(snapshot, (), sleep, {}, {})
+
+    def drain_node(self, node: str, reason: str) -> str:
+        """Cordon `node` for a failing GPU (greengpu.health.drain decided it), without greengpu's sleep mark:
+        greengpu never uncordons it; an administrator does once the GPU is repaired."""
+        try:
+            self.sleeper.api.set_unschedulable(node, True, sleep_reason=None)
+        except KubeError as error:
+            raise ActionFailed(str(error)) from None
+        return f"{node}: cordoned ({reason})"
 
     def act(self, action: Action, now_s: float) -> str:
         try:

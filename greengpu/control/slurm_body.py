@@ -11,6 +11,7 @@ nodes for the jobs it schedules, through greengpu's ResumeProgram. Capping stays
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -21,6 +22,7 @@ import hostlist
 from greengpu.backends import slurm
 from greengpu.backends.slurm_config import SuspendExclusions, read_exclusions
 from greengpu.control.body import ActionFailed, Observation
+from greengpu.control.checkpoint_marks import checkpoint_in_comment
 from greengpu.control.slurm_nodes import fault_reason, node_features, node_partitions, node_power
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.model import (
@@ -76,7 +78,7 @@ def _job(record: dict[str, Any], gpus: float, per_node: int | None) -> Job:
                gpus_per_node=per_node)
 
 
-def parse_jobs(text: str, known: set[str], problems: list[str] | None = None,
+def parse_jobs(text: str, known: set[str], problems: list[str] | None = None, now_s: float = math.inf,
                ) -> tuple[list[RunningJob], list[PendingJob]]:
     """`squeue --json` -> running GPU jobs (with their GPU indices per node) and pending GPU jobs, with the
     nodes they may use (`-w`, `-x`, `--constraint`, `-p`, `--exclusive`: greengpu.slurm_json.node_constraints).
@@ -84,6 +86,8 @@ def parse_jobs(text: str, known: set[str], problems: list[str] | None = None,
     Jobs without GPUs are left out (greengpu manages GPU nodes; a CPU job on a GPU node still keeps it
     from sleeping, which `sinfo`'s node state says). A pending job whose constraints do not parse is taken as
     unconstrained (it may wake a node it cannot use, never keep one asleep it needs) and said in `problems`.
+    A running job's `greengpu.io/last-checkpoint=T` comment mark is its last checkpoint
+    (greengpu.control.checkpoint_marks; none later than `now_s` plus a minute).
     """
     running: list[RunningJob] = []
     pending: list[PendingJob] = []
@@ -103,7 +107,8 @@ def parse_jobs(text: str, known: set[str], problems: list[str] | None = None,
                 job = _job(record, len(slots), None)
                 start_s = json_number(record.get("start_time")) or 0.0
                 running.append(RunningJob(job=job, slots=tuple(slots), start_time_s=start_s,
-                                          expected_end_s=start_s + job.duration_s))
+                                          expected_end_s=start_s + job.duration_s,
+                                          last_checkpoint_s=checkpoint_in_comment(record.get("comment"), now_s)))
         elif "PENDING" in states:
             asked = gpus_asked(record)  # per node times the node count, or per job (Slurm 23: gres/gpu=N)
             if asked is not None:
@@ -185,7 +190,7 @@ class SlurmBody:
     def observe(self, now_s: float, suspends_last_minute: int, wakes_last_minute: int) -> Observation:
         known = {n.name for n in self.cluster.nodes}
         problems: list[str] = []
-        running, pending = parse_jobs(self._run("squeue", "--json"), known, problems)
+        running, pending = parse_jobs(self._run("squeue", "--json"), known, problems, now_s)
         for problem in problems:
             if problem not in self._job_problems:  # once per job while it waits, not every tick
                 log.warning("squeue --json: %s", problem)
@@ -274,6 +279,14 @@ class SlurmBody:
         except slurm.SlurmError as error:
             raise ActionFailed(str(error)) from None
         raise ActionFailed(f"{type(action).__name__} is not carried out on Slurm (the node agents cap GPUs)")
+
+    def drain_node(self, node: str, reason: str) -> str:
+        """Drain `node` for a failing GPU (greengpu.health.drain decided it); an administrator resumes it."""
+        try:
+            self._run("scontrol", "update", f"nodename={node}", "state=DRAIN", f"reason={reason}"[:200])
+        except slurm.SlurmError as error:
+            raise ActionFailed(str(error)) from None
+        return f"{node}: drained in Slurm"
 
     def release_gpus(self, reason: str) -> list[str]:
         return []  # the node agents own the GPUs and fall back to defaults on their own

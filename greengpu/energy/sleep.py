@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from greengpu.localtime import UTC_NAME, local_day, moment_s, weekday_and_minute
 from greengpu.model import NodeType, PowerState, SleepNode
@@ -70,6 +70,38 @@ class NodeView:
     idle_w: float = 0.0
     """What the node draws awake and without work (host and idle GPUs, from the inventory): the warm
     reserve is held by the nodes that cost least to keep awake. 0 where a body does not know it."""
+
+
+@dataclass(frozen=True)
+class NodeUse:
+    """What a node's agent last reported of its GPUs' use (the daemon's report channel)."""
+
+    gpu_util_max: float | None
+    """The highest utilisation of its GPUs in [0, 1]; None: no fresh report (unknown)."""
+    job_processes: int = 0
+    """Processes seen on its GPUs."""
+    last_busy_s: float | None = None
+    """The last time a report showed a process or a GPU at or above the idle threshold (None: never seen)."""
+
+
+def idle_by_use(nodes: Sequence[NodeView], use: Mapping[str, NodeUse], idle_util_threshold: float) -> tuple[
+        NodeView, ...]:
+    """The nodes without work that are idle by measured use too: a node with a report is idle only when all
+    its GPUs are below `idle_util_threshold` and run no process, and its idle time counts from the last report
+    that showed it busy. A node whose report is stale is unknown: it stays awake (unknown never makes a node
+    look idle). A node without any report (a body without agents) is idle as before: it holds no work."""
+    kept: list[NodeView] = []
+    for node in nodes:
+        seen = use.get(node.name)
+        if seen is None:
+            kept.append(node)
+            continue
+        if seen.gpu_util_max is None or seen.job_processes or seen.gpu_util_max >= idle_util_threshold:
+            continue
+        if seen.last_busy_s is not None and node.idle_since_s is not None and seen.last_busy_s > node.idle_since_s:
+            node = replace(node, idle_since_s=seen.last_busy_s)
+        kept.append(node)
+    return tuple(kept)
 
 
 def idle_draw_w(node_type: NodeType) -> float:

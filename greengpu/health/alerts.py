@@ -68,7 +68,7 @@ def build_alert(time_s: float, node: str, gpu_index: int, uuid: str, assessment:
 
 def _checkpoint_text(job: JobOnGpu, now_s: float) -> str:
     if job.last_checkpoint_s is None:
-        return "no checkpoint seen"
+        return "last checkpoint: none seen since start"
     return f"last checkpoint {max(0.0, now_s - job.last_checkpoint_s):.0f} s ago"
 
 

@@ -8,10 +8,10 @@ warm reserve is short (first by name, so every body wakes the same ones).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from greengpu.energy.sleep import NodeView, plan_suspends, warm_reserve_target_gpus
+from greengpu.energy.sleep import NodeUse, NodeView, idle_by_use, plan_suspends, warm_reserve_target_gpus
 from greengpu.model import GPU_UNITS, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import SleepPolicy
 from greengpu.tick.waiting import WorkWaiting
@@ -40,6 +40,9 @@ class SleepObservation:
     wakes_last_minute: int = 0
     timezone: str = "UTC"
     """The site's IANA time zone (`Site.timezone`): the sleep windows are read on its wall clock."""
+    use: Mapping[str, NodeUse] = field(default_factory=dict, compare=False)
+    """Measured GPU use per node from the agents' reports (greengpu.energy.sleep.idle_by_use); empty: a body
+    without reports, idle means without work."""
 
 
 def after_placements(seen: SleepObservation, placements: Sequence[PlaceJob]) -> SleepObservation:
@@ -65,7 +68,8 @@ def reserve_target_gpus(seen: SleepObservation, policy: SleepPolicy) -> int:
 
 def plan_sleep(seen: SleepObservation, policy: SleepPolicy, waiting: WorkWaiting) -> tuple[SleepNode, ...]:
     """The idle nodes to suspend now, longest idle first."""
-    return tuple(plan_suspends(seen.now_s, seen.idle_awake, policy, blocked_pending=waiting.waiting,
+    idle = idle_by_use(seen.idle_awake, seen.use, policy.idle_util_threshold) if seen.use else seen.idle_awake
+    return tuple(plan_suspends(seen.now_s, idle, policy, blocked_pending=waiting.waiting,
                                suspends_last_minute=seen.suspends_last_minute, timezone=seen.timezone,
                                reserve_gpus=reserve_target_gpus(seen, policy),
                                keep_awake=waiting.guard.keep_awake))

@@ -55,6 +55,10 @@ DAEMON_METRICS = frozenset({
     "greengpu_daemon_paused",
     "greengpu_daemon_alerts_total",
     "greengpu_daemon_energy_joules_total",
+    "greengpu_daemon_queue_wait_seconds", "greengpu_daemon_job_failure_ratio",
+    "greengpu_daemon_checkpoint_duration_seconds_bucket", "greengpu_daemon_checkpoint_duration_seconds_sum",
+    "greengpu_daemon_checkpoint_duration_seconds_count", "greengpu_daemon_agent_report_age_seconds",
+    "greengpu_daemon_agent_reports_total", "greengpu_daemon_stalled_jobs", "greengpu_daemon_drained_nodes",
 })
 """The series `greengpu daemon` serves on /metrics (docs/DEPLOY.md lists them with their labels)."""
 

@@ -243,3 +243,21 @@ def test_sigterm_mid_drain_uncordons_the_node_releases_the_lease_and_exits_at_on
         lease = kube.leases[("greengpu", "greengpu-daemon")]
         assert lease["spec"].get("holderIdentity") is None and lease["spec"]["leaseDurationSeconds"] == 1
         assert "the daemon is stopping (SIGTERM)" in stderr
+
+
+def test_a_pods_checkpoint_annotation_and_a_drain_for_a_failing_gpu(tmp_path: Path, udp: socket.socket) -> None:
+    """A running pod's `greengpu.io/last-checkpoint` annotation is its job's last checkpoint; the drain for a
+    failing GPU is a cordon without greengpu's sleep mark, so the node's wake-up path never uncordons it."""
+    with FakeKube() as kube:
+        kube.nodes = {name: node(name) for name in ("gpu1", "gpu2", "gpu3")}
+        kube.pods = [pod("train-0", "u1", "gpu1", gpus=4, annotations={"greengpu.io/last-checkpoint": "1699999000"}),
+                     pod("train-1", "u2", "gpu2", gpus=4, annotations={"greengpu.io/last-checkpoint": "soon"})]
+        daemon, _, clock, _ = make(tmp_path, kube, udp.getsockname()[1])
+        seen = daemon.body.observe(T0, 0, 0)
+        checkpoints = {r.job.job_id: r.last_checkpoint_s for r in seen.snapshot.running}
+        assert checkpoints == {"default/train-0": 1_699_999_000.0, "default/train-1": None}
+        assert daemon.body.drain_node("gpu3", "greengpu: failing GPU 1") == "gpu3: cordoned (greengpu: failing GPU 1)"
+        assert kube.nodes["gpu3"]["spec"]["unschedulable"] is True
+        assert not kube.nodes["gpu3"]["metadata"]["annotations"].get(SLEEP_ANNOTATION)
+        after = daemon.body.observe(T0 + 60, 0, 0)
+        assert after.snapshot.node_states["gpu3"].drained

@@ -127,7 +127,7 @@ def test_an_alert_names_the_gpu_its_score_signals_and_the_jobs_with_their_checkp
     assert alert.jobs[1].last_checkpoint_s == 86400.0 // 1800 * 1800
     line = alert_line(alert)
     assert line.startswith("GPU health failing: n7 GPU 3 (GPU-abc) score 1.00; critical: Xid 79; top signals: ")
-    assert "serve (tenant web, inference, no checkpoint seen)" in line
+    assert "serve (tenant web, inference, last checkpoint: none seen since start)" in line
     assert "train (tenant lab, training, last checkpoint 0 s ago)" in line
     data = alert_dict(alert)
     assert data["critical"] == ["Xid 79"] and data["gpu"] == 3

@@ -202,7 +202,8 @@ def test_the_alert_line_written_out() -> None:
     assert alert_line(an_alert()) == (
         "GPU health warning: n1 GPU 2 (GPU-1) score 0.81; critical: Xid 79, 1 new uncorrectable ECC errors; "
         "top signals: sbe_per_day 30 errors/day (+0.50), pcie_replays_per_min 2.5 replays/min (+0.12); "
-        "jobs: a (tenant t1, training, last checkpoint 600 s ago), b (tenant t2, inference, no checkpoint seen)")
+        "jobs: a (tenant t1, training, last checkpoint 600 s ago), "
+        "b (tenant t2, inference, last checkpoint: none seen since start)")
     assert alert_line(an_alert(top_signals=(), critical=(), jobs=())) == (
         "GPU health warning: n1 GPU 2 (GPU-1) score 0.81; top signals: none; jobs: none")
 
