@@ -24,12 +24,15 @@ from greengpu.backends.fake_nvml import FakeGpu, FakeNvml
 from greengpu.backends.nvml import NvmlBackend
 from greengpu.control.agent import gpu_observation
 from greengpu.control.body import ActionFailed, Observation
+from greengpu.control.fake_cloud import FakeCloud
+from greengpu.control.fake_gpus import FakeGpus
 from greengpu.control.fake_jobs import first_start_s, generated_jobs
 from greengpu.control.jobclass import GpuJob
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.errors import BadInput
 from greengpu.model import (
     Action,
+    ChooseCapacity,
     Cluster,
     ClusterSnapshot,
     GpuSlot,
@@ -63,11 +66,12 @@ class FakeNode:
     idle_since_s: float | None = 0.0
 
 
-class FakeCluster:
+class FakeCluster(FakeGpus):
     """The cluster body of `--backend fake` (a `ClusterBody`)."""
 
     name = "fake"
     schedules_jobs = True
+    nodes: dict[str, FakeNode]
 
     def __init__(self, cluster: Cluster, jobs: list[Job], state_dir: Path, start_s: float,
                  never_wake: frozenset[str] = frozenset()) -> None:
@@ -84,6 +88,8 @@ class FakeCluster:
         self.next_arrival = 0
         self.origin_s = start_s
         self._load()
+        self.cloud = FakeCloud(cluster, state_dir)
+        """The inventory's cloud pools: where the tick's capacity lever sends waiting jobs (`ChooseCapacity`)."""
         self._type_of = {n.name: n.type_name for n in cluster.nodes}
         self._views: dict[str, tuple[list[GpuObservation], dict[tuple[str, int], tuple[float, int | None]]]] = {}
         """Each awake node's GPUs as last read (observations and settings), until something changes them."""
@@ -187,6 +193,9 @@ class FakeCluster:
             if running.expected_end_s <= now_s:
                 self._free(job_id, now_s)
                 self.finished[job_id] = running.expected_end_s
+        for run in self.cloud.advance(now_s):
+            self.finished[run.job_id] = run.end_s
+            self._changed = True
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].submit_time_s <= now_s:
             job = self.arrivals[self.next_arrival]
             self.pending[job.job_id] = PendingJob(job)
@@ -287,19 +296,6 @@ class FakeCluster:
         if view is not None and name not in self._stale:
             view[1][(name, index)] = (limit_w, clock_mhz)
 
-    def gpu_energy_j(self) -> dict[str, float]:
-        """Each awake node's GPU energy counters now (J), summed; nodes without counters are left out."""
-        energy: dict[str, float] = {}
-        for name, backend in self.nvml.items():
-            # A node still suspending has its GPUs powered, at whatever limit they were given: they go back
-            # too (after a SIGTERM they stayed at 100 W). Asleep or booting, a node's GPUs are off.
-            if self.nodes[name].power not in (PowerState.AWAKE.value, PowerState.SUSPENDING.value):
-                continue
-            readings = [backend.energy_j(index) for index in range(backend.gpu_count)]
-            if readings and all(r is not None for r in readings):
-                energy[name] = sum(r for r in readings if r is not None)
-        return energy
-
     def act(self, action: Action, now_s: float) -> str:
         try:
             return self._act(action, now_s)
@@ -325,6 +321,8 @@ class FakeCluster:
                 self._taken.add((slot.node, slot.gpu_index))
                 self._jobs_on[slot.node] += 1
             return f"{action.job_id} started on {len(action.slots)} GPU(s)"
+        if isinstance(action, ChooseCapacity):
+            return self._to_cloud(action, now_s)
         if isinstance(action, PreemptJob):
             running = self.running.get(action.job_id)
             if running is None:
@@ -364,24 +362,17 @@ class FakeCluster:
                 self._note_setting(action.node, action.gpu_index, gpu.limit_w, gpu.locked_clock_mhz)
         raise ActionFailed(f"unknown action {action!r}")
 
-    def _write(self, action: SetPowerLimit | LockClocks) -> str:
-        if isinstance(action, SetPowerLimit):
-            done = self._awake_backend(action.node).set_power_limit_w(action.gpu_index, action.limit_w)
-            if done is None:
-                raise ActionFailed(f"{action.node} GPU {action.gpu_index}: NVML refused the limit")
-            return f"{action.node} GPU {action.gpu_index}: {done:g} W"
-        backend = self._awake_backend(action.node)
-        if action.min_mhz is None:
-            backend.reset_clocks(action.gpu_index)
-            return f"{action.node} GPU {action.gpu_index}: clocks unlocked"
-        if not backend.lock_clocks_mhz(action.gpu_index, action.min_mhz):
-            raise ActionFailed(f"{action.node} GPU {action.gpu_index}: NVML refused the clock lock")
-        return f"{action.node} GPU {action.gpu_index}: clocks locked at {action.min_mhz} MHz"
-
-    def _awake_backend(self, node: str) -> NvmlBackend:
-        if self.nodes[node].power != PowerState.AWAKE.value:
-            raise ActionFailed(f"{node}: not awake")
-        return self.nvml[node]
+    def _to_cloud(self, action: ChooseCapacity, now_s: float) -> str:
+        waiting = self.pending.get(action.job_id)
+        if waiting is None or action.kind == "wait" or action.pool is None:
+            raise ActionFailed(f"cannot send {action.job_id} to the cloud: not pending, or nowhere to go")
+        try:
+            run = self.cloud.start(waiting.job, action.kind, action.pool, now_s)
+        except ValueError as error:
+            raise ActionFailed(f"cannot send {action.job_id} to {action.kind}: {error}") from None
+        del self.pending[action.job_id]
+        self._changed = True
+        return f"{action.job_id} sent to {action.kind} pool {action.pool} on {', '.join(run.nodes)}"
 
     def withdraw_preemptions(self, job_ids: list[str]) -> None:
         """Jobs asked to stop for a job that no longer waits keep running: their signal is cleared."""
@@ -393,24 +384,6 @@ class FakeCluster:
 
     def settle(self) -> None:
         """Write down the job starts and stops of the tick (node power was written at once)."""
+        if self._changed:
+            self.cloud.save()
         self._save()
-
-    def release_gpus(self, reason: str) -> list[str]:
-        lines = []
-        self._stale.update(self.nvml)
-        for name, backend in self.nvml.items():
-            # A node still suspending has its GPUs powered, at whatever limit they were given: they go back
-            # too (after a SIGTERM they stayed at 100 W). Asleep or booting, a node's GPUs are off.
-            if self.nodes[name].power not in (PowerState.AWAKE.value, PowerState.SUSPENDING.value):
-                continue
-            for index in range(backend.gpu_count):
-                reading = backend.read(index)
-                if reading.limit_w != reading.constraints.default_w:
-                    backend.reset_power_limit(index)
-                    lines.append(f"{name} GPU {index}: back to {reading.constraints.default_w:g} W ({reason})")
-                backend.reset_clocks(index)
-        return lines
-
-    def gpu_limit_w(self, node: str, index: int) -> float:
-        """The limit a GPU holds now (tests)."""
-        return self.nvml[node].read(index).limit_w

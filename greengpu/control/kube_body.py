@@ -16,6 +16,7 @@ from greengpu.control.kube_fence import ActionAborted
 from greengpu.control.kube_sleep import KubeSleep, pod_job
 from greengpu.model import (
     Action,
+    ChooseCapacity,
     Cluster,
     ClusterSnapshot,
     GpuSlot,
@@ -68,6 +69,8 @@ class KubeBody:
         return Observation(snapshot, (), sleep, {}, {})
 
     def act(self, action: Action, now_s: float) -> str:
+        if isinstance(action, ChooseCapacity):  # the spot webhook reads it (GET /v1/capacity/NAMESPACE/POD)
+            return f"{action.job_id}: {action.kind} in {action.pool}, served to the spot webhook"
         try:
             if isinstance(action, SleepNode):
                 outcome = self.sleeper.sleep(action.node, f"greengpu: {action.reason}")
