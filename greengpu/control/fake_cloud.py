@@ -33,6 +33,16 @@ class CloudRun:
     end_s: float
 
 
+def _check(run: CloudRun) -> None:
+    """TypeError unless `run`, as read back, has the types it was written with."""
+    texts = (run.job_id, run.tenant, run.capacity, run.pool)
+    times = (run.requested_s, run.start_s, run.end_s)
+    if not all(isinstance(t, str) for t in texts) or not isinstance(run.nodes, list) \
+            or not all(isinstance(n, str) for n in run.nodes) \
+            or not all(isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t) for t in times):
+        raise TypeError(f"cloud job {str(run.job_id)[:40]!r}: a field of the wrong type")
+
+
 class FakeCloud:
     """The fake cluster's cloud pools, their nodes and the jobs on them."""
 
@@ -51,7 +61,9 @@ class FakeCloud:
                 self.finished = {r["job_id"]: CloudRun(**r) for r in saved["finished"]}
                 self.placements = {(c, p): int(n) for c, p, n in saved["placements"]}
                 self._serial = int(saved["serial"])
-            except (ValueError, KeyError, TypeError, OSError) as error:
+                for run in (*self.running.values(), *self.finished.values()):
+                    _check(run)
+            except (ValueError, KeyError, TypeError, AttributeError, OSError) as error:
                 raise BadInput(f"{self.state_path}: a damaged fake-cloud state ({type(error).__name__}: {error}); "
                                "move it away to start the fake cluster afresh") from None
 
