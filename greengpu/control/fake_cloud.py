@@ -54,6 +54,8 @@ class FakeCloud:
         self.placements: dict[tuple[str, str], int] = {}
         """(capacity, pool) -> jobs placed there since the fake cluster began."""
         self._serial = 0
+        self.changed = False
+        """Whether anything changed since the state was last written."""
         if self.state_path.exists():
             try:
                 saved = json.loads(self.state_path.read_text())
@@ -89,6 +91,7 @@ class FakeCloud:
         run = CloudRun(job.job_id, job.tenant, capacity, pool_name, names, now_s, start_s, start_s + job.duration_s)
         self.running[job.job_id] = run
         self.placements[(capacity, pool_name)] = self.placements.get((capacity, pool_name), 0) + 1
+        self.changed = True
         return run
 
     def advance(self, now_s: float) -> list[CloudRun]:
@@ -97,6 +100,7 @@ class FakeCloud:
         for run in ended:
             del self.running[run.job_id]
             self.finished[run.job_id] = run
+            self.changed = True
         return ended
 
     def summary(self) -> dict[str, object]:
@@ -106,6 +110,10 @@ class FakeCloud:
                             for r in self.running.values()}}
 
     def save(self) -> None:
+        """Write the state down when it changed."""
+        if not self.changed:
+            return
+        self.changed = False
         state = {"running": [asdict(r) for r in self.running.values()],
                  "finished": [asdict(r) for r in self.finished.values()],
                  "placements": [[c, p, n] for (c, p), n in sorted(self.placements.items())], "serial": self._serial}

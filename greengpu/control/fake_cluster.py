@@ -384,6 +384,5 @@ class FakeCluster(FakeGpus):
 
     def settle(self) -> None:
         """Write down the job starts and stops of the tick (node power was written at once)."""
-        if self._changed:
-            self.cloud.save()
+        self.cloud.save()
         self._save()

@@ -37,6 +37,8 @@ class KubeBody:
     def __init__(self, sleeper: KubeSleep) -> None:
         self.sleeper = sleeper
         self.cluster: Cluster = sleeper.cluster
+        self.served: dict[str, str] = {}
+        """Pending pods whose capacity decision the spot webhook is served, and which (the same again is no action)."""
 
     def observe(self, now_s: float, suspends_last_minute: int, wakes_last_minute: int) -> Observation:
         try:
@@ -66,10 +68,13 @@ class KubeBody:
             raise RuntimeError(str(error)) from None
         states: dict[str, NodeState] = dict(base.node_states)
         snapshot = ClusterSnapshot(now_s, self.cluster, tuple(running), base.pending, states)
-        return Observation(snapshot, (), sleep, {}, {})
+        waiting = {p.job.job_id for p in base.pending}
+        self.served = {job: kind for job, kind in self.served.items() if job in waiting}
+        return Observation(snapshot, (), sleep, {}, {}, capacity_held=dict(self.served))
 
     def act(self, action: Action, now_s: float) -> str:
         if isinstance(action, ChooseCapacity):  # the spot webhook reads it (GET /v1/capacity/NAMESPACE/POD)
+            self.served[action.job_id] = action.kind
             return f"{action.job_id}: {action.kind} in {action.pool}, served to the spot webhook"
         try:
             if isinstance(action, SleepNode):

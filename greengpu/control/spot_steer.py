@@ -121,12 +121,17 @@ class SlurmCapacity:
                 continue  # the user chose (or changed greengpu's choice): theirs, every pass
             elif job.reason not in WAITING_REASONS or now_s - job.eligible_s < self.min_wait_s:
                 continue
+            base = base if base is not None else job.features
+            if steered_features(base, "spot") is None:
+                self.left.append(self._left(job.job_id, None, f"its constraint {job.features!r} is an expression "
+                                            "greengpu does not rewrite"))
+                continue
             try:
                 facts[job.job_id] = job_facts(record, job, now_s, self.checkpoint_cost_s)
             except BadAnnotation as error:
                 self.left.append(self._left(job.job_id, None, f"its comment cannot be read: {error}"))
                 continue
-            self._jobs[job.job_id] = (job, base if base is not None else job.features)
+            self._jobs[job.job_id] = (job, base)
         return facts, held
 
     def steer(self, job_id: str, capacity: CapacityKind, facts: SpotJobFacts | None = None) -> SteerOutcome:
