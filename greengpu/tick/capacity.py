@@ -152,15 +152,22 @@ def _boot(snapshot: ClusterSnapshot, job: Job) -> tuple[float, float]:
 
 
 def question_for(snapshot: ClusterSnapshot, job: Job, wait: Wait, reserved_start_s: float | None,
-                 policy: SpotPolicy, facts: SpotJobFacts | None = None) -> CapacityQuestion:
+                 policy: SpotPolicy, facts: SpotJobFacts | None = None,
+                 boots: dict[object, tuple[float, float]] | None = None) -> CapacityQuestion:
     """The question for one waiting job of the snapshot: the inventory's cheapest pools that can take it, a new
-    cloud node's start-up, and the core's predicted start (its reservation, or a sleeping node's boot)."""
+    cloud node's start-up, and the core's predicted start (its reservation, or a sleeping node's boot).
+    `boots`: the boots found so far, by the GPU models a job allows (one walk of the nodes per kind of job)."""
     start_in_s: float | None = None
     boot_cost: float | None = None
     if reserved_start_s is not None:
         start_in_s = max(0.0, reserved_start_s - snapshot.time_s)
     if wait.reason is WaitReason.WAKE:
-        boot_s, boot_cost = _boot(snapshot, job)
+        found = boots.get(job.gpu_types) if boots is not None else None
+        if found is None:
+            found = _boot(snapshot, job)
+            if boots is not None:
+                boots[job.gpu_types] = found
+        boot_s, boot_cost = found
         start_in_s = boot_s if start_in_s is None else start_in_s
     on_demand = [_gpu_price(snapshot, p) for p in snapshot.cluster.pools.values()
                  if not p.spot and _allowed(snapshot, job, p)]
@@ -179,6 +186,7 @@ def plan_capacity(snapshot: ClusterSnapshot, cycle: CycleResult, policy: SpotPol
     if not snapshot.cluster.pools or not cycle.waits:
         return ()
     reserved = {r.job_id: r.start_s for r in cycle.reservations}
+    boots: dict[object, tuple[float, float]] = {}
     chosen = []
     for pending in snapshot.pending:
         job = pending.job
@@ -188,6 +196,6 @@ def plan_capacity(snapshot: ClusterSnapshot, cycle: CycleResult, policy: SpotPol
         if facts is not None and job.job_id not in facts:
             continue
         question = question_for(snapshot, job, wait, reserved.get(job.job_id), policy,
-                                facts.get(job.job_id) if facts is not None else None)
+                                facts.get(job.job_id) if facts is not None else None, boots)
         chosen.append(choose_capacity(question, policy))
     return tuple(chosen)

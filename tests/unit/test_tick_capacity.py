@@ -7,8 +7,19 @@ from typing import Any
 
 from greengpu.config.inventory import load_cluster_text
 from greengpu.config.policy import load_policy
-from greengpu.model import ChooseCapacity, Cluster, ClusterSnapshot, GpuSlot, Job, PendingJob, RunningJob
+from greengpu.model import (
+    ChooseCapacity,
+    Cluster,
+    ClusterSnapshot,
+    GpuSlot,
+    Job,
+    NodeState,
+    PendingJob,
+    PowerState,
+    RunningJob,
+)
 from greengpu.policy import Policy
+from greengpu.sched.waits import WaitReason
 from greengpu.spot.decide import SpotJobFacts
 from greengpu.tick.capacity import plan_capacity
 from greengpu.tick.sleep import SleepObservation
@@ -120,3 +131,15 @@ def test_control_tick_returns_the_capacity_actions_with_the_others() -> None:
     result = control_tick(waits, policy(), (), SleepObservation(now_s=NOW_S, busy_gpus=8.0))
     assert [c.kind for c in result.capacity] == ["wait"]
     assert not any(isinstance(a, ChooseCapacity) for a in result.actions)  # a wait is no action
+
+
+def test_a_job_waiting_for_a_sleeping_node_waits_when_the_boot_is_cheaper_than_the_cloud() -> None:
+    asleep = {"n1": NodeState(power=PowerState.ASLEEP, since_s=0.0)}
+    snap = ClusterSnapshot(NOW_S, cluster(), (), (PendingJob(training()),), asleep)
+    cycle = schedule(snap, policy()).cycle
+    assert cycle.waits["j1"].reason is WaitReason.WAKE
+    chosen = plan_capacity(snap, cycle, policy().spot)
+    # The node boots in 300 s, a spot node in 120 s: 3 minutes of 8 GPUs at on-demand value, against a boot of
+    # cents; the rule waits for the node it wakes.
+    assert [(c.job_id, c.kind) for c in chosen] == [("j1", "wait")]
+    assert chosen[0].reason.startswith("waking an on-premises node costs less")
