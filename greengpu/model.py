@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
 from functools import cached_property
-from typing import Literal
 
 GPU_UNITS = 1000
 """Milli-GPU units in one whole GPU."""
@@ -420,15 +419,4 @@ class WakeNode:
     reason: str = ""
 
 
-@dataclass(frozen=True)
-class ChooseCapacity:
-    """Lever 3 (greengpu.tick.capacity): run waiting `job_id` on `spot` or `on-demand` capacity of cloud pool
-    `pool`, or `wait` for on-premises capacity (pool None)."""
-
-    job_id: str
-    kind: Literal["spot", "on-demand", "wait"]
-    pool: str | None
-    reason: str = ""
-
-
-Action = PlaceJob | PreemptJob | KillJob | SetPowerLimit | LockClocks | SleepNode | WakeNode | ChooseCapacity
+Action = PlaceJob | PreemptJob | KillJob | SetPowerLimit | LockClocks | SleepNode | WakeNode

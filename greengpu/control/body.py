@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from greengpu.model import Action, Cluster, ClusterSnapshot
+from greengpu.model import Cluster, ClusterSnapshot
 from greengpu.spot.decide import SpotJobFacts
 from greengpu.tick.power import GpuObservation
 from greengpu.tick.sleep import SleepObservation
+from greengpu.tick.tick import TickAction
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class ClusterBody(Protocol):
         """The cluster now; raises when it cannot be observed (the loop then fails safe)."""
         ...
 
-    def act(self, action: Action, now_s: float) -> str:
+    def act(self, action: TickAction, now_s: float) -> str:
         """Carry out `action`; returns what was done; raises ActionFailed when it was refused."""
         ...
 

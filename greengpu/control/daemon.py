@@ -34,8 +34,6 @@ from greengpu.energy.arrivals import RecentArrivals
 from greengpu.errors import BadInput
 from greengpu.forecast.reserve import DemandRiseForecaster
 from greengpu.model import (
-    Action,
-    ChooseCapacity,
     KillJob,
     LockClocks,
     PlaceJob,
@@ -47,8 +45,9 @@ from greengpu.model import (
 )
 from greengpu.policy import Policy
 from greengpu.sched.preemption import last_checkpoint_s
+from greengpu.tick.capacity import ChooseCapacity
 from greengpu.tick.sleep import SleepObservation
-from greengpu.tick.tick import TickResult, control_tick
+from greengpu.tick.tick import TickAction, TickResult, control_tick
 
 log = logging.getLogger("greengpu.daemon")
 
@@ -290,8 +289,8 @@ class Daemon:
             log.warning("%s", line)
         return released
 
-    def _wanted(self, result: TickResult, seen: Observation, exempt: set[str]) -> list[Action]:
-        wanted: list[Action] = []
+    def _wanted(self, result: TickResult, seen: Observation, exempt: set[str]) -> list[TickAction]:
+        wanted: list[TickAction] = []
         for action in result.actions:
             if isinstance(action, JOB_ACTIONS) and not self.body.schedules_jobs:
                 continue  # the workload manager schedules its own jobs
@@ -306,7 +305,7 @@ class Daemon:
             wanted.append(action)
         return wanted
 
-    def _carry_out(self, actions: list[Action], seen: Observation, now_s: float) -> list[tuple[str, str, str]]:
+    def _carry_out(self, actions: list[TickAction], seen: Observation, now_s: float) -> list[tuple[str, str, str]]:
         """Journal every action of the tick (one transaction, before any is carried out), carry them out in
         order, then close the entries (one transaction) and write the audit lines. A daemon that dies in
         between leaves open entries, which the next start reconciles."""
@@ -342,7 +341,7 @@ class Daemon:
         self.audit.write_many(records)
         return done
 
-    def _act(self, action: Action, kind: str, node: str, job_id: str, tenant: str,
+    def _act(self, action: TickAction, kind: str, node: str, job_id: str, tenant: str,
              now_s: float) -> tuple[str, str, str]:
         """(journal state, metric outcome, what happened) of carrying out one action."""
         if self.dry_run:

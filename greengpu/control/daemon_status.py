@@ -4,13 +4,29 @@ greengpu.control.daemon; `Daemon.status` and `Daemon.waiting_signal` answer with
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from greengpu.control.body import Observation
-from greengpu.model import ChooseCapacity, PowerState
+from greengpu.control.body import ClusterBody, Observation
+from greengpu.control.daemon_metrics import DaemonMetrics
+from greengpu.control.daemon_store import DaemonStore, TickFacts
+from greengpu.model import PowerState
+from greengpu.tick.capacity import ChooseCapacity
+from greengpu.tick.tick import TickResult
 
-if TYPE_CHECKING:
-    from greengpu.control.daemon import Daemon
+
+class Daemon(Protocol):
+    """What these answers read of greengpu.control.daemon.Daemon."""
+
+    body: ClusterBody
+    dry_run: bool
+    energy_by_tenant_j: dict[str, float]
+    facts: TickFacts | None
+    last_good_tick_s: float | None
+    last_observation: Observation | None
+    last_result: TickResult | None
+    leading: bool
+    metrics: DaemonMetrics
+    store: DaemonStore
 
 
 def gauges(daemon: Daemon, seen: Observation) -> None:

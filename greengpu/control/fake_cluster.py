@@ -31,8 +31,6 @@ from greengpu.control.jobclass import GpuJob
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.errors import BadInput
 from greengpu.model import (
-    Action,
-    ChooseCapacity,
     Cluster,
     ClusterSnapshot,
     GpuSlot,
@@ -50,8 +48,10 @@ from greengpu.model import (
     SleepNode,
     WakeNode,
 )
+from greengpu.tick.capacity import ChooseCapacity
 from greengpu.tick.power import NOMINAL_MAX_CLOCK_MHZ, GpuObservation, host_share_w
 from greengpu.tick.sleep import SleepObservation
+from greengpu.tick.tick import TickAction
 
 SUSPEND_S = 30.0
 BUSY_UTILIZATION = 0.9
@@ -296,7 +296,7 @@ class FakeCluster(FakeGpus):
         if view is not None and name not in self._stale:
             view[1][(name, index)] = (limit_w, clock_mhz)
 
-    def act(self, action: Action, now_s: float) -> str:
+    def act(self, action: TickAction, now_s: float) -> str:
         try:
             return self._act(action, now_s)
         finally:
@@ -305,7 +305,7 @@ class FakeCluster(FakeGpus):
             if isinstance(action, SleepNode | WakeNode):
                 self._save()
 
-    def _act(self, action: Action, now_s: float) -> str:
+    def _act(self, action: TickAction, now_s: float) -> str:
         if isinstance(action, PlaceJob):
             waiting = self.pending.get(action.job_id)
             if waiting is None or any((s.node, s.gpu_index) in self._taken for s in action.slots) or any(

@@ -15,8 +15,6 @@ from greengpu.control.body import ActionFailed, Observation
 from greengpu.control.kube_fence import ActionAborted
 from greengpu.control.kube_sleep import KubeSleep, pod_job
 from greengpu.model import (
-    Action,
-    ChooseCapacity,
     Cluster,
     ClusterSnapshot,
     GpuSlot,
@@ -26,6 +24,8 @@ from greengpu.model import (
     SleepNode,
     WakeNode,
 )
+from greengpu.tick.capacity import ChooseCapacity
+from greengpu.tick.tick import TickAction
 
 
 class KubeBody:
@@ -72,7 +72,7 @@ class KubeBody:
         self.served = {job: kind for job, kind in self.served.items() if job in waiting}
         return Observation(snapshot, (), sleep, {}, {}, capacity_held=dict(self.served))
 
-    def act(self, action: Action, now_s: float) -> str:
+    def act(self, action: TickAction, now_s: float) -> str:
         if isinstance(action, ChooseCapacity):  # the spot webhook reads it (GET /v1/capacity/NAMESPACE/POD)
             self.served[action.job_id] = action.kind
             return f"{action.job_id}: {action.kind} in {action.pool}, served to the spot webhook"

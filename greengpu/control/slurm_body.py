@@ -26,8 +26,6 @@ from greengpu.control.spot_steer import SlurmCapacity, steer, steerable
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.model import (
     JOB_CLASSES,
-    Action,
-    ChooseCapacity,
     Cluster,
     ClusterSnapshot,
     GpuSlot,
@@ -43,7 +41,9 @@ from greengpu.model import (
 from greengpu.sched.node_rules import node_allows
 from greengpu.sim.trace_formats import QOS_PRIORITY
 from greengpu.slurm_json import gpus_asked, job_states, json_number, node_constraints
+from greengpu.tick.capacity import ChooseCapacity
 from greengpu.tick.sleep import SleepObservation
+from greengpu.tick.tick import TickAction
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ class SlurmBody:
         allowed = set(exclusions.may_suspend([view.name for view in idle_awake], up))
         return [view for view in idle_awake if view.name in allowed]
 
-    def act(self, action: Action, now_s: float) -> str:
+    def act(self, action: TickAction, now_s: float) -> str:
         try:
             if isinstance(action, SleepNode):
                 exclusions = self.exclusions(now_s)

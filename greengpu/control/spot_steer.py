@@ -36,7 +36,7 @@ from typing import Any
 
 from greengpu.backends import slurm
 from greengpu.control.body import ActionFailed
-from greengpu.model import ChooseCapacity, Cluster
+from greengpu.model import Cluster
 from greengpu.policy import Policy
 from greengpu.spot.decide import CapacityKind, PoolPrice, SpotJobFacts
 from greengpu.spot.pod_facts import BadAnnotation
@@ -49,7 +49,7 @@ from greengpu.spot.slurm_facts import (
     steered_features,
     without_capacity,
 )
-from greengpu.tick.capacity import CapacityQuestion, CloudOffer, choose_capacity
+from greengpu.tick.capacity import CapacityQuestion, ChooseCapacity, CloudOffer, choose_capacity
 
 log = logging.getLogger("greengpu.spot.steer")
 REQUEUED_REASONS = frozenset({"BeginTime"})

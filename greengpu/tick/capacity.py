@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from greengpu.model import ChooseCapacity, ClusterSnapshot, Job, Pool
+from greengpu.model import ClusterSnapshot, Job, Pool
 from greengpu.policy import SpotPolicy
 from greengpu.sched.core import CycleResult
 from greengpu.sched.waits import Wait, WaitReason
@@ -37,6 +37,17 @@ BURST_REASONS = frozenset({WaitReason.CAPACITY, WaitReason.GANG, WaitReason.RESE
                            WaitReason.WAKE})
 """Waits more capacity would end. Quota waits stay (a tenant's limits hold in the cloud too), and so do jobs whose
 preempted victims are already stopping for them."""
+
+
+@dataclass(frozen=True)
+class ChooseCapacity:
+    """Lever 3's action: run waiting `job_id` on `spot` or `on-demand` capacity of cloud pool `pool`, or `wait`
+    for on-premises capacity (pool None)."""
+
+    job_id: str
+    kind: Literal["spot", "on-demand", "wait"]
+    pool: str | None
+    reason: str = ""
 
 
 @dataclass(frozen=True)

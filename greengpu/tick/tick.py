@@ -15,15 +15,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from greengpu.model import Action, ChooseCapacity, ClusterSnapshot, PlaceJob, SleepNode, WakeNode
+from greengpu.model import Action, ClusterSnapshot, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import Policy
 from greengpu.sched.core import CycleResult, schedule_cycle
 from greengpu.spot.decide import SpotJobFacts
-from greengpu.tick.capacity import plan_capacity
+from greengpu.tick.capacity import ChooseCapacity, plan_capacity
 from greengpu.tick.power import GpuObservation, GpuSettings, PowerAction, plan_power
 from greengpu.tick.power import after_placements as gpus_after_placements
 from greengpu.tick.sleep import SleepObservation, after_placements, plan_sleep, plan_wakes
 from greengpu.tick.waiting import WorkWaiting, with_slack_verdict, work_waiting
+
+TickAction = Action | ChooseCapacity
+"""What a body carries out: the core's and the energy levers' actions, and the capacity lever's."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class TickResult:
     """Lever 3: spot, on-demand or wait for each job left waiting for capacity (greengpu.tick.capacity)."""
 
     @property
-    def actions(self) -> tuple[Action, ...]:
+    def actions(self) -> tuple[TickAction, ...]:
         """All actions in the order a body carries them out: jobs, then cloud capacity (a `wait` is no action),
         then wakes, then limits, then sleeps."""
         jobs = tuple(a for a in self.scheduled.cycle.actions if not isinstance(a, WakeNode))

@@ -8,7 +8,6 @@ from typing import Any
 from greengpu.config.inventory import load_cluster_text
 from greengpu.config.policy import load_policy
 from greengpu.model import (
-    ChooseCapacity,
     Cluster,
     ClusterSnapshot,
     GpuSlot,
@@ -21,7 +20,7 @@ from greengpu.model import (
 from greengpu.policy import Policy
 from greengpu.sched.waits import WaitReason
 from greengpu.spot.decide import SpotJobFacts
-from greengpu.tick.capacity import plan_capacity
+from greengpu.tick.capacity import ChooseCapacity, plan_capacity
 from greengpu.tick.sleep import SleepObservation
 from greengpu.tick.tick import control_tick, schedule
 
