@@ -57,11 +57,15 @@ import click
               "for their POST /v1/report (reports only).")
 @click.option("--agent-port", type=click.IntRange(1, 65535), default=9474, show_default=True,
               help="With --source kubernetes: the node agents' port (on each node's InternalIP).")
+@click.option("--cloud-partition", default=None, metavar="NAME",
+              help="With --source slurm and cloud pools: the Slurm partition of the cloud nodes, added to the "
+              "partitions of a job the capacity lever steers (docs/SPOT-LIVE.md).")
 def daemon(cluster_file: str, policy_name: str, source: str | None, backend: str, once: bool, dry_run: bool,
            listen: str, state_dir: str, interval_s: float, token_file: str | None, webhook_url: str | None,
            trace_file: str | None, trace_format: str, seed: int, lease_namespace: str | None,
            lease_name: str, ledger_file: str | None, kube_host: str | None, tick_deadline_s: float | None,
-           suspend_command: str | None, agent_token_file: str | None, agent_port: int) -> None:
+           suspend_command: str | None, agent_token_file: str | None, agent_port: int,
+           cloud_partition: str | None) -> None:
     """Run the control loop on a cluster: observe, decide with the simulator's own tick, act, account.
 
     Every action is journalled before and after it is carried out and written to the audit log; when
@@ -93,6 +97,6 @@ def daemon(cluster_file: str, policy_name: str, source: str | None, backend: str
         webhook_url=webhook_url, trace_file=trace_file, trace_format=trace_format, seed=seed, kube_host=kube_host,
         suspend_command=suspend_command, agent_token_file=agent_token_file, agent_port=agent_port,
         lease_namespace=lease_namespace, lease_name=lease_name,
-        ledger_file=ledger_file, tick_deadline_s=tick_deadline_s))
+        ledger_file=ledger_file, tick_deadline_s=tick_deadline_s, cloud_partition=cloud_partition))
     if code:
         raise click.exceptions.Exit(code)

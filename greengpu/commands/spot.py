@@ -25,7 +25,11 @@ def spot() -> None:
               help="Cluster inventory: the spot and on-demand pools and their prices.")
 @click.option("--policy", "policy_name", default="default", show_default=True, metavar="P",
               help="Policy whose spot section says which classes may run on spot.")
-def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, policy_name: str) -> None:
+@click.option("--daemon", "daemon_url", default=None, metavar="URL",
+              help="Take the daemon's decision (GET URL/v1/capacity/NAMESPACE/NAME, its tick's capacity lever) "
+              "instead of deciding here; no decision or no answer: the pod is admitted unchanged.")
+def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, policy_name: str,
+                 daemon_url: str | None) -> None:
     """Mutating admission webhook: GPU pods get a required node affinity on karpenter.sh/capacity-type
     (spot or on-demand) as the spot decision says; every pod is allowed (fail open).
 
@@ -40,8 +44,13 @@ def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, 
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
     from greengpu.control.exporter import parse_listen
-    from greengpu.control.spot_webhook import WebhookServer, tls_context
+    from greengpu.control.spot_webhook import DaemonDecisions, WebhookServer, tls_context
     from greengpu.errors import BadInput
+
+    try:
+        daemon = DaemonDecisions(daemon_url) if daemon_url is not None else None
+    except ValueError as error:
+        raise BadInput(f"--daemon: {error}") from None
 
     try:
         host, port = parse_listen(listen)
@@ -63,7 +72,7 @@ def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, 
         click.echo(f"greengpu: warning: {warning}", err=True)
     decide = bind_decision(cluster, policy)
     try:
-        server = WebhookServer(host, port, context, decide, cert_file=cert_file).start()
+        server = WebhookServer(host, port, context, decide, cert_file=cert_file, daemon=daemon).start()
     except OSError as error:
         raise click.ClickException(f"spot webhook: cannot listen on {listen}: {error.strerror or error}") from None
     click.echo(f"greengpu: spot webhook on https://{listen.rpartition(':')[0]}:{server.port}/mutate", err=True)

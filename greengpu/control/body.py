@@ -6,12 +6,15 @@ decide: every choice comes from the tick (`greengpu.tick.tick.control_tick`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from greengpu.model import Action, Cluster, ClusterSnapshot
+from greengpu.model import Cluster, ClusterSnapshot
+from greengpu.spot.decide import SpotJobFacts
 from greengpu.tick.power import GpuObservation
 from greengpu.tick.sleep import SleepObservation
+from greengpu.tick.tick import TickAction
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,12 @@ class Observation:
     node_faults: dict[str, str] = field(default_factory=dict)
     """Nodes the workload manager reports failed (Slurm `down~`, ResumeTimeout reached), with its reason: the
     daemon alerts once per node and counts them in its failed-node gauge."""
+    capacity_facts: Mapping[str, SpotJobFacts] | None = None
+    """The pending jobs the capacity lever may steer, with their spot facts as the body reads them (the Slurm
+    body's, from each job's comment); None: every waiting job, as the snapshot gives it (greengpu.tick.capacity)."""
+    capacity_held: Mapping[str, str] = field(default_factory=dict)
+    """Pending jobs the body already steered, and to what (`spot`, `on-demand`): the same choice again is no
+    action."""
 
 
 class ActionFailed(RuntimeError):
@@ -51,7 +60,7 @@ class ClusterBody(Protocol):
         """The cluster now; raises when it cannot be observed (the loop then fails safe)."""
         ...
 
-    def act(self, action: Action, now_s: float) -> str:
+    def act(self, action: TickAction, now_s: float) -> str:
         """Carry out `action`; returns what was done; raises ActionFailed when it was refused."""
         ...
 

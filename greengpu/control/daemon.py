@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from greengpu.control import daemon_status
 from greengpu.control.agent_reports import AgentReports
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ActionFailed, ClusterBody, Observation
@@ -36,7 +37,6 @@ from greengpu.energy.arrivals import RecentArrivals
 from greengpu.errors import BadInput
 from greengpu.forecast.reserve import DemandRiseForecaster
 from greengpu.model import (
-    Action,
     KillJob,
     LockClocks,
     PlaceJob,
@@ -48,8 +48,9 @@ from greengpu.model import (
 )
 from greengpu.policy import Policy
 from greengpu.sched.preemption import last_checkpoint_s
+from greengpu.tick.capacity import ChooseCapacity
 from greengpu.tick.sleep import SleepObservation
-from greengpu.tick.tick import TickResult, control_tick
+from greengpu.tick.tick import TickAction, TickResult, control_tick
 
 log = logging.getLogger("greengpu.daemon")
 
@@ -60,7 +61,7 @@ again on that node or GPU for this long: one alert, not one a tick. Wakes and jo
 retried (a job must not wait on a backoff)."""
 BACKED_OFF = (SleepNode, SetPowerLimit, LockClocks)
 KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
-        SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks"}
+        SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks", ChooseCapacity: "choose_capacity"}
 JOB_ACTIONS = (PlaceJob, PreemptJob, KillJob)
 __all__ = ["Daemon", "DaemonMetrics", "TickReport", "freeze_long_lived_heap"]
 
@@ -172,7 +173,7 @@ class Daemon:
             check_faults(self, seen, now_s)
         # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
         result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s),
-                              seen.gpu_settings)
+                              seen.gpu_settings, seen.capacity_facts)
         self.last_result = result
         self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
         if not self.leading:
@@ -269,11 +270,13 @@ class Daemon:
             log.warning("%s", line)
         return released
 
-    def _wanted(self, result: TickResult, seen: Observation, exempt: set[str]) -> list[Action]:
-        wanted: list[Action] = []
+    def _wanted(self, result: TickResult, seen: Observation, exempt: set[str]) -> list[TickAction]:
+        wanted: list[TickAction] = []
         for action in result.actions:
             if isinstance(action, JOB_ACTIONS) and not self.body.schedules_jobs:
                 continue  # the workload manager schedules its own jobs
+            if isinstance(action, ChooseCapacity) and seen.capacity_held.get(action.job_id) == action.kind:
+                continue  # steered so already
             node = getattr(action, "node", "")
             if node in exempt and not isinstance(action, WakeNode):
                 continue
@@ -283,7 +286,7 @@ class Daemon:
             wanted.append(action)
         return wanted
 
-    def _carry_out(self, actions: list[Action], seen: Observation, now_s: float) -> list[tuple[str, str, str]]:
+    def _carry_out(self, actions: list[TickAction], seen: Observation, now_s: float) -> list[tuple[str, str, str]]:
         """Journal every action of the tick (one transaction, before any is carried out), carry them out in
         order, then close the entries (one transaction) and write the audit lines. A daemon that dies in
         between leaves open entries, which the next start reconciles."""
@@ -319,7 +322,7 @@ class Daemon:
         self.audit.write_many(records)
         return done
 
-    def _act(self, action: Action, kind: str, node: str, job_id: str, tenant: str,
+    def _act(self, action: TickAction, kind: str, node: str, job_id: str, tenant: str,
              now_s: float) -> tuple[str, str, str]:
         """(journal state, metric outcome, what happened) of carrying out one action."""
         if self.dry_run:
@@ -335,6 +338,8 @@ class Daemon:
             return "failed", "failed", str(error)
         if isinstance(action, WakeNode):
             self._woken.setdefault(action.node, now_s)
+        if isinstance(action, ChooseCapacity):
+            self.metrics.cloud_placements.labels(action.kind, action.pool or "").inc()
         return "done", "done", outcome
 
     # --- accounting and gauges -----------------------------------------------------------------
@@ -360,32 +365,9 @@ class Daemon:
                 self.metrics.energy.labels(tenant).inc(joules)
 
     def waiting_signal(self) -> dict[str, Any]:
-        """What `GET /v1/waiting` answers: the work waiting at the last good tick, and whether the cluster had
-        no slack left (the agents lift caps for either)."""
-        last = self.last_result.scheduled.waiting if self.last_result is not None else None
-        return {"job_ids": list(last.job_ids) if last is not None else [], "no_slack": bool(last and last.no_slack),
-                "tick_s": self.last_good_tick_s, "leading": self.leading}
+        """What `GET /v1/waiting` answers (greengpu.control.daemon_status)."""
+        return daemon_status.waiting_signal(self)
 
     def status(self) -> dict[str, Any]:
-        """What /v1/status answers."""
-        seen = self.last_observation
-        nodes = {}
-        if seen is not None:
-            for node in seen.snapshot.cluster.nodes:
-                found = seen.snapshot.node_states.get(node.name)
-                nodes[node.name] = (found.power if found is not None else PowerState.AWAKE).value
-        waiting = self.last_result.scheduled.waiting.job_ids if self.last_result is not None else ()
-        try:  # a short wait only: a store another process holds must not hang the answer
-            paused, exempt, actions_open = self.store.status_facts()
-            store_problem = None
-        except sqlite3.Error as error:
-            facts = self.facts
-            paused, exempt = (facts.paused, facts.exempt) if facts is not None else (False, set())
-            actions_open, store_problem = None, f"{self.store.path}: {error} (paused and exempt: as the last tick read)"
-        return {"source": self.body.name, "dry_run": self.dry_run, "paused": paused,
-                "leading": self.leading,
-                "last_good_tick_s": self.last_good_tick_s, "nodes": nodes,
-                "jobs_waiting_for_capacity": list(waiting), "exempt_nodes": sorted(exempt),
-                "actions_open": actions_open,
-                "gpu_energy_kwh_by_tenant": {t: j / 3.6e6 for t, j in sorted(self.energy_by_tenant_j.items())},
-                **({"store_error": store_problem} if store_problem else {})}
+        """What /v1/status answers (greengpu.control.daemon_status)."""
+        return daemon_status.status(self)

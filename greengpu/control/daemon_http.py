@@ -6,6 +6,10 @@ good tick, and when that was (`--waiting-from` on the agent).
 `POST /v1/report` is where the node agents post their reports (greengpu.control.agent_reports), with the
 same token as the changes below, a bounded body and a rate limit of its own.
 
+`GET /v1/capacity/JOB` is what the spot webhook asks (`greengpu spot webhook --daemon`): the capacity lever's
+decision for job JOB at the last good tick (`spot`, `on-demand` or `wait`, its pool and why); 404 when the
+tick decided nothing for it. A pod's job is `NAMESPACE/NAME`. Read-only: no token.
+
 `POST /v1/pause`, `/v1/resume` and `/v1/exempt?node=NAME[&exempt=false]` need `Authorization: Bearer
 TOKEN`, the token read from `--token-file` (without one they answer 403: nothing changes over HTTP),
 are rate-limited per client address, and are logged with the client and the change, never the token.
@@ -26,12 +30,13 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import generate_latest
 
 from greengpu.control.agent_report_http import read_report
 from greengpu.control.daemon import Daemon
+from greengpu.control.daemon_status import capacity_decision
 from greengpu.control.http_serve import BoundedHandler, BoundedHTTPServer
 
 log = logging.getLogger("greengpu.daemon")
@@ -44,6 +49,8 @@ READ_TIMEOUT_S = 10.0
 """A client whose request has not come whole within this is dropped; also the bound on writing an answer."""
 GET_PATHS = frozenset({"/metrics", "/healthz", "/v1/status", "/v1/waiting"})
 POST_PATHS = frozenset({"/v1/pause", "/v1/resume", "/v1/exempt", "/v1/report"})
+CAPACITY_PREFIX = "/v1/capacity/"
+MAX_JOB_ID_CHARS = 256
 REPORTS_PER_MINUTE = 120
 """Reports a client may post per minute (every node's agent reports each tick; several agents may share an
 address behind a NAT)."""
@@ -146,6 +153,13 @@ class DaemonServer:
                     self._json(200, daemon.status())
                 elif path == "/v1/waiting":
                     self._json(200, daemon.waiting_signal())
+                elif path.startswith(CAPACITY_PREFIX):
+                    job_id = unquote(path[len(CAPACITY_PREFIX):])
+                    found = capacity_decision(daemon, job_id) if 0 < len(job_id) <= MAX_JOB_ID_CHARS else None
+                    if found is None:
+                        self._json(404, {"error": "no capacity decision for this job at the last good tick"})
+                    else:
+                        self._json(200, found)
                 elif path in POST_PATHS:
                     self._json(405, {"error": f"{path} changes the daemon: use POST"}, {"Allow": "POST"})
                 else:
@@ -154,7 +168,7 @@ class DaemonServer:
             def _post(self) -> None:
                 parts = urlsplit(self.path)
                 client = self.client_address[0]
-                if parts.path in GET_PATHS:
+                if parts.path in GET_PATHS or parts.path.startswith(CAPACITY_PREFIX):
                     self._json(405, {"error": f"{parts.path} is read-only: use GET"}, {"Allow": "GET"})
                     return
                 # Reports take the agents' token too (`--agent-token-file`): a node need not hold the one that pauses.

@@ -94,6 +94,8 @@ class DaemonOptions:
     agent_port: int = 9474
     tick_deadline_s: float | None = None
     """A tick that has not returned after this long is a failed one (None: `default_deadline_s`)."""
+    cloud_partition: str | None = None
+    """Slurm with cloud pools: the cloud nodes' partition, added to a steered job's (greengpu.control.spot_steer)."""
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -119,8 +121,11 @@ def build_body(options: DaemonOptions, state_dir: Path) -> ClusterBody:
         return FakeCluster(cluster, jobs, state_dir, start_s=now_s)
     if options.source == "slurm":
         from greengpu.control.slurm_body import SlurmBody
+        from greengpu.control.spot_steer import SlurmCapacity
 
-        return SlurmBody(cluster)
+        steer = (SlurmCapacity(options.policy.spot.checkpoint_cost_s, options.cloud_partition, dry_run=options.dry_run)
+                 if cluster.pools else None)
+        return SlurmBody(cluster, capacity=steer)
     from greengpu.backends.kubernetes import KubeApi, make_api_client
     from greengpu.backends.wol import Waker
     from greengpu.control.kube_body import KubeBody

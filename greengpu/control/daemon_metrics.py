@@ -36,6 +36,9 @@ class DaemonMetrics:
                              "Jobs the last tick found waiting for capacity or for nodes to wake.", registry=r)
         self.paused = Gauge("greengpu_daemon_paused", "1 while the daemon is paused.", registry=r)
         self.alerts = Counter("greengpu_daemon_alerts", "Alerts raised, by kind.", ["kind"], registry=r)
+        self.cloud_placements = Counter("greengpu_daemon_cloud_placements", "Waiting jobs the capacity lever "
+                                        "sent to cloud capacity, by kind (spot, on-demand) and pool.",
+                                        ["capacity", "pool"], registry=r)
         self.energy = Counter("greengpu_daemon_energy_joules", "Measured GPU energy attributed to each tenant "
                               "(idle GPUs to 'idle').", ["tenant"], registry=r)
         self.queue_wait = Gauge("greengpu_daemon_queue_wait_seconds", "Queue wait of the jobs started in the "

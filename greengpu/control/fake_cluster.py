@@ -24,13 +24,13 @@ from greengpu.backends.fake_nvml import FakeGpu, FakeNvml
 from greengpu.backends.nvml import NvmlBackend
 from greengpu.control.agent import gpu_observation
 from greengpu.control.body import ActionFailed, Observation
+from greengpu.control.fake_cloud import FakeCloud
 from greengpu.control.fake_gpus import FakeGpus, FakeNode
 from greengpu.control.fake_jobs import first_start_s, generated_jobs
 from greengpu.control.jobclass import GpuJob
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.errors import BadInput
 from greengpu.model import (
-    Action,
     Cluster,
     ClusterSnapshot,
     GpuSlot,
@@ -48,8 +48,10 @@ from greengpu.model import (
     SleepNode,
     WakeNode,
 )
+from greengpu.tick.capacity import ChooseCapacity
 from greengpu.tick.power import NOMINAL_MAX_CLOCK_MHZ, GpuObservation, host_share_w
 from greengpu.tick.sleep import SleepObservation
+from greengpu.tick.tick import TickAction
 
 SUSPEND_S = 30.0
 BUSY_UTILIZATION = 0.9
@@ -61,6 +63,7 @@ class FakeCluster(FakeGpus):
 
     name = "fake"
     schedules_jobs = True
+    nodes: dict[str, FakeNode]
 
     def __init__(self, cluster: Cluster, jobs: list[Job], state_dir: Path, start_s: float,
                  never_wake: frozenset[str] = frozenset()) -> None:
@@ -77,6 +80,8 @@ class FakeCluster(FakeGpus):
         self.next_arrival = 0
         self.origin_s = start_s
         self._load()
+        self.cloud = FakeCloud(cluster, state_dir)
+        """The inventory's cloud pools: where the tick's capacity lever sends waiting jobs (`ChooseCapacity`)."""
         self._type_of = {n.name: n.type_name for n in cluster.nodes}
         self._views: dict[str, tuple[list[GpuObservation], dict[tuple[str, int], tuple[float, int | None]]]] = {}
         """Each awake node's GPUs as last read (observations and settings), until something changes them."""
@@ -180,6 +185,9 @@ class FakeCluster(FakeGpus):
             if running.expected_end_s <= now_s:
                 self._free(job_id, now_s)
                 self.finished[job_id] = running.expected_end_s
+        for run in self.cloud.advance(now_s):
+            self.finished[run.job_id] = run.end_s
+            self._changed = True
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].submit_time_s <= now_s:
             job = self.arrivals[self.next_arrival]
             self.pending[job.job_id] = PendingJob(job)
@@ -280,7 +288,7 @@ class FakeCluster(FakeGpus):
         if view is not None and name not in self._stale:
             view[1][(name, index)] = (limit_w, clock_mhz)
 
-    def act(self, action: Action, now_s: float) -> str:
+    def act(self, action: TickAction, now_s: float) -> str:
         try:
             return self._act(action, now_s)
         finally:
@@ -289,7 +297,7 @@ class FakeCluster(FakeGpus):
             if isinstance(action, SleepNode | WakeNode):
                 self._save()
 
-    def _act(self, action: Action, now_s: float) -> str:
+    def _act(self, action: TickAction, now_s: float) -> str:
         if isinstance(action, PlaceJob):
             waiting = self.pending.get(action.job_id)
             if waiting is None or any((s.node, s.gpu_index) in self._taken for s in action.slots) or any(
@@ -307,6 +315,8 @@ class FakeCluster(FakeGpus):
                 self._taken.add((slot.node, slot.gpu_index))
                 self._jobs_on[slot.node] += 1
             return f"{action.job_id} started on {len(action.slots)} GPU(s)"
+        if isinstance(action, ChooseCapacity):
+            return self._to_cloud(action, now_s)
         if isinstance(action, PreemptJob):
             running = self.running.get(action.job_id)
             if running is None:
@@ -364,6 +374,18 @@ class FakeCluster(FakeGpus):
         self._save()
         return f"{node}: drained ({reason})"
 
+    def _to_cloud(self, action: ChooseCapacity, now_s: float) -> str:
+        waiting = self.pending.get(action.job_id)
+        if waiting is None or action.kind == "wait" or action.pool is None:
+            raise ActionFailed(f"cannot send {action.job_id} to the cloud: not pending, or nowhere to go")
+        try:
+            run = self.cloud.start(waiting.job, action.kind, action.pool, now_s)
+        except ValueError as error:
+            raise ActionFailed(f"cannot send {action.job_id} to {action.kind}: {error}") from None
+        del self.pending[action.job_id]
+        self._changed = True
+        return f"{action.job_id} sent to {action.kind} pool {action.pool} on {', '.join(run.nodes)}"
+
     def withdraw_preemptions(self, job_ids: list[str]) -> None:
         """Jobs asked to stop for a job that no longer waits keep running: their signal is cleared."""
         for job_id in job_ids:
@@ -374,4 +396,5 @@ class FakeCluster(FakeGpus):
 
     def settle(self) -> None:
         """Write down the job starts and stops of the tick (node power was written at once)."""
+        self.cloud.save()
         self._save()

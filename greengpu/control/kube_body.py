@@ -16,7 +16,6 @@ from greengpu.control.checkpoint_marks import CHECKPOINT_KEY, checkpoint_value
 from greengpu.control.kube_fence import ActionAborted
 from greengpu.control.kube_sleep import KubeSleep, pod_job
 from greengpu.model import (
-    Action,
     Cluster,
     ClusterSnapshot,
     GpuSlot,
@@ -26,6 +25,8 @@ from greengpu.model import (
     SleepNode,
     WakeNode,
 )
+from greengpu.tick.capacity import ChooseCapacity
+from greengpu.tick.tick import TickAction
 
 
 class KubeBody:
@@ -37,6 +38,8 @@ class KubeBody:
     def __init__(self, sleeper: KubeSleep) -> None:
         self.sleeper = sleeper
         self.cluster: Cluster = sleeper.cluster
+        self.served: dict[str, str] = {}
+        """Pending pods whose capacity decision the spot webhook is served, and which (the same again is no action)."""
 
     def observe(self, now_s: float, suspends_last_minute: int, wakes_last_minute: int) -> Observation:
         try:
@@ -67,7 +70,9 @@ class KubeBody:
             raise RuntimeError(str(error)) from None
         states: dict[str, NodeState] = dict(base.node_states)
         snapshot = ClusterSnapshot(now_s, self.cluster, tuple(running), base.pending, states)
-        return Observation(snapshot, (), sleep, {}, {})
+        waiting = {p.job.job_id for p in base.pending}
+        self.served = {job: kind for job, kind in self.served.items() if job in waiting}
+        return Observation(snapshot, (), sleep, {}, {}, capacity_held=dict(self.served))
 
     def drain_node(self, node: str, reason: str) -> str:
         """Cordon `node` for a failing GPU (greengpu.health.drain decided it), without greengpu's sleep mark:
@@ -78,7 +83,10 @@ class KubeBody:
             raise ActionFailed(str(error)) from None
         return f"{node}: cordoned ({reason})"
 
-    def act(self, action: Action, now_s: float) -> str:
+    def act(self, action: TickAction, now_s: float) -> str:
+        if isinstance(action, ChooseCapacity):  # the spot webhook reads it (GET /v1/capacity/NAMESPACE/POD)
+            self.served[action.job_id] = action.kind
+            return f"{action.job_id}: {action.kind} in {action.pool}, served to the spot webhook"
         try:
             if isinstance(action, SleepNode):
                 outcome = self.sleeper.sleep(action.node, f"greengpu: {action.reason}")

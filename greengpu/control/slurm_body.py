@@ -24,10 +24,10 @@ from greengpu.backends.slurm_config import SuspendExclusions, read_exclusions
 from greengpu.control.body import ActionFailed, Observation
 from greengpu.control.checkpoint_marks import checkpoint_in_comment
 from greengpu.control.slurm_nodes import fault_reason, node_features, node_partitions, node_power
+from greengpu.control.spot_steer import SlurmCapacity, steer, steerable
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.model import (
     JOB_CLASSES,
-    Action,
     Cluster,
     ClusterSnapshot,
     GpuSlot,
@@ -43,7 +43,9 @@ from greengpu.model import (
 from greengpu.sched.node_rules import node_allows
 from greengpu.sim.trace_formats import QOS_PRIORITY
 from greengpu.slurm_json import gpus_asked, job_states, json_number, node_constraints
+from greengpu.tick.capacity import ChooseCapacity
 from greengpu.tick.sleep import SleepObservation
+from greengpu.tick.tick import TickAction
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +152,11 @@ class SlurmBody:
     schedules_jobs = False
 
     def __init__(self, cluster: Cluster, run: Callable[..., str] = slurm.run,
-                 exclusions: SuspendExclusions | None = None) -> None:
+                 exclusions: SuspendExclusions | None = None, capacity: SlurmCapacity | None = None) -> None:
+        """`capacity`: the capacity lever's reader and actuator (cloud pools; None: no job is steered)."""
         self.cluster = cluster
         self._run = run
+        self.capacity = capacity
         self._idle_since: dict[str, float] = {}
         self._asleep_since: dict[str, float] = {}
         self._seen_cluster = cluster
@@ -190,7 +194,8 @@ class SlurmBody:
     def observe(self, now_s: float, suspends_last_minute: int, wakes_last_minute: int) -> Observation:
         known = {n.name for n in self.cluster.nodes}
         problems: list[str] = []
-        running, pending = parse_jobs(self._run("squeue", "--json"), known, problems, now_s)
+        queue = self._run("squeue", "--json")
+        running, pending = parse_jobs(queue, known, problems, now_s)
         for problem in problems:
             if problem not in self._job_problems:  # once per job while it waits, not every tick
                 log.warning("squeue --json: %s", problem)
@@ -248,7 +253,8 @@ class SlurmBody:
                                  ready_idle_gpus=ready, busy_gpus=float(sum(r.job.gpus for r in running)),
                                  suspends_last_minute=suspends_last_minute, wakes_last_minute=wakes_last_minute,
                                  timezone=self.cluster.site.timezone)
-        return Observation(snapshot, (), sleep, {}, {}, faults)
+        facts, held = steerable(self.capacity, queue, now_s)
+        return Observation(snapshot, (), sleep, {}, {}, faults, facts, held)
 
     def _sleepable(self, idle_awake: list[NodeView], now_s: float, states: dict[str, NodeState], busy: set[str],
                    known: set[str]) -> list[NodeView]:
@@ -262,7 +268,7 @@ class SlurmBody:
         allowed = set(exclusions.may_suspend([view.name for view in idle_awake], up))
         return [view for view in idle_awake if view.name in allowed]
 
-    def act(self, action: Action, now_s: float) -> str:
+    def act(self, action: TickAction, now_s: float) -> str:
         try:
             if isinstance(action, SleepNode):
                 exclusions = self.exclusions(now_s)
@@ -276,6 +282,8 @@ class SlurmBody:
             if isinstance(action, WakeNode):
                 self._run("scontrol", "update", f"nodename={action.node}", "state=POWER_UP")
                 return f"{action.node}: power up asked of Slurm"
+            if isinstance(action, ChooseCapacity) and self.capacity is not None and action.kind != "wait":
+                return steer(self.capacity, action)
         except slurm.SlurmError as error:
             raise ActionFailed(str(error)) from None
         raise ActionFailed(f"{type(action).__name__} is not carried out on Slurm (the node agents cap GPUs)")

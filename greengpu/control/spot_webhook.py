@@ -5,6 +5,12 @@ verdict; `GET /healthz` answers `ok` (the Deployment's probes). TLS from a certi
 API server only calls webhooks over HTTPS; the certificate must name the Service, and its CA goes in the
 MutatingWebhookConfiguration's caBundle).
 
+With `--daemon URL` (`DaemonDecisions`) the decision is the daemon's: the capacity lever of its tick
+(greengpu.tick.capacity) decides for the pods it sees waiting, and the webhook asks
+`GET URL/v1/capacity/NAMESPACE/NAME` (a bounded read, a short timeout); no decision there, a daemon that
+cannot be reached or an answer it cannot read leave the pod unchanged. Without it the webhook asks the same
+rule itself, with the inventory's prices (deprecated: one brain decides).
+
 Fail open: whatever goes wrong inside (a decision that raises, a pod shaped oddly) the pod is allowed
 unchanged and the error logged, and the MutatingWebhookConfiguration says `failurePolicy: Ignore`, so a
 webhook that is down or slow never blocks a pod either. Only a request that is not an AdmissionReview at
@@ -20,12 +26,15 @@ import ssl
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 from greengpu.spot.admission import Verdict, decide_pod, review_response
-from greengpu.spot.pod_facts import Decide
+from greengpu.spot.pod_facts import CapacityKind, Decide, SpotJobFacts
 
 log = logging.getLogger("greengpu.spot")
 
@@ -33,6 +42,66 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 """Largest AdmissionReview read (the API server's own limit on an object is about 1.5 MiB)."""
 READ_TIMEOUT_S = 10.0
 """A client that sends nothing for this long is dropped (the API server's webhook timeout is at most 30 s)."""
+DAEMON_TIMEOUT_S = 2.0
+"""The most a pod's admission waits on the daemon (the API server's webhook timeout is 10 s by default)."""
+MAX_DAEMON_ANSWER_BYTES = 64 * 1024
+
+
+class DaemonDecisions:
+    """The daemon's capacity decisions, read over its HTTP API (`GET /v1/capacity/NAMESPACE/NAME`)."""
+
+    def __init__(self, base_url: str, timeout_s: float = DAEMON_TIMEOUT_S) -> None:
+        """ValueError when `base_url` is not an http(s) URL."""
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{base_url!r} is not an http:// or https:// URL")
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._said: set[str] = set()
+
+    def _once(self, why: str) -> None:
+        if why not in self._said:
+            self._said.add(why)
+            log.warning("spot webhook: %s: pods are admitted unchanged meanwhile", why)
+
+    def lookup(self, job_id: str) -> CapacityKind | None:
+        """`spot` or `on-demand` as the daemon's last good tick decided for `job_id`; None for anything else
+        (no decision, `wait`, a daemon that cannot be reached or says something unreadable): unchanged."""
+        url = f"{self.base_url}/v1/capacity/{quote(job_id, safe='')}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as reply:  # noqa: S310 (http(s) checked)
+                body = reply.read(MAX_DAEMON_ANSWER_BYTES + 1)
+        except urllib.error.HTTPError as error:
+            if error.code != 404:
+                self._once(f"the daemon {self.base_url} answered {error.code}")
+            return None
+        except (OSError, ValueError) as error:
+            self._once(f"cannot ask the daemon {self.base_url} ({error})")
+            return None
+        try:
+            answer = json.loads(body) if len(body) <= MAX_DAEMON_ANSWER_BYTES else None
+        except ValueError:
+            answer = None
+        kind = answer.get("kind") if isinstance(answer, dict) else None
+        if kind is None:
+            self._once(f"the daemon {self.base_url} gave an answer that is not a capacity decision")
+        return "spot" if kind == "spot" else "on-demand" if kind == "on-demand" else None
+
+    def for_request(self, request: Any) -> Decide:
+        """The decision for one admission request's pod: the daemon's for `NAMESPACE/NAME` (a pod made from
+        generateName has no name yet, and no decision)."""
+        pod = request.get("object")
+        metadata = pod.get("metadata") if isinstance(pod, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        namespace = request.get("namespace") or (metadata.get("namespace") if isinstance(metadata, dict) else None)
+        if not isinstance(name, str) or not isinstance(namespace, str) or not name or not namespace:
+            return lambda facts: None
+        job_id = f"{namespace}/{name}"
+
+        def decide(facts: SpotJobFacts) -> CapacityKind | None:
+            return self.lookup(job_id)
+
+        return decide
 
 
 def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
@@ -102,10 +171,11 @@ class WebhookServer:
     """The webhook on `host:port` over TLS, in a background thread; `port` 0 picks a free one."""
 
     def __init__(self, host: str, port: int, context: ssl.SSLContext, decide: Decide,
-                 clock: Callable[[], float] = time.time, cert_file: str | None = None) -> None:
+                 clock: Callable[[], float] = time.time, cert_file: str | None = None,
+                 daemon: DaemonDecisions | None = None) -> None:
         """Binds at once (an address in use raises OSError here, before anything else happens). With
         `cert_file`, `/healthz` carries a `Warning` header while the certificate has expired or soon will
-        (still 200: the webhook serves, and fails open)."""
+        (still 200: the webhook serves, and fails open). With `daemon`, the decision is the daemon's."""
 
         class Handler(BaseHTTPRequestHandler):
             timeout = READ_TIMEOUT_S
@@ -125,7 +195,8 @@ class WebhookServer:
                 review = self._review()
                 if review is None:
                     return
-                body, verdict = answer(review, decide, clock())
+                chosen = daemon.for_request(review["request"]) if daemon is not None else decide
+                body, verdict = answer(review, chosen, clock())
                 request = review["request"]
                 if verdict is not None:
                     log.info("spot webhook: %s: %s", pod_name(request), verdict.reason)

@@ -1,7 +1,8 @@
 """Which cloud pool a waiting job goes to, if any: the replay's side of greengpu.spot.decide and wait_or_rent.
 
 The simulator only gathers the facts (prices, the core's predicted start, how soon a cloud node could run the
-job) and carries out the pure rules' answer; `CloudPools` (sim/cloud.py) places and runs the job.
+job) and carries out the answer of the tick's capacity rule (greengpu.tick.capacity.choose_capacity, the rule the
+daemon's tick asks too); `CloudPools` (sim/cloud.py) places and runs the job.
 """
 
 from __future__ import annotations
@@ -13,16 +14,8 @@ from greengpu.model import Cluster, Job, Pool, PowerState
 from greengpu.policy import Policy
 from greengpu.sched.waits import Wait, WaitReason
 from greengpu.sim.nodes import SimNode
-from greengpu.spot.decide import (
-    CapacityKind,
-    PoolPrice,
-    SpotJobFacts,
-    cloud_capacity_for,
-    on_demand_cost,
-    prefer_waking,
-    spot_cost,
-)
-from greengpu.spot.wait_or_rent import WaitOrRentFacts, waits_on_premises
+from greengpu.spot.decide import CapacityKind, PoolPrice, SpotJobFacts
+from greengpu.tick.capacity import CapacityQuestion, CloudOffer, choose_capacity
 
 Room = Callable[[Job, Pool], "dict[str, int] | None"]
 """Units per node a job would take in a pool ("" + index: nodes to start), or None: no room."""
@@ -88,24 +81,31 @@ class CloudChooser:
                  if job.gpu_types is None or self.cluster.node_types[n.type_name].gpu_model in job.gpu_types]
         return max(boots, default=0.0)
 
+    def offer(self, job: Job, pool: Pool | None, now_s: float) -> CloudOffer | None:
+        """What `pool` (the cheapest of its kind with room) offers the job: its price and how soon its nodes run it."""
+        if pool is None:
+            return None
+        room = self.room(job, pool)
+        assert room is not None  # cheapest only offers pools with room
+        return CloudOffer(pool.name, self.price(job, pool), self.ready_in_s(room, pool, now_s))
+
+    def question(self, job: Job, wait: Wait, now_s: float, reserved_start_s: float | None = None) -> CapacityQuestion:
+        """The capacity rule's question for a waiting job, from the replay's own cloud nodes and prices."""
+        boot_cost = self.boot_kwh * self.price_per_kwh(now_s) if wait.reason is WaitReason.WAKE else None
+        return CapacityQuestion(job.job_id, self.facts(job, now_s),
+                                self.offer(job, self.cheapest(job, True), now_s),
+                                self.offer(job, self.cheapest(job, False), now_s),
+                                self.predicted_start_in_s(job, wait, now_s, reserved_start_s),
+                                self.on_demand_per_gpu_hour(job), boot_cost)
+
     def choose(self, job: Job, wait: Wait, now_s: float,
                reserved_start_s: float | None = None) -> tuple[CapacityKind, Pool] | None:
-        """The cloud pool a waiting job should go to now (None: it keeps waiting on-premises)."""
-        spot, on_demand = self.cheapest(job, True), self.cheapest(job, False)
-        facts = self.facts(job, now_s)
-        spot_price = self.price(job, spot) if spot else None
-        kind = cloud_capacity_for(facts, spot_price, self.price(job, on_demand) if on_demand else None,
-                                  self.policy.spot)
-        pool = spot if kind == "spot" else on_demand if kind == "on-demand" else None
-        if kind is None or pool is None:
+        """The cloud pool a waiting job should go to now (None: it keeps waiting on-premises), as the tick's
+        capacity rule (greengpu.tick.capacity.choose_capacity) says."""
+        chosen = choose_capacity(self.question(job, wait, now_s, reserved_start_s), self.policy.spot)
+        if chosen.kind == "wait" or chosen.pool is None:
             return None
-        if self.policy.spot.enabled and self._waits(job, wait, now_s, reserved_start_s, kind, pool, facts):
-            return None
-        if wait.reason is WaitReason.WAKE:
-            cloud_cost = self.gpu_price(pool) * job.gpus * job.duration_s / 3600.0
-            if prefer_waking(self.boot_kwh * self.price_per_kwh(now_s), cloud_cost):
-                return None
-        return kind, pool
+        return chosen.kind, self.pools[chosen.pool]
 
     def predicted_start_in_s(self, job: Job, wait: Wait, now_s: float, reserved_start_s: float | None) -> float | None:
         """The core's predicted start from now: its reservation, or the boot of the sleeping nodes it waits for
@@ -115,21 +115,6 @@ class CloudChooser:
         if wait.reason is WaitReason.WAKE:
             return self.on_premises_boot_s(job)
         return None
-
-    def _waits(self, job: Job, wait: Wait, now_s: float, reserved_start_s: float | None, kind: CapacityKind,
-               pool: Pool, facts: SpotJobFacts) -> bool:
-        """The wait-or-rent rule (greengpu.spot.wait_or_rent) on the core's predicted start: a reservation's
-        start, or for a job waiting for sleeping nodes their boot."""
-        start_in_s = self.predicted_start_in_s(job, wait, now_s, reserved_start_s)
-        room = self.room(job, pool)
-        assert room is not None  # cheapest only offers pools with room
-        price = self.price(job, pool)
-        cost = spot_cost(facts, price) if kind == "spot" else on_demand_cost(facts, price)
-        rent = WaitOrRentFacts(job.job_class, job.gpus, job.duration_s, start_in_s,
-                               self.ready_in_s(room, pool, now_s), cost, self.on_demand_per_gpu_hour(job),
-                               facts.deadline_remaining_s, self.policy.spot.restart_s,
-                               job.checkpoint_interval_s if self.policy.spot.come_back else None)
-        return waits_on_premises(rent, self.policy.spot.waiting)
 
 
 def fits_free_awake(job: Job, nodes: Iterable[SimNode], cluster: Cluster) -> bool:

@@ -1,17 +1,15 @@
-"""The replay's cloud nodes and the jobs on them, as sim/cloud.py keeps them; which waits may go to the cloud."""
+"""The replay's cloud nodes and the jobs on them, as sim/cloud.py keeps them; which waits may go to the cloud
+(`BURST_REASONS`, the tick's: greengpu.tick.capacity)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from greengpu.model import PendingJob
-from greengpu.sched.waits import WaitReason
 from greengpu.spot.decide import CapacityKind
+from greengpu.tick.capacity import BURST_REASONS
 
-BURST_REASONS = frozenset({WaitReason.CAPACITY, WaitReason.GANG, WaitReason.RESERVATION, WaitReason.NO_MODEL,
-                           WaitReason.WAKE})
-"""Waits more capacity would end. Quota waits stay (a tenant's limits hold in the cloud too), and so do jobs whose
-preempted victims are already stopping for them."""
+__all__ = ["BURST_REASONS", "CloudJob", "CloudNode"]
 
 
 @dataclass

@@ -12,16 +12,21 @@ their inputs, which gives the same decisions without asking every lever at every
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from greengpu.model import Action, ClusterSnapshot, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import Policy
 from greengpu.sched.core import CycleResult, schedule_cycle
+from greengpu.spot.decide import SpotJobFacts
+from greengpu.tick.capacity import ChooseCapacity, plan_capacity
 from greengpu.tick.power import GpuObservation, GpuSettings, PowerAction, plan_power
 from greengpu.tick.power import after_placements as gpus_after_placements
 from greengpu.tick.sleep import SleepObservation, after_placements, plan_sleep, plan_wakes
 from greengpu.tick.waiting import WorkWaiting, with_slack_verdict, work_waiting
+
+TickAction = Action | ChooseCapacity
+"""What a body carries out: the core's and the energy levers' actions, and the capacity lever's."""
 
 
 @dataclass(frozen=True)
@@ -40,12 +45,16 @@ class TickResult:
     power: tuple[PowerAction, ...]
     sleeps: tuple[SleepNode, ...]
     wakes: tuple[WakeNode, ...]
+    capacity: tuple[ChooseCapacity, ...] = ()
+    """Lever 3: spot, on-demand or wait for each job left waiting for capacity (greengpu.tick.capacity)."""
 
     @property
-    def actions(self) -> tuple[Action, ...]:
-        """All actions in the order a body carries them out: jobs, then wakes, then limits, then sleeps."""
+    def actions(self) -> tuple[TickAction, ...]:
+        """All actions in the order a body carries them out: jobs, then cloud capacity (a `wait` is no action),
+        then wakes, then limits, then sleeps."""
         jobs = tuple(a for a in self.scheduled.cycle.actions if not isinstance(a, WakeNode))
-        return (*jobs, *self.wakes, *self.power, *self.sleeps)
+        clouds = tuple(c for c in self.capacity if c.kind != "wait")
+        return (*jobs, *clouds, *self.wakes, *self.power, *self.sleeps)
 
 
 def schedule(snapshot: ClusterSnapshot, policy: Policy) -> Scheduled:
@@ -55,11 +64,13 @@ def schedule(snapshot: ClusterSnapshot, policy: Policy) -> Scheduled:
 
 
 def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuObservation],
-                 sleep: SleepObservation, gpu_settings: GpuSettings | None = None) -> TickResult:
+                 sleep: SleepObservation, gpu_settings: GpuSettings | None = None,
+                 capacity_facts: Mapping[str, SpotJobFacts] | None = None) -> TickResult:
     """One tick over every lever: `gpus` as observed now, `sleep` the nodes' power states and rates.
 
     With `gpu_settings` (the limits and clocks the GPUs hold now), the capping lever returns only the
-    writes that change something."""
+    writes that change something. `capacity_facts`: the body's own spot facts of the jobs it lets the
+    capacity lever steer (greengpu.tick.capacity.plan_capacity; None: every waiting job, from the snapshot)."""
     scheduled = schedule(snapshot, policy)
     asked = tuple(a for a in scheduled.cycle.actions if isinstance(a, WakeNode))
     # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
@@ -71,4 +82,6 @@ def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuOb
     wakes = plan_wakes(sleep, policy.sleep, asked) if policy.sleep.enabled else ()
     if placed:
         gpus = gpus_after_placements(gpus, placed, {p.job.job_id: p.job for p in snapshot.pending})
-    return TickResult(scheduled, plan_power(gpus, policy.capping, scheduled.waiting, gpu_settings), sleeps, wakes)
+    capacity = plan_capacity(snapshot, scheduled.cycle, policy.spot, capacity_facts)
+    return TickResult(scheduled, plan_power(gpus, policy.capping, scheduled.waiting, gpu_settings), sleeps, wakes,
+                      capacity)
