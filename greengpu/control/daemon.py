@@ -389,10 +389,15 @@ class Daemon:
         self.metrics.jobs.labels("pending").set(len(seen.snapshot.pending))
 
     def waiting_signal(self) -> dict[str, Any]:
-        """What `GET /v1/waiting` answers: the work waiting at the last good tick, and whether the cluster had
-        no slack left (the agents lift caps for either)."""
+        """What `GET /v1/waiting` answers: the work waiting at the last good tick, whether the cluster had no
+        slack left (every cap lifts) and which running jobs' caps lift and which stay on (`uncapped_job_ids`,
+        `capped_job_ids`: the slack rule's per-job verdict; the agents lift exactly those, and a job in
+        neither while work waits, as with a daemon that does not say)."""
         last = self.last_result.scheduled.waiting if self.last_result is not None else None
+        uncapped = last.uncapped if last is not None else None
         return {"job_ids": list(last.job_ids) if last is not None else [], "no_slack": bool(last and last.no_slack),
+                "uncapped_job_ids": sorted(uncapped) if uncapped is not None else None,
+                "capped_job_ids": sorted(capped) if (capped := last.capped if last else None) is not None else None,
                 "tick_s": self.last_good_tick_s, "leading": self.leading}
 
     def status(self) -> dict[str, Any]:

@@ -279,7 +279,8 @@ class FakeCluster:
         gpus = view[0]
         seen = gpus[index]
         assert seen.gpu_index == index
-        gpus[index] = replace(seen, job_class=job.job_class if job is not None else None)
+        gpus[index] = replace(seen, job_class=job.job_class if job is not None else None,
+                              job_id=job.job_id if job is not None else None)
 
     def _note_setting(self, name: str, index: int, limit_w: float, clock_mhz: int | None) -> None:
         """greengpu wrote GPU `index` of `name`: its cached settings follow what the GPU now holds."""
