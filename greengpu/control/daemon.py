@@ -26,9 +26,11 @@ from typing import Any
 
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ActionFailed, ClusterBody, Observation
+from greengpu.control.daemon_answers import status, waiting_signal
 from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_metrics import DaemonMetrics, TickReport, freeze_long_lived_heap
 from greengpu.control.daemon_store import DaemonStore, TickFacts
+from greengpu.control.daemon_wakes import WakeWatch
 from greengpu.energy.arrivals import RecentArrivals
 from greengpu.errors import BadInput
 from greengpu.forecast.reserve import DemandRiseForecaster
@@ -89,7 +91,8 @@ class Daemon:
         """With `sleep.use_forecast`: the hourly rise of demand, learnt from what the daemon observes."""
         self.arrivals = RecentArrivals()
         """The jobs seen arriving over the last day (greengpu.energy.arrivals: the warm reserve follows them)."""
-        self._woken: dict[str, float] = {}
+        self.wakes = WakeWatch(policy.sleep)
+        """Wake-ups in flight: retried with the simulator's backoff, alerted once given up on (`_check_wakes`)."""
         self._refused_until: dict[tuple[str, str, int | None], float] = {}
         """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
         self._faulted: set[str] = set()
@@ -229,17 +232,14 @@ class Daemon:
             self.alerts.raise_alert("ledger_failed", f"cannot write the ledger {self.meter.path}: {error}", now_s)
 
     def _check_wakes(self, seen: Observation, now_s: float) -> None:
-        """A node woken more than `wake_timeout_s` ago and still not up raises one `wake_failed` alert."""
-        for node, sent_s in list(self._woken.items()):
-            state = seen.snapshot.node_states.get(node)
-            if state is None or state.power is PowerState.AWAKE:
-                del self._woken[node]
-            elif now_s - sent_s > self.policy.sleep.wake_timeout_s:
-                del self._woken[node]
+        """A wake-up not up within `wake_timeout_s` is sent again after the simulator's backoff
+        (greengpu.energy.wake_verify); after `1 + wake_retries` attempts one `wake_failed` alert names the node."""
+        for event in self.wakes.check(seen.snapshot.node_states, now_s):
+            if event.kind == "send":
+                self._carry_out([WakeNode(event.node, event.message)], seen, now_s)
+            elif event.kind == "failed":
                 self.metrics.alerts.labels("wake_failed").inc()
-                self.alerts.raise_alert("wake_failed", f"{node}: not up {now_s - sent_s:.0f} s after its wake-up "
-                                        f"({state.power.value}); check its power, BMC and wake-on-LAN", now_s,
-                                        node=node)
+                self.alerts.raise_alert("wake_failed", event.message, now_s, node=event.node)
 
     def _check_faults(self, seen: Observation, now_s: float) -> None:
         """One `node_failed` alert per node the workload manager reports failed, with its reason; again only after
@@ -353,7 +353,7 @@ class Daemon:
                                     node=node, job=job_id, tenant=tenant)
             return "failed", "failed", str(error)
         if isinstance(action, WakeNode):
-            self._woken.setdefault(action.node, now_s)
+            self.wakes.sent(action.node, now_s, action.reason)
         return "done", "done", outcome
 
     # --- accounting and gauges -----------------------------------------------------------------
@@ -389,37 +389,9 @@ class Daemon:
         self.metrics.jobs.labels("pending").set(len(seen.snapshot.pending))
 
     def waiting_signal(self) -> dict[str, Any]:
-        """What `GET /v1/waiting` answers: the work waiting at the last good tick, whether the cluster had no
-        slack left (every cap lifts) and which running jobs' caps lift and which stay on (`uncapped_job_ids`,
-        `capped_job_ids`: the slack rule's per-job verdict; the agents lift exactly those, and a job in
-        neither while work waits, as with a daemon that does not say)."""
-        last = self.last_result.scheduled.waiting if self.last_result is not None else None
-        uncapped = last.uncapped if last is not None else None
-        return {"job_ids": list(last.job_ids) if last is not None else [], "no_slack": bool(last and last.no_slack),
-                "uncapped_job_ids": sorted(uncapped) if uncapped is not None else None,
-                "capped_job_ids": sorted(capped) if (capped := last.capped if last else None) is not None else None,
-                "tick_s": self.last_good_tick_s, "leading": self.leading}
+        """What `GET /v1/waiting` answers (greengpu.control.daemon_answers)."""
+        return waiting_signal(self)
 
     def status(self) -> dict[str, Any]:
-        """What /v1/status answers."""
-        seen = self.last_observation
-        nodes = {}
-        if seen is not None:
-            for node in seen.snapshot.cluster.nodes:
-                found = seen.snapshot.node_states.get(node.name)
-                nodes[node.name] = (found.power if found is not None else PowerState.AWAKE).value
-        waiting = self.last_result.scheduled.waiting.job_ids if self.last_result is not None else ()
-        try:  # a short wait only: a store another process holds must not hang the answer
-            paused, exempt, actions_open = self.store.status_facts()
-            store_problem = None
-        except sqlite3.Error as error:
-            facts = self.facts
-            paused, exempt = (facts.paused, facts.exempt) if facts is not None else (False, set())
-            actions_open, store_problem = None, f"{self.store.path}: {error} (paused and exempt: as the last tick read)"
-        return {"source": self.body.name, "dry_run": self.dry_run, "paused": paused,
-                "leading": self.leading,
-                "last_good_tick_s": self.last_good_tick_s, "nodes": nodes,
-                "jobs_waiting_for_capacity": list(waiting), "exempt_nodes": sorted(exempt),
-                "actions_open": actions_open,
-                "gpu_energy_kwh_by_tenant": {t: j / 3.6e6 for t, j in sorted(self.energy_by_tenant_j.items())},
-                **({"store_error": store_problem} if store_problem else {})}
+        """What /v1/status answers (greengpu.control.daemon_answers)."""
+        return status(self)

@@ -352,6 +352,8 @@ class FakeCluster:
             return f"{action.node}: suspending"
         if isinstance(action, WakeNode):
             node = self.nodes[action.node]
+            if node.power == PowerState.WAKING.value:  # a retry (greengpu.energy.wake_verify): the boot goes on
+                return f"{action.node}: wake-up sent again"
             if node.power != PowerState.ASLEEP.value:
                 raise ActionFailed(f"{action.node}: not asleep ({node.power})")
             node.power, node.since_s = PowerState.WAKING.value, now_s
