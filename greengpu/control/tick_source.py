@@ -17,7 +17,7 @@ from greengpu.energy.arrivals import RecentArrivals
 from greengpu.model import ClusterSnapshot
 from greengpu.policy import Policy
 from greengpu.tick.tick import schedule
-from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting, with_job_verdict, with_slack_verdict
+from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting, gpus_in_use, with_job_verdict, with_slack_verdict
 
 
 class TickSource:
@@ -32,7 +32,7 @@ class TickSource:
 
     def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
         snapshot = self._observe()
-        busy_gpus = sum(running.job.gpus for running in snapshot.running)
+        busy_gpus = gpus_in_use(snapshot.running)
         self.arrivals.note_snapshot(snapshot.time_s, snapshot)
         waiting = with_slack_verdict(schedule(snapshot, self.policy).waiting, snapshot.cluster.total_gpus,
                                      busy_gpus, self.policy.sleep, self.arrivals.gpus(snapshot.time_s))

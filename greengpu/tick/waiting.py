@@ -165,4 +165,16 @@ def with_slack_verdict(waiting: WorkWaiting, total_gpus: float, busy_gpus: float
                        arrived_gpus: float | None = None) -> WorkWaiting:
     """`waiting` with the headroom rule's verdict (greengpu.energy.headroom) for a cluster of `total_gpus`
     with `busy_gpus` in use (`arrived_gpus`: the day's arrivals, greengpu.energy.arrivals)."""
-    return waiting.with_no_slack(not levers_have_slack(total_gpus, busy_gpus, policy, arrived_gpus))
+    return waiting.with_no_slack(no_slack_left(total_gpus, busy_gpus, policy, arrived_gpus))
+
+
+def no_slack_left(total_gpus: float, busy_gpus: float, policy: SleepPolicy, arrived_gpus: float | None = None) -> bool:
+    """The one slack verdict every body asks (the simulator after a cycle or a finish, the daemon's tick, the
+    agent's tick source): the GPUs not in use no longer cover the warm reserve (greengpu.energy.headroom),
+    so every cap lifts. `busy_gpus`: `gpus_in_use` of the running jobs."""
+    return not levers_have_slack(total_gpus, busy_gpus, policy, arrived_gpus)
+
+
+def gpus_in_use(running: Iterable[RunningJob]) -> float:
+    """The GPUs the running jobs hold, as every body counts them for the slack verdict (a job's whole share)."""
+    return float(sum(r.job.gpus for r in running))
