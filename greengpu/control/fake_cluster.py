@@ -108,13 +108,15 @@ class FakeCluster(FakeClusterState):
 
     def _advance(self, now_s: float) -> None:
         for node in self.nodes.values():
+            # Each change is stamped when it happened, not when a tick looked (as in a replay's event times).
             if node.power == PowerState.SUSPENDING.value and now_s >= node.since_s + SUSPEND_S:
-                node.power, node.since_s, node.idle_since_s = PowerState.ASLEEP.value, now_s, None
+                node.power, node.since_s, node.idle_since_s = PowerState.ASLEEP.value, node.since_s + SUSPEND_S, None
                 self._changed = True
             boot_s = self.cluster.node_types[self._type(node.name)].boot_s
             if (node.power == PowerState.WAKING.value and now_s >= node.since_s + boot_s
                     and node.name not in self.never_wake):
-                node.power, node.since_s, node.idle_since_s = PowerState.AWAKE.value, now_s, now_s
+                up_s = node.since_s + boot_s
+                node.power, node.since_s, node.idle_since_s = PowerState.AWAKE.value, up_s, up_s
                 for gpu in self.fakes[node.name].gpus:  # a power cycle puts NVML's limits and clocks back
                     gpu.limit_w, gpu.locked_clock_mhz = gpu.default_limit_w, None
                 self.fakes[node.name].save()
@@ -122,7 +124,7 @@ class FakeCluster(FakeClusterState):
                 self._changed = True
         for job_id, running in list(self.running.items()):
             if running.expected_end_s <= now_s:
-                self._free(job_id, now_s)
+                self._free(job_id, running.expected_end_s)
                 self.finished[job_id] = running.expected_end_s
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].submit_time_s <= now_s:
             job = self.arrivals[self.next_arrival]
