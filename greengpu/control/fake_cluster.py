@@ -217,7 +217,8 @@ class FakeCluster(FakeClusterState):
         self._stale.update(self.nodes)
 
     def _note_gpu(self, name: str, index: int, job: Job | None) -> None:
-        """A job started on (or left) GPU `index` of `name`: its cached view follows (one job per fake GPU)."""
+        """A job started on (or left) GPU `index` of `name`: its cached view follows (a shared GPU shows the
+        job set on it first)."""
         view = self._views.get(name)
         if view is None or name in self._stale:
             return
