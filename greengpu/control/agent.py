@@ -72,7 +72,8 @@ def gpu_observation(node: str, reading: GpuReading, job: GpuJob | None, cap_not_
     """The tick's view of one GPU as NVML reads it (the simulator builds the same from the inventory)."""
     return GpuObservation(node=node, gpu_index=reading.index, job_class=job.job_class if job else None,
                           constraints=reading.constraints, max_clock_mhz=reading.max_sm_clock_mhz,
-                          host_share_w=host_share_w, cap_not_binding=cap_not_binding)
+                          host_share_w=host_share_w, cap_not_binding=cap_not_binding,
+                          job_id=job.job_id if job else None)
 
 
 class Agent:
@@ -98,9 +99,15 @@ class Agent:
 
     @property
     def relaxed_for_queue(self) -> bool:
-        """Whether the last tick lifted caps because GPU work waited for capacity or the cluster had no slack
-        (`relax_when_queued`)."""
-        return self.policy.relaxes_when_queued and self.waiting.lifts_every_cap
+        """Whether the last tick lifted a cap because GPU work waited for capacity or the cluster had no slack
+        (`relax_when_queued`): on every GPU's job when the per-job verdict is unknown, else on the jobs the
+        slack rule names (`WorkWaiting.lifts_cap`)."""
+        if not self.policy.relaxes_when_queued:
+            return False
+        if self.waiting.uncapped is None:
+            return self.waiting.lifts_every_cap
+        return any(control.job is not None and self.waiting.lifts_cap(control.job.job_id)
+                   for control in self.gpus.values())
 
     # --- life cycle ------------------------------------------------------------------------
 

@@ -28,10 +28,11 @@ from greengpu.control import daemon_status
 from greengpu.control.agent_reports import AgentReports
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ActionFailed, ClusterBody, Observation
-from greengpu.control.daemon_checks import check_faults, check_wakes, set_gauges
+from greengpu.control.daemon_checks import check_faults, set_gauges
 from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_metrics import DaemonMetrics, TickReport, freeze_long_lived_heap
 from greengpu.control.daemon_store import DaemonStore, TickFacts
+from greengpu.control.daemon_wakes import WakeWatch
 from greengpu.control.report_effects import ReportEffects
 from greengpu.energy.arrivals import RecentArrivals
 from greengpu.errors import BadInput
@@ -93,7 +94,8 @@ class Daemon:
         """With `sleep.use_forecast`: the hourly rise of demand, learnt from what the daemon observes."""
         self.arrivals = RecentArrivals()
         """The jobs seen arriving over the last day (greengpu.energy.arrivals: the warm reserve follows them)."""
-        self._woken: dict[str, float] = {}
+        self.wakes = WakeWatch(policy.sleep)
+        """Wake-ups in flight: retried with the simulator's backoff, alerted once given up on (`_check_wakes`)."""
         self._refused_until: dict[tuple[str, str, int | None], float] = {}
         """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
         self._faulted: set[str] = set()
@@ -169,7 +171,7 @@ class Daemon:
                 self.leading = False
                 log.warning("cannot tell whether this replica leads (%s): standing by", error)
         if self.leading:  # a standby does not alert (the leader does)
-            check_wakes(self, seen, now_s)
+            self._check_wakes(seen, now_s)
             check_faults(self, seen, now_s)
         # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
         result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s),
@@ -235,6 +237,16 @@ class Daemon:
         except (sqlite3.Error, OSError, BadInput) as error:  # a full disk must not stop the levers
             self.metrics.alerts.labels("ledger_failed").inc()
             self.alerts.raise_alert("ledger_failed", f"cannot write the ledger {self.meter.path}: {error}", now_s)
+
+    def _check_wakes(self, seen: Observation, now_s: float) -> None:
+        """A wake-up not up within `wake_timeout_s` is sent again after the simulator's backoff
+        (greengpu.energy.wake_verify); after `1 + wake_retries` attempts one `wake_failed` alert names the node."""
+        for event in self.wakes.check(seen.snapshot.node_states, now_s):
+            if event.kind == "send":
+                self._carry_out([WakeNode(event.node, event.message)], seen, now_s)
+            elif event.kind == "failed":
+                self.metrics.alerts.labels("wake_failed").inc()
+                self.alerts.raise_alert("wake_failed", event.message, now_s, node=event.node)
 
     def _failed(self, now_s: float, message: str, kind: str = "observe_failed") -> TickReport:
         """A failed tick: counted, GPUs released first (fail safe), then the alert (a webhook that is slow or
@@ -337,7 +349,7 @@ class Daemon:
                                     node=node, job=job_id, tenant=tenant)
             return "failed", "failed", str(error)
         if isinstance(action, WakeNode):
-            self._woken.setdefault(action.node, now_s)
+            self.wakes.sent(action.node, now_s, action.reason)
         if isinstance(action, ChooseCapacity):
             self.metrics.cloud_placements.labels(action.kind, action.pool or "").inc()
         return "done", "done", outcome

@@ -1,5 +1,5 @@
-"""The daemon's checks of each tick's observation (wake-ups that never came up, nodes the workload manager
-failed) and its node and job gauges (split from greengpu.control.daemon, whose state they read)."""
+"""The daemon's checks of each tick's observation (nodes the workload manager failed) and its node and job
+gauges (split from greengpu.control.daemon, whose state they read)."""
 
 from __future__ import annotations
 
@@ -19,22 +19,7 @@ class Checked(Protocol):
     policy: Policy
     metrics: DaemonMetrics
     alerts: Alerts
-    _woken: dict[str, float]
     _faulted: set[str]
-
-
-def check_wakes(daemon: Checked, seen: Observation, now_s: float) -> None:
-    """A node woken more than `wake_timeout_s` ago and still not up raises one `wake_failed` alert."""
-    for node, sent_s in list(daemon._woken.items()):
-        state = seen.snapshot.node_states.get(node)
-        if state is None or state.power is PowerState.AWAKE:
-            del daemon._woken[node]
-        elif now_s - sent_s > daemon.policy.sleep.wake_timeout_s:
-            del daemon._woken[node]
-            daemon.metrics.alerts.labels("wake_failed").inc()
-            daemon.alerts.raise_alert("wake_failed", f"{node}: not up {now_s - sent_s:.0f} s after its wake-up "
-                                    f"({state.power.value}); check its power, BMC and wake-on-LAN", now_s,
-                                    node=node)
 
 
 def check_faults(daemon: Checked, seen: Observation, now_s: float) -> None:

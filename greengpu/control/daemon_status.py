@@ -1,4 +1,4 @@
-"""What the daemon tells: its gauges, `/v1/status`, `/v1/waiting` and `/v1/capacity/JOB` (split from
+"""What the daemon tells: `/v1/status`, `/v1/waiting` and `/v1/capacity/JOB` (split from
 greengpu.control.daemon; `Daemon.status` and `Daemon.waiting_signal` answer with these)."""
 
 from __future__ import annotations
@@ -30,10 +30,16 @@ class Daemon(Protocol):
 
 
 def waiting_signal(daemon: Daemon) -> dict[str, Any]:
-    """What `GET /v1/waiting` answers: the work waiting at the last good tick, and whether the cluster had
-    no slack left (the agents lift caps for either)."""
+    """What `GET /v1/waiting` answers: the work waiting at the last good tick, whether the cluster had no
+    slack left (every cap lifts) and which running jobs' caps lift and which stay on (`uncapped_job_ids`,
+    `capped_job_ids`: the slack rule's per-job verdict; the agents lift exactly the first, and lift a job
+    in neither while work waits, as with a daemon that does not say)."""
     last = daemon.last_result.scheduled.waiting if daemon.last_result is not None else None
+    uncapped = last.uncapped if last is not None else None
+    capped = last.capped if last is not None else None
     return {"job_ids": list(last.job_ids) if last is not None else [], "no_slack": bool(last and last.no_slack),
+            "uncapped_job_ids": sorted(uncapped) if uncapped is not None else None,
+            "capped_job_ids": sorted(capped) if capped is not None else None,
             "tick_s": daemon.last_good_tick_s, "leading": daemon.leading}
 
 

@@ -14,26 +14,23 @@ woke); nothing else writes to these GPUs, so the cached view is exact, and one t
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from greengpu.backends.fake_nvml import FakeGpu, FakeNvml
 from greengpu.backends.nvml import NvmlBackend
 from greengpu.control.agent import gpu_observation
 from greengpu.control.body import ActionFailed, Observation
 from greengpu.control.fake_cloud import FakeCloud
-from greengpu.control.fake_gpus import FakeGpus, FakeNode
+from greengpu.control.fake_cluster_state import FakeClusterState, FakeNode
+from greengpu.control.fake_gpus import FakeGpus
 from greengpu.control.fake_jobs import first_start_s, generated_jobs
 from greengpu.control.jobclass import GpuJob
 from greengpu.energy.sleep import NodeView, idle_draw_w
-from greengpu.errors import BadInput
 from greengpu.model import (
+    GPU_UNITS,
     Cluster,
     ClusterSnapshot,
-    GpuSlot,
     Job,
     KillJob,
     LockClocks,
@@ -42,12 +39,14 @@ from greengpu.model import (
     PendingJob,
     PlaceJob,
     PowerState,
+    PreemptionRecord,
     PreemptJob,
     RunningJob,
     SetPowerLimit,
     SleepNode,
     WakeNode,
 )
+from greengpu.sched.preemption import last_checkpoint_s
 from greengpu.tick.capacity import ChooseCapacity
 from greengpu.tick.power import NOMINAL_MAX_CLOCK_MHZ, GpuObservation, host_share_w
 from greengpu.tick.sleep import SleepObservation
@@ -58,7 +57,7 @@ BUSY_UTILIZATION = 0.9
 __all__ = ["FakeCluster", "FakeNode", "first_start_s", "generated_jobs"]
 
 
-class FakeCluster(FakeGpus):
+class FakeCluster(FakeClusterState, FakeGpus):
     """The cluster body of `--backend fake` (a `ClusterBody`)."""
 
     name = "fake"
@@ -91,7 +90,10 @@ class FakeCluster(FakeGpus):
         """Whether the cluster's state (jobs, nodes) changed since it was last written down."""
         self._slots_text: dict[str, str] = {}
         """Each running job's GPUs as written down (they do not change while it runs)."""
-        self._taken = {(s.node, s.gpu_index) for r in self.running.values() for s in r.slots}
+        self._taken: dict[tuple[str, int], int] = {}
+        """Milli-GPUs in use on each GPU that holds a job (fractional jobs share a GPU, as the core packs them)."""
+        for slot in (s for r in self.running.values() for s in r.slots):
+            self._taken[(slot.node, slot.gpu_index)] = self._taken.get((slot.node, slot.gpu_index), 0) + slot.units
         self._jobs_on = dict.fromkeys(self.nodes, 0)
         for slot in (s for r in self.running.values() for s in r.slots):
             self._jobs_on[slot.node] += 1
@@ -108,74 +110,19 @@ class FakeCluster(FakeGpus):
             backend.open()
             self.nvml[node.name] = backend
 
-    # --- persistence ---------------------------------------------------------------------------
-
-    def _load(self) -> None:
-        if not self.state_path.exists():
-            return
-        try:
-            self._load_saved(json.loads(self.state_path.read_text()))
-        except (ValueError, KeyError, TypeError, AttributeError, OSError) as error:  # UnicodeDecodeError: ValueError
-            missing = f"key {error}" if isinstance(error, KeyError) else f"{type(error).__name__}: {error}"
-            raise BadInput(f"{self.state_path}: a damaged fake-cluster state, or one of another cluster or job "
-                           f"stream ({missing}); move it away to start the fake cluster afresh") from None
-        unknown = set(self.nodes) ^ {n.name for n in self.cluster.nodes}
-        if unknown:
-            raise BadInput(f"{self.state_path}: its nodes are not the inventory's (e.g. {sorted(unknown)[0]}): "
-                           "the state of another cluster; give this one a --state of its own")
-
-    def _load_saved(self, saved: dict[str, Any]) -> None:
-        self.nodes = {n["name"]: FakeNode(**n) for n in saved["nodes"]}
-        self.next_arrival = int(saved["next_arrival"])
-        self.origin_s = float(saved.get("origin_s", self.origin_s))
-        self.finished = {job_id: float(end_s) for job_id, end_s in saved.get("finished", {}).items()}
-        for job_id, start_s, end_s, slots, signalled_s, preempted_for in saved["running"]:
-            pairs = (slot.rpartition(":") for slot in slots.split())
-            held = tuple(GpuSlot(node, int(index)) for node, _, index in pairs)
-            self.running[job_id] = RunningJob(job=self.jobs[job_id], slots=held, start_time_s=start_s,
-                                              expected_end_s=end_s, preempt_signalled_s=signalled_s,
-                                              preempted_for=preempted_for, last_checkpoint_s=signalled_s)
-        remaining = saved.get("remaining", {})
-        for job_id in saved["pending"]:
-            job = self.jobs[job_id]
-            left = replace(job, duration_s=remaining[job_id]) if job_id in remaining else job
-            self.pending[job_id] = PendingJob(left)
-
-    def _save(self) -> None:
-        if not self._changed:
-            return
-        self._changed = False
-        state = {"nodes": [vars(n) for n in self.nodes.values()], "next_arrival": self.next_arrival,
-                 "origin_s": self.origin_s,
-                 "finished": self.finished,
-                 "running": [[r.job.job_id, r.start_time_s, r.expected_end_s, self._slots_of(r),
-                              r.preempt_signalled_s, r.preempted_for] for r in self.running.values()],
-                 # Job ids, in queue order; the work left only of jobs stopped part-way (the rest have their
-                 # whole duration): a queue of thousands is written every tick.
-                 "pending": list(self.pending),
-                 "remaining": {job_id: p.job.duration_s for job_id, p in self.pending.items()
-                               if p.job is not self.jobs[job_id]}}
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.state_path)
-
-    def _slots_of(self, running: RunningJob) -> str:
-        text = self._slots_text.get(running.job.job_id)
-        if text is None:
-            text = self._slots_text[running.job.job_id] = " ".join(f"{s.node}:{s.gpu_index}" for s in running.slots)
-        return text
-
     # --- time passes ---------------------------------------------------------------------------
 
     def _advance(self, now_s: float) -> None:
         for node in self.nodes.values():
+            # Each change is stamped when it happened, not when a tick looked (as in a replay's event times).
             if node.power == PowerState.SUSPENDING.value and now_s >= node.since_s + SUSPEND_S:
-                node.power, node.since_s, node.idle_since_s = PowerState.ASLEEP.value, now_s, None
+                node.power, node.since_s, node.idle_since_s = PowerState.ASLEEP.value, node.since_s + SUSPEND_S, None
                 self._changed = True
             boot_s = self.cluster.node_types[self._type(node.name)].boot_s
             if (node.power == PowerState.WAKING.value and now_s >= node.since_s + boot_s
                     and node.name not in self.never_wake):
-                node.power, node.since_s, node.idle_since_s = PowerState.AWAKE.value, now_s, now_s
+                up_s = node.since_s + boot_s
+                node.power, node.since_s, node.idle_since_s = PowerState.AWAKE.value, up_s, up_s
                 for gpu in self.fakes[node.name].gpus:  # a power cycle puts NVML's limits and clocks back
                     gpu.limit_w, gpu.locked_clock_mhz = gpu.default_limit_w, None
                 self.fakes[node.name].save()
@@ -183,7 +130,7 @@ class FakeCluster(FakeGpus):
                 self._changed = True
         for job_id, running in list(self.running.items()):
             if running.expected_end_s <= now_s:
-                self._free(job_id, now_s)
+                self._free(job_id, running.expected_end_s)
                 self.finished[job_id] = running.expected_end_s
         for run in self.cloud.advance(now_s):
             self.finished[run.job_id] = run.end_s
@@ -202,9 +149,15 @@ class FakeCluster(FakeGpus):
         self._slots_text.pop(job_id, None)
         self._changed = True
         for slot in running.slots:
-            self._note_gpu(slot.node, slot.gpu_index, None)
-            self.fakes[slot.node].set_load(slot.gpu_index, 0.0, [])
-            self._taken.discard((slot.node, slot.gpu_index))
+            key = (slot.node, slot.gpu_index)
+            self._taken[key] = self._taken.get(key, 0) - slot.units
+            if self._taken[key] <= 0:
+                del self._taken[key]
+                self._note_gpu(slot.node, slot.gpu_index, None)
+                self.fakes[slot.node].set_load(slot.gpu_index, 0.0, [])
+            else:  # a shared GPU: it is set for a job still on it
+                self._note_gpu(slot.node, slot.gpu_index, next(
+                    r.job for r in self.running.values() if any((t.node, t.gpu_index) == key for t in r.slots)))
             self._jobs_on[slot.node] -= 1
         for name in {s.node for s in running.slots}:
             if self._jobs_on[name] == 0:
@@ -273,14 +226,16 @@ class FakeCluster(FakeGpus):
         self._stale.update(self.nodes)
 
     def _note_gpu(self, name: str, index: int, job: Job | None) -> None:
-        """A job started on (or left) GPU `index` of `name`: its cached view follows (one job per fake GPU)."""
+        """A job started on (or left) GPU `index` of `name`: its cached view follows (a shared GPU shows the
+        job set on it first)."""
         view = self._views.get(name)
         if view is None or name in self._stale:
             return
         gpus = view[0]
         seen = gpus[index]
         assert seen.gpu_index == index
-        gpus[index] = replace(seen, job_class=job.job_class if job is not None else None)
+        gpus[index] = replace(seen, job_class=job.job_class if job is not None else None,
+                              job_id=job.job_id if job is not None else None)
 
     def _note_setting(self, name: str, index: int, limit_w: float, clock_mhz: int | None) -> None:
         """greengpu wrote GPU `index` of `name`: its cached settings follow what the GPU now holds."""
@@ -300,19 +255,23 @@ class FakeCluster(FakeGpus):
     def _act(self, action: TickAction, now_s: float) -> str:
         if isinstance(action, PlaceJob):
             waiting = self.pending.get(action.job_id)
-            if waiting is None or any((s.node, s.gpu_index) in self._taken for s in action.slots) or any(
+            if waiting is None or any(self._taken.get((s.node, s.gpu_index), 0) + s.units > GPU_UNITS
+                                      for s in action.slots) or any(
                     self.nodes[s.node].power != PowerState.AWAKE.value or self.nodes[s.node].drained
                     for s in action.slots):
                 raise ActionFailed(f"cannot place {action.job_id}: not pending, or its GPUs are taken, asleep or "
                                    "drained")
             del self.pending[action.job_id]
             self._changed = True
-            self.running[action.job_id] = RunningJob(waiting.job, action.slots, now_s, now_s + waiting.job.duration_s)
+            self.running[action.job_id] = RunningJob(waiting.job, action.slots, now_s, now_s + waiting.job.duration_s,
+                                                     preemptions=waiting.preemptions)
             for slot in action.slots:
-                self.fakes[slot.node].set_load(slot.gpu_index, BUSY_UTILIZATION, [hash(action.job_id) % 30000 + 1])
+                key = (slot.node, slot.gpu_index)
+                if key not in self._taken:  # a shared GPU stays set for the job that was there first
+                    self.fakes[slot.node].set_load(slot.gpu_index, BUSY_UTILIZATION, [hash(action.job_id) % 30000 + 1])
+                    self._note_gpu(slot.node, slot.gpu_index, waiting.job)
+                self._taken[key] = self._taken.get(key, 0) + slot.units
                 self.nodes[slot.node].idle_since_s = None
-                self._note_gpu(slot.node, slot.gpu_index, waiting.job)
-                self._taken.add((slot.node, slot.gpu_index))
                 self._jobs_on[slot.node] += 1
             return f"{action.job_id} started on {len(action.slots)} GPU(s)"
         if isinstance(action, ChooseCapacity):
@@ -321,18 +280,23 @@ class FakeCluster(FakeGpus):
             running = self.running.get(action.job_id)
             if running is None:
                 raise ActionFailed(f"cannot preempt {action.job_id}: not running")
-            # The fake job checkpoints at once; the core stops it when its grace is over (KillJob).
+            # The core stops it when its grace is over (KillJob); it keeps its own checkpoint schedule, as in a
+            # replay (the simulator is the reference: test_differential_one_brain).
             self.running[action.job_id] = replace(running, preempt_signalled_s=now_s,
-                                                  preempted_for=action.for_job_id, last_checkpoint_s=now_s)
+                                                  preempted_for=action.for_job_id)
             self._changed = True
             return f"{action.job_id} told to checkpoint and stop within {action.grace_s:g} s"
         if isinstance(action, KillJob):
             if action.job_id not in self.running:
                 raise ActionFailed(f"cannot stop {action.job_id}: not running")
             running = self._free(action.job_id, now_s)
-            done_s = now_s - running.start_time_s
+            # Requeued with the work its last checkpoint saved taken off, and the preemption on its record,
+            # as the simulator's job runner does (sim/jobs.py `kill`; fake jobs run at full speed).
+            saved_s = last_checkpoint_s(running, now_s) - running.start_time_s
+            by = action.for_job_id or running.preempted_for
+            history = running.preemptions + ((PreemptionRecord(now_s, by),) if by else ())
             self.pending[action.job_id] = PendingJob(replace(running.job, duration_s=max(
-                1.0, running.job.duration_s - done_s)))
+                1.0, running.job.duration_s - saved_s)), preemptions=history)
             return f"{action.job_id} stopped and requeued"
         if isinstance(action, SleepNode):
             node = self.nodes[action.node]
@@ -343,6 +307,8 @@ class FakeCluster(FakeGpus):
             return f"{action.node}: suspending"
         if isinstance(action, WakeNode):
             node = self.nodes[action.node]
+            if node.power == PowerState.WAKING.value:  # a retry (greengpu.energy.wake_verify): the boot goes on
+                return f"{action.node}: wake-up sent again"
             if node.power != PowerState.ASLEEP.value:
                 raise ActionFailed(f"{action.node}: not asleep ({node.power})")
             node.power, node.since_s = PowerState.WAKING.value, now_s

@@ -4,22 +4,11 @@ this in)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from greengpu.backends.fake_nvml import FakeNvml
 from greengpu.backends.nvml import NvmlBackend
 from greengpu.control.body import ActionFailed
+from greengpu.control.fake_cluster_state import FakeNode
 from greengpu.model import LockClocks, PowerState, SetPowerLimit
-
-
-@dataclass
-class FakeNode:
-    name: str
-    power: str = PowerState.AWAKE.value
-    since_s: float = 0.0
-    idle_since_s: float | None = 0.0
-    drained: bool = False
-    """Drained for a failing GPU (greengpu.health.drain): no new work until someone returns it."""
 
 
 class FakeGpus:

@@ -302,7 +302,19 @@ class DaemonWaiting:
             self.problem = f"the daemon's last good tick is too old ({tick_s})"
             return UNKNOWN_WAITING
         self.problem = None
-        return WorkWaiting(tuple(str(j) for j in signal.get("job_ids", [])), no_slack=signal.get("no_slack") is True)
+        # Absent from an old daemon: every cap lifts while work waits (as for a job in neither list).
+        uncapped, capped = _job_ids(signal.get("uncapped_job_ids")), _job_ids(signal.get("capped_job_ids"))
+        # Only the jobs named in a well-formed list are judged: any other lifts while work waits (fail safe).
+        judged = uncapped | (capped or frozenset()) if uncapped is not None else None
+        return WorkWaiting(tuple(str(j) for j in signal.get("job_ids", [])), no_slack=signal.get("no_slack") is True,
+                           uncapped=uncapped, judged=judged)
 
     def work_waiting(self) -> WorkWaiting:
         return self._waiting
+
+
+def _job_ids(found: object) -> frozenset[str] | None:
+    """A list of job ids from the daemon's JSON; None when absent or not a list of ids."""
+    if not isinstance(found, list) or not all(isinstance(j, str | int) and not isinstance(j, bool) for j in found):
+        return None
+    return frozenset(str(j) for j in found)

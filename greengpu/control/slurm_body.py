@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -46,6 +46,7 @@ from greengpu.slurm_json import gpus_asked, job_states, json_number, node_constr
 from greengpu.tick.capacity import ChooseCapacity
 from greengpu.tick.sleep import SleepObservation
 from greengpu.tick.tick import TickAction
+from greengpu.tick.waiting import gpus_in_use
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,16 @@ def bare_constraints(job: Job, nodes: Iterable[Node]) -> Job:
         if all(node_allows(node, alone) for node in nodes):
             loose[name] = None
     return replace(job, **loose) if loose else job
+
+
+def awake_since_s(record: Mapping[str, Any] | None, now_s: float) -> float:
+    """When a node came up, as Slurm reports it: its `boot_time` (slurmd's registration after a boot, so a
+    node resumed from power save counts from its wake), never later than now; 0.0 where Slurm does not say
+    (then `min_awake_s` is taken as long passed, as before)."""
+    boot_s = json_number(record.get("boot_time")) if record is not None else None
+    if boot_s is None or not math.isfinite(boot_s) or boot_s <= 0:
+        return 0.0
+    return min(boot_s, now_s)
 
 
 class SlurmBody:
@@ -244,13 +255,13 @@ class SlurmBody:
                     ready += gpus_of[name]
                 continue
             # Awake, usable and without work: idle since greengpu first saw it so.
-            idle_awake.append(NodeView(name, gpus_of[name], PowerState.AWAKE, 0.0, False,
-                                       self._idle_since.setdefault(name, now_s), idle_w[name]))
+            idle_awake.append(NodeView(name, gpus_of[name], PowerState.AWAKE, awake_since_s(records.get(name), now_s),
+                                       False, self._idle_since.setdefault(name, now_s), idle_w[name]))
             ready += gpus_of[name]
         idle_awake = self._sleepable(idle_awake, now_s, states, busy, known)
         snapshot = ClusterSnapshot(now_s, cluster, tuple(running), tuple(pending), states)
         sleep = SleepObservation(now_s=now_s, idle_awake=tuple(idle_awake), asleep=tuple(asleep),
-                                 ready_idle_gpus=ready, busy_gpus=float(sum(r.job.gpus for r in running)),
+                                 ready_idle_gpus=ready, busy_gpus=gpus_in_use(running),
                                  suspends_last_minute=suspends_last_minute, wakes_last_minute=wakes_last_minute,
                                  timezone=self.cluster.site.timezone)
         facts, held = steerable(self.capacity, queue, now_s)

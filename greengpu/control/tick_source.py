@@ -17,7 +17,7 @@ from greengpu.energy.arrivals import RecentArrivals
 from greengpu.model import ClusterSnapshot
 from greengpu.policy import Policy
 from greengpu.tick.tick import schedule
-from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting, with_slack_verdict
+from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting, gpus_in_use, with_job_verdict, with_slack_verdict
 
 
 class TickSource:
@@ -32,10 +32,12 @@ class TickSource:
 
     def jobs(self, readings: Sequence[GpuReading]) -> dict[int, GpuJob]:
         snapshot = self._observe()
-        busy_gpus = sum(running.job.gpus for running in snapshot.running)
+        busy_gpus = gpus_in_use(snapshot.running)
         self.arrivals.note_snapshot(snapshot.time_s, snapshot)
-        self._waiting = with_slack_verdict(schedule(snapshot, self.policy).waiting, snapshot.cluster.total_gpus,
-                                           busy_gpus, self.policy.sleep, self.arrivals.gpus(snapshot.time_s))
+        waiting = with_slack_verdict(schedule(snapshot, self.policy).waiting, snapshot.cluster.total_gpus,
+                                     busy_gpus, self.policy.sleep, self.arrivals.gpus(snapshot.time_s))
+        # The slack rule's per-job verdict: only the jobs in a waiting job's way run uncapped.
+        self._waiting = with_job_verdict(waiting, snapshot.cluster, snapshot.running)
         return {slot.gpu_index: GpuJob(running.job.job_id, running.job.job_class, running.job.tenant)
                 for running in snapshot.running for slot in running.slots if slot.node == self.node}
 

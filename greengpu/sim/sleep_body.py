@@ -20,7 +20,7 @@ from greengpu.model import PowerState, WakeNode
 from greengpu.policy import Policy
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.nodes import NodeFleet, SimNode
-from greengpu.tick.sleep import SleepObservation, plan_sleep, plan_wakes
+from greengpu.tick.sleep import SleepObservation, plan_sleep, plan_wakes, reserve_short
 from greengpu.tick.waiting import WorkWaiting
 
 SUSPEND_S = 30.0
@@ -148,7 +148,7 @@ class SleepBody:
             # (this runs every cycle; building the observation each time cost 15% of a replay).
             reserve = warm_reserve_target_gpus(self.sleep, self.demand()[0], self.forecast_headroom_gpus(),
                                                self.arrived_gpus())
-            if reserve <= 0 or self.fleet.ready_idle_gpus() >= reserve:
+            if not reserve_short(reserve, self.fleet.ready_idle_gpus()):
                 return
         for action in plan_wakes(self.observe_for_wakes(), self.sleep, asked):
             self._wake(self.fleet.nodes[action.node], action.reason)

@@ -44,6 +44,9 @@ class GpuObservation:
     """The limit set earlier for this job never bound (the agent learns this; a replay's caps always bind)."""
     profile: tuple[ProfilePoint, ...] | None = None
     """The job's measured (limit, throughput, power) profile, if one was taken."""
+    job_id: str | None = None
+    """The job on the GPU, where the body knows it: its cap lifts if the slack rule names it
+    (`WorkWaiting.lifts_cap`); None: every cap lifts while work waits."""
 
     @cached_property
     def decision_key(self) -> tuple[object, ...]:
@@ -79,22 +82,22 @@ def after_placements(gpus: Sequence[GpuObservation], placed: Sequence[PlaceJob],
     Without this, a body that observes before it places would cap a GPU for the job that is starting on
     it as an idle GPU (its minimum limit) for a whole tick. A GPU already running a job keeps that
     job's class (a shared GPU is set for the job that was there first, as the observers do)."""
-    starting: dict[tuple[str, int], str] = {}
+    starting: dict[tuple[str, int], Job] = {}
     for action in placed:
         job = jobs.get(action.job_id)
         if job is not None:
             for slot in action.slots:
-                starting.setdefault((slot.node, slot.gpu_index), job.job_class)
+                starting.setdefault((slot.node, slot.gpu_index), job)
     if not starting:
         return gpus
-    return [replace(gpu, job_class=starting[(gpu.node, gpu.gpu_index)])
-            if gpu.job_class is None and (gpu.node, gpu.gpu_index) in starting else gpu for gpu in gpus]
+    return [replace(gpu, job_class=starting[gpu.slot].job_class, job_id=starting[gpu.slot].job_id)
+            if gpu.job_class is None and gpu.slot in starting else gpu for gpu in gpus]
 
 
 def gpu_setting(gpu: GpuObservation, policy: CappingPolicy, waiting: WorkWaiting | bool) -> CapDecision:
-    """The limit and clocks `gpu` should run at now; `waiting`: work waits for capacity or the cluster has
-    no slack (either lifts caps)."""
-    short = waiting.lifts_every_cap if isinstance(waiting, WorkWaiting) else waiting
+    """The limit and clocks `gpu` should run at now; `waiting`: the slack rule's verdict (`WorkWaiting.lifts_cap`:
+    the GPU's job is in a waiting job's way, or the cluster has no slack), or a bool for this one GPU."""
+    short = waiting.lifts_cap(gpu.job_id) if isinstance(waiting, WorkWaiting) else waiting
     return decide(gpu.job_class, policy, gpu.constraints, gpu.max_clock_mhz, profile=gpu.profile,
                   cap_not_binding=gpu.cap_not_binding, host_share_w=gpu.host_share_w,
                   capacity_short=short)
@@ -128,9 +131,10 @@ def plan_power(gpus: Sequence[GpuObservation], policy: CappingPolicy, waiting: W
     actions: list[PowerAction] = []
     decided: dict[tuple[object, ...], CapDecision] = {}
     for gpu in gpus:
-        key = gpu.decision_key
+        short = waiting.lifts_cap(gpu.job_id) if isinstance(waiting, WorkWaiting) else waiting
+        key = (gpu.decision_key, short)  # per job: only the jobs in a waiting job's way run uncapped
         decision = decided.get(key)
         if decision is None:
-            decision = decided[key] = gpu_setting(gpu, policy, waiting)
+            decision = decided[key] = gpu_setting(gpu, policy, short)
         actions.extend(setting_actions(gpu, decision, current.get(gpu.slot) if current is not None else None))
     return tuple(actions)

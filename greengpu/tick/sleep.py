@@ -66,6 +66,12 @@ def reserve_target_gpus(seen: SleepObservation, policy: SleepPolicy) -> int:
     return warm_reserve_target_gpus(policy, seen.busy_gpus, seen.forecast_headroom_gpus, seen.arrived_gpus)
 
 
+def reserve_short(reserve_gpus: float, ready_idle_gpus: float) -> bool:
+    """Whether the warm reserve lacks GPUs: the one test `plan_wakes` and the simulator's shortcut (no wake
+    asked, so only the reserve could wake a node) both make."""
+    return reserve_gpus > 0 and ready_idle_gpus < reserve_gpus
+
+
 def plan_sleep(seen: SleepObservation, policy: SleepPolicy, waiting: WorkWaiting) -> tuple[SleepNode, ...]:
     """The idle nodes to suspend now, longest idle first."""
     idle = idle_by_use(seen.idle_awake, seen.use, policy.idle_util_threshold) if seen.use else seen.idle_awake
@@ -95,7 +101,7 @@ def plan_wakes(seen: SleepObservation, policy: SleepPolicy, asked: Sequence[Wake
             chosen[action.node] = action
             budget -= 1
     reserve = reserve_target_gpus(seen, policy)
-    if reserve <= 0:
+    if not reserve_short(reserve, seen.ready_idle_gpus):
         return tuple(chosen.values())
     # A node woken for a job holds no work yet: it counts towards the reserve as soon as it wakes.
     shortfall = reserve - seen.ready_idle_gpus - sum(asleep[name].gpus for name in chosen)

@@ -23,7 +23,7 @@ from greengpu.tick.capacity import ChooseCapacity, plan_capacity
 from greengpu.tick.power import GpuObservation, GpuSettings, PowerAction, plan_power
 from greengpu.tick.power import after_placements as gpus_after_placements
 from greengpu.tick.sleep import SleepObservation, after_placements, plan_sleep, plan_wakes
-from greengpu.tick.waiting import WorkWaiting, with_slack_verdict, work_waiting
+from greengpu.tick.waiting import WorkWaiting, with_job_verdict, with_slack_verdict, work_waiting
 
 TickAction = Action | ChooseCapacity
 """What a body carries out: the core's and the energy levers' actions, and the capacity lever's."""
@@ -76,8 +76,12 @@ def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuOb
     # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
     placed = [a for a in scheduled.cycle.actions if isinstance(a, PlaceJob)]
     sleep = after_placements(sleep, placed)
-    scheduled = replace(scheduled, waiting=with_slack_verdict(scheduled.waiting, snapshot.cluster.total_gpus,
-                                                              sleep.busy_gpus, policy.sleep, sleep.arrived_gpus))
+    waiting = with_slack_verdict(scheduled.waiting, snapshot.cluster.total_gpus, sleep.busy_gpus, policy.sleep,
+                                 sleep.arrived_gpus)
+    # Which jobs run uncapped, by name (the agents lift exactly these: GET /v1/waiting's `uncapped_job_ids`).
+    tenant_of = {p.job.job_id: p.job.tenant for p in snapshot.pending} if placed else None
+    waiting = with_job_verdict(waiting, snapshot.cluster, snapshot.running, placed, tenant_of)
+    scheduled = replace(scheduled, waiting=waiting)
     sleeps = plan_sleep(sleep, policy.sleep, scheduled.waiting) if policy.sleep.enabled else ()
     wakes = plan_wakes(sleep, policy.sleep, asked) if policy.sleep.enabled else ()
     if placed:
