@@ -379,7 +379,7 @@ def test_report_of_the_year_9999(ledger: Path, capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize(("change", "words"), [
     ("UPDATE meta SET value = 'one' WHERE key = 'schema_version'", "ledger schema version 'one'"),
     ("UPDATE meta SET value = '1.5' WHERE key = 'schema_version'", "ledger schema version '1.5'"),
-    ("ALTER TABLE runs RENAME COLUMN currency TO money", "not a greengpu ledger of schema 2 (table runs has columns"),
+    ("ALTER TABLE runs RENAME COLUMN currency TO money", "not a greengpu ledger of schema 3 (table runs has columns"),
     ("ALTER TABLE node_hours ADD COLUMN extra REAL", "(table node_hours has columns"),
     ("DROP TABLE job_runs", "not a greengpu ledger (no table job_runs)"),
     ("UPDATE tenant_hours SET cost = 9e999", "run 1: not a finite number in the ledger"),
