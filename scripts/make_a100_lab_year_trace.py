@@ -183,6 +183,10 @@ def generate(seed: int) -> list[dict[str, str]]:
     return rows
 
 
+NOTEBOOK_TENANT = "notebooks"
+"""Whose quota the notebooks on the time-sliced GPUs count against (every group's students and researchers)."""
+
+
 def _job(rng: random.Random, kind: str, philly: Philly, mix: dict[int, float]) -> dict[str, str]:
     if kind == "training":
         gpus = rng.choices(philly.sizes, weights=philly.size_weights)[0]
@@ -196,8 +200,9 @@ def _job(rng: random.Random, kind: str, philly: Philly, mix: dict[int, float]) -
         return _row(duration, 1, tenant, 0, "batch", "", "")
     if kind == "notebook":
         duration = clipped(rng, philly.durations[1], *NOTEBOOK_S)
-        tenant = rng.choices(["students", "vision", "nlp"], weights=[60, 20, 20])[0]
-        return _row(duration, 1, tenant, 1, "interactive", "", "timeslice")
+        # The development pool is a tenant of its own: a notebook cannot be preempted, so it may not borrow, and
+        # charged to a research group whose training already borrows it would wait for that training to end.
+        return _row(duration, 1, NOTEBOOK_TENANT, 1, "interactive", "", "timeslice")
     slices = rng.choices(list(mix), weights=list(mix.values()))[0]
     days = math.exp(rng.uniform(math.log(SERVICE_DAYS[0]), math.log(SERVICE_DAYS[1])))
     return _row(int(days * 86400), 1, "inference", 2, "inference", "", PROFILES[slices])
