@@ -266,6 +266,7 @@ def _unforced_refusal(movable: list[PodInfo]) -> str | None:
 def pod_job(pod: PodInfo, now_s: float) -> Job:
     """A GPU pod as the core's job: namespace as tenant, `greengpu.io/class` as class, one node's GPUs."""
     wanted = pod.annotations.get(CLASS_ANNOTATION, "training")
-    return Job(job_id=f"{pod.namespace}/{pod.name}", tenant=pod.namespace, gpus=pod.gpus, duration_s=3600.0,
+    gpus = 1 if pod.gpu_profile else pod.gpus  # a MIG instance or replica: one device (its share is the core's)
+    return Job(job_id=f"{pod.namespace}/{pod.name}", tenant=pod.namespace, gpus=gpus, duration_s=3600.0,
                submit_time_s=now_s, job_class=wanted if wanted in JOB_CLASSES else "training",
-               gpus_per_node=pod.gpus)
+               gpus_per_node=gpus, gpu_profile=pod.gpu_profile)
