@@ -60,7 +60,8 @@ def declared_layout(cluster: Cluster) -> list[str]:
             first += sliced.gpus
         if first < node_type.gpus:
             parts.append(f"GPU {_span(first, node_type.gpus)} whole")
-        lines.append(f"node type {name} ({count} nodes, {node_type.gpus} x {node_type.gpu_model}): "
+        lines.append(f"node type {name} ({count} node{'s' if count != 1 else ''}, {node_type.gpus} x "
+                     f"{node_type.gpu_model}): "
                      + "; ".join(parts))
     return lines
 
