@@ -86,6 +86,7 @@ def test_a_partition_is_carried_out_through_nvml_and_the_mig_job_then_runs(tmp_p
     again = FakeCluster(body.cluster, list(body.jobs.values()), tmp_path / "state", start_s=T0)
     assert [f"{i.profile}@{i.start}" for i in again.nvml["lab1"].read_sharing(0).instances] == ["3g.20gb@0",
                                                                                                    "3g.20gb@4"]
+    assert again.running["m1"].slots[0].instance == "3g.20gb@0"  # and the job on its instance, not a bare share
 
 
 def test_a_gpu_in_use_is_not_repartitioned(tmp_path: Path) -> None:
