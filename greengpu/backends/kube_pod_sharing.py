@@ -45,6 +45,12 @@ def with_profile(info: P, pod: Any) -> P:
     return replace(info, gpu_profile=profile, gpu_problem=problem) if profile or problem else info  # type: ignore[type-var]
 
 
+def holds_gpu(pod: _Pod) -> bool:
+    """Whether a pod on a node holds GPU devices: whole GPUs, a MIG instance or a replica (or devices of two
+    kinds: it is not demand, but a node where it runs is not idle)."""
+    return pod.gpus > 0 or bool(pod.gpu_profile) or bool(pod.gpu_problem)
+
+
 def modelled(pods: Sequence[P]) -> list[P]:
     """The pods that are GPU demand greengpu models (whole GPUs, one MIG instance, one replica); each pod
     skipped for its GPU resources is said once, in one line naming it."""

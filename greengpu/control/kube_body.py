@@ -68,6 +68,8 @@ class KubeBody:
                     continue  # asleep or waking: nothing runs there
                 index = 0
                 for pod in gpu_pods[node.name]:
+                    if pod.gpu_profile or pod.gpu_problem:
+                        continue  # a MIG instance or replica: the API does not say which; the node counts busy
                     # The API does not say which GPU indices a pod holds; the core needs only how many per node.
                     slots = tuple(GpuSlot(node.name, index + i) for i in range(pod.gpus))
                     index += pod.gpus
