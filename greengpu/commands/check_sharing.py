@@ -8,6 +8,7 @@ A source that cannot be read is one line and exit 2 (BadInput), never a tracebac
 from __future__ import annotations
 
 import socket
+from urllib.parse import urlsplit
 
 from greengpu.backends.gpu_sharing import NodeSharing, sharing_disagreements
 from greengpu.backends.sharing_live import declared_sharing
@@ -33,10 +34,23 @@ def _kubernetes(kube_host: str | None) -> list[NodeSharing]:
     from greengpu.backends.kube_sharing import read_nodes_sharing
     from greengpu.backends.kubernetes import KubeApi, KubeError, make_api_client
 
+    if kube_host is not None:
+        _check_url(kube_host)
     try:
         return read_nodes_sharing(KubeApi(make_api_client(host=kube_host)))
     except KubeError as error:
         raise BadInput(f"--sharing-live kubernetes: {error}") from None
+
+
+def _check_url(url: str) -> None:
+    """An API server URL is http(s)://host[:port][/path]; anything else is one line, exit 2."""
+    try:
+        parsed = urlsplit(url)
+        port = parsed.port
+    except ValueError as error:
+        raise BadInput(f"--kube-host {url[:80]!r}: not a URL ({error})") from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or (port is not None and port == 0):
+        raise BadInput(f"--kube-host {url[:80]!r}: not an http:// or https:// URL with a host")
 
 
 def _nvml(cluster: Cluster) -> list[NodeSharing]:

@@ -85,3 +85,20 @@ def test_pending_pods_with_junk_gpu_limits_are_demand_or_skipped() -> None:
                 assert not info.gpu_problem
 
         run()
+
+
+@settings(max_examples=60, deadline=None, derandomize=IN_CI, database=None)
+@given(st.one_of(st.text(max_size=30).filter(lambda t: not t.lower().startswith("http")),
+                 st.sampled_from(["http://[bad", "http://127.0.0.1:99999", "http://:80", "ftp://x", "::::", "",
+                                  "https://", "http://127.0.0.1:0", "http://a b"])))
+def test_a_junk_kube_host_is_one_line_exit_2(host: str) -> None:
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["check", "--cluster", LAB, "--sharing-live", "kubernetes", "--kube-host", host])
+    assert code == 2
+    line = err.getvalue()
+    assert line.startswith(("greengpu: --kube-host ", "greengpu: --sharing-live kubernetes: ")), line
+    assert line.count("\n") == 1 and "Traceback" not in line
