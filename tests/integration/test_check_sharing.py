@@ -50,3 +50,21 @@ def test_an_unreachable_api_server_is_one_line(capsys: pytest.CaptureFixture[str
     assert main(["check", "--cluster", LAB, "--sharing-live", "kubernetes", "--kube-host", "http://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("greengpu: --sharing-live kubernetes: Kubernetes API unreachable") and err.count("\n") == 1
+
+
+def test_nvml_on_a_host_outside_the_inventory_or_without_a_driver_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    assert main(["check", "--cluster", LAB, "--sharing-live", "nvml"]) == 2
+    assert "is not a node of the inventory" in capsys.readouterr().err
+    host = socket.gethostname().split(".")[0]
+    text = Path(LAB).read_text().replace("lab-mig[1-2]", host)
+    (tmp_path / "here.yaml").write_text(text)
+    code = main(["check", "--cluster", str(tmp_path / "here.yaml"), "--sharing-live", "nvml", "--json"])
+    captured = capsys.readouterr()
+    if code == 2:  # no NVIDIA driver here (the CI machine): one line naming why
+        assert captured.err.startswith("greengpu: --sharing-live nvml: NVML cannot start") and \
+            captured.err.count("\n") == 1
+    else:  # a GPU node: the reading compared, whatever it says
+        assert code == 0 and isinstance(json.loads(captured.out)["warnings"], list)
