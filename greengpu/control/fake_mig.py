@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,6 +27,7 @@ from greengpu.backends.nvml import NvmlBackend
 from greengpu.backends.nvml_mig_write import MigLayoutError, repartition
 from greengpu.backends.sharing_live import live_partitions
 from greengpu.control.body import ActionFailed
+from greengpu.errors import BadInput
 from greengpu.model import TIMESLICE, Cluster, GpuSlot, MigPartition, PartitionGpu, RunningJob
 from greengpu.sched.mig import family_of
 
@@ -58,13 +60,26 @@ class FakeMig:
         self._load()
 
     def _load(self) -> None:
+        """The layouts written down before a restart, made again through NVML; a damaged file is one line."""
         if not self.path.exists():
             return
-        saved = json.loads(self.path.read_text())
-        for node, index, instances, ready_s in saved["layouts"]:
-            if node in self.fakes:
-                self._make(node, int(index), tuple(instances))
-                self.layouts[(node, int(index))] = (tuple(instances), float(ready_s))
+        try:
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+            for node, index, instances, ready_s in saved["layouts"]:
+                key = (node, index)
+                if not (isinstance(node, str) and type(index) is int and isinstance(instances, list)
+                        and all(isinstance(i, str) for i in instances) and type(ready_s) in (int, float)
+                        and not math.isnan(ready_s)):
+                    raise ValueError(f"layout {str([node, index, instances, ready_s])[:80]}: not node, GPU, "
+                                     "instances, ready time")
+                mig = self.cluster.node_types[self._type(node)].mig if node in self.fakes else None
+                if mig is None or not 0 <= index < mig.gpus:
+                    raise ValueError(f"{node!s:.40} GPU {index}: not a MIG GPU of this inventory")
+                self._make(node, index, tuple(instances))
+                self.layouts[key] = (tuple(instances), float(ready_s))
+        except (ValueError, KeyError, TypeError, AttributeError, OSError, pynvml.NVMLError) as error:
+            raise BadInput(f"{self.path}: a damaged fake MIG state, or one of another cluster ({error}); move it "
+                           "away to start the fake cluster afresh") from None
 
     def _save(self) -> None:
         rows = [[n, i, list(inst), ready] for (n, i), (inst, ready) in sorted(self.layouts.items())]
