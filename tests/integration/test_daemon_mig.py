@@ -173,3 +173,28 @@ def test_kubernetes_refuses_a_repartition_once_and_changes_nothing(tmp_path: Pat
     alerts = [line for line in (tmp_path / "audit.jsonl").read_text().splitlines() if "partition_refused" in line]
     assert len(alerts) == 1
     assert "lab1 GPU 1: repartition to 7g.40gb@0 refused: the GPU Operator's MIG Manager" in alerts[0]
+
+
+def test_kubernetes_labels_that_disagree_make_the_mig_gpus_unavailable(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    from greengpu.backends.kubernetes import KubeApi, make_api_client
+    from greengpu.backends.wol import Waker
+    from greengpu.control.kube_body import KubeBody
+    from greengpu.control.kube_sleep import KubeSleep
+    from greengpu.control.sleep_control import SleepControl
+    from greengpu.control.state_store import StateStore
+
+    cluster = mig_cluster(tmp_path)
+    policy = load_policy("default")
+    with FakeKube() as kube:
+        kube.nodes = {"lab1": node("lab1", labels={"nvidia.com/mig.config": "all-disabled"})}
+        control = SleepControl(StateStore(tmp_path / "sleep.db"), Waker(cluster), policy.sleep)
+        sleeper = KubeSleep(KubeApi(make_api_client(host=kube.url), sleep=lambda s: None), control, cluster, policy,
+                            suspend=lambda name: None)
+        body = KubeBody(sleeper)
+        with caplog.at_level(logging.WARNING, logger="greengpu.daemon"):
+            first = body.observe(T0, 0, 0).snapshot.mig_partitions
+            body.observe(T0 + 60, 0, 0)
+    assert first == {("lab1", 0): UNAVAILABLE, ("lab1", 1): UNAVAILABLE}
+    said = [r.getMessage() for r in caplog.records if "unavailable (fail safe)" in r.getMessage()]
+    assert said == ["lab1: MIG GPUs 0-1 unavailable (fail safe): 0 GPUs in MIG mode, the inventory declares 2"]
