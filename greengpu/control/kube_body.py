@@ -45,8 +45,7 @@ class KubeBody:
     def __init__(self, sleeper: KubeSleep) -> None:
         self.sleeper = sleeper
         self.cluster: Cluster = sleeper.cluster
-        cluster = self.cluster
-        self.has_mig = any(cluster.node_types[n.type_name].mig for n in cluster.nodes)
+        self.has_mig = any(self.cluster.node_types[n.type_name].mig for n in self.cluster.nodes)
         self._mig_warned: tuple[str, ...] = ()
         self.served: dict[str, str] = {}
         """Pending pods whose capacity decision the spot webhook is served, and which (the same again is no action)."""
