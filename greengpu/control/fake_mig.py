@@ -52,11 +52,18 @@ class FakeMig:
             lib = fakes[node.name]
             for index in range(cluster.node_types[node.type_name].mig.gpus):  # type: ignore[union-attr]
                 handle = lib.nvmlDeviceGetHandleByIndex(index)
+                # MIG mode was set when the node was installed, before any job: a real GPU keeps it across a
+                # daemon restart, the fake NVML keeps it in memory only, so it is set again with no process
+                # in the way (a job still running after a restart is not a live reset).
+                gpu = lib.gpus[index]
+                running, gpu.pids = gpu.pids, []
                 try:
                     lib.nvmlDeviceSetMigMode(handle, pynvml.NVML_DEVICE_MIG_ENABLE)
-                    lib.reset_gpu(index)  # Ampere takes the mode at a reset (nothing runs yet)
+                    lib.reset_gpu(index)  # Ampere takes the mode at a reset
                 except pynvml.NVMLError as error:  # not a MIG model: the reads say so (fail safe)
                     log.warning("%s GPU %d: cannot enable MIG on the fake GPU: %s", node.name, index, error)
+                finally:
+                    gpu.pids = running
         self._load()
 
     def _load(self) -> None:

@@ -83,6 +83,7 @@ def test_a_partition_is_carried_out_through_nvml_and_the_mig_job_then_runs(tmp_p
     assert daemon.status()["mig_gpus"][0]["jobs"] == {"3g.20gb@0": "m1"}
 
     # A restart finds the instances again (the fake NVML's MIG state is in memory; the layouts are written down).
+    body.fakes["lab1"].save()  # with m1's process on GPU 0 written down, as after a node event
     again = FakeCluster(body.cluster, list(body.jobs.values()), tmp_path / "state", start_s=T0)
     assert [f"{i.profile}@{i.start}" for i in again.nvml["lab1"].read_sharing(0).instances] == ["3g.20gb@0",
                                                                                                    "3g.20gb@4"]
