@@ -59,8 +59,9 @@ log = logging.getLogger("greengpu.daemon")
 
 RATE_WINDOW_S = 60.0
 REFUSED_BACKOFF_S = 900.0
-"""A sleep, limit or clock write that was refused (a PodDisruptionBudget, NVML without root) is not tried
-again on that node or GPU for this long: one alert, not one a tick. Wakes and job actions are always
+"""A sleep, limit or clock write or a MIG repartition that was refused (a PodDisruptionBudget, NVML without root,
+a body whose MIG partitions another owns) is not tried again on that node or GPU for this long: one alert, not
+one a tick. Wakes and job actions are always
 retried (a job must not wait on a backoff)."""
 BACKED_OFF = (SleepNode, SetPowerLimit, LockClocks, PartitionGpu)
 KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
