@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from greengpu.backends.kube_pod_sharing import modelled, with_profile
+
 if TYPE_CHECKING:
     from kubernetes import client
 
@@ -53,6 +55,8 @@ class PodInfo:
     """Kind of the owner that recreates the pod (ReplicaSet, StatefulSet, Job...); "" for a bare pod."""
     empty_dir: bool = False
     """The pod has an emptyDir volume: its data is lost when it is evicted."""
+    gpu_profile: str = ""  # a MIG profile or `timeslice` (greengpu.backends.kube_pod_sharing)
+    gpu_problem: str = ""  # why its GPU resources name no single device kind: the pod is not demand
 
 
 @dataclass(frozen=True)
@@ -161,12 +165,12 @@ class KubeApi:
 
         Read from the API server's watch cache (resourceVersion=0), not a quorum read of etcd: every
         node agent asks this each tick, and a pending pod seen a moment late changes nothing."""
-        return [p for p in self._pods("status.phase=Pending", from_cache=True) if p.gpus > 0 and not p.node]
+        return modelled([p for p in self._pods("status.phase=Pending", from_cache=True) if not p.node])
 
     def _pods(self, field_selector: str, from_cache: bool = False) -> list[PodInfo]:
         pods = self._call("list pods", self._core.list_pod_for_all_namespaces, field_selector=field_selector,
                           resource_version="0" if from_cache else None)
-        return [_pod_info(p) for p in pods.items if p.metadata is not None]
+        return [with_profile(_pod_info(p), p) for p in pods.items if p.metadata is not None]
 
     def pod_gone(self, pod: PodInfo) -> bool:
         """Whether `pod` has terminated and is deleted (404, or a new pod of the same name: another UID)."""

@@ -21,14 +21,21 @@ from greengpu.errors import BadInput
               help="slurm.conf: refuse a policy whose wake-up retries cannot finish inside its ResumeTimeout.")
 @click.option("--slurm-live", is_flag=True,
               help="Ask the running slurmctld (scontrol show config) for SuspendExcNodes/SuspendExcParts.")
+@click.option("--sharing-live", type=click.Choice(["kubernetes", "nvml"]), default=None,
+              help="Compare the inventory's MIG and time-slicing with the GPU Operator's node labels (kubernetes) "
+                   "or this node's GPUs (nvml), as warnings.")
+@click.option("--kube-host", default=None, metavar="URL",
+              help="With --sharing-live kubernetes: API server URL without auth (default: in-cluster, "
+                   "else kubeconfig).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 def check(cluster_file: str, policy_name: str | None, slurm_conf: str | None, slurm_live: bool,
-          as_json: bool) -> None:
+          sharing_live: str | None, kube_host: str | None, as_json: bool) -> None:
     """Validate a cluster inventory and optionally a policy, then summarise them.
 
     Prints nodes and GPUs per model, idle and peak power, tenants and quotas, and warns when
     quotas promise more GPUs than are installed, or when the inventory and Slurm's SuspendExcNodes/
-    SuspendExcParts disagree. Any error is one line naming file, line and key.
+    SuspendExcParts disagree. Node types with MIG or time-slicing show their declared layout; with
+    --sharing-live, where the live cluster disagrees with it. Any error is one line naming file, line and key.
     """
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
@@ -46,6 +53,11 @@ def check(cluster_file: str, policy_name: str | None, slurm_conf: str | None, sl
     if slurm_conf or slurm_live:
         extra = _exclusion_warnings(cluster, policy, slurm_conf, slurm_live)
         summary = replace(summary, warnings=[*summary.warnings, *extra])
+    if sharing_live:
+        from greengpu.commands.check_sharing import live_sharing_warnings
+
+        summary = replace(summary, warnings=[*summary.warnings,
+                                             *live_sharing_warnings(cluster, sharing_live, kube_host)])
     if as_json:
         payload: dict[str, Any] = asdict(summary)
         payload["policy"] = policy.name if policy else None
@@ -122,6 +134,8 @@ def _print_check(cluster_file: str, summary: Any, policy_text: list[str]) -> Non
         kind = "spot" if pool["spot"] else "on-demand"
         console.print(f"pool {pool['pool']}: up to {pool['max_nodes']} x {pool['type']} ({kind}) "
                       f"at {pool['price_per_hour']:g}/node-hour")
+    for line in summary.sharing:
+        console.print(line, highlight=False)
     for line in policy_text:
         console.print(line, highlight=False)
     for warning in summary.warnings:

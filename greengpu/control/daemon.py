@@ -33,6 +33,7 @@ from greengpu.control.daemon_meter import DaemonMeter
 from greengpu.control.daemon_metrics import DaemonMetrics, TickReport, freeze_long_lived_heap
 from greengpu.control.daemon_store import DaemonStore, TickFacts
 from greengpu.control.daemon_wakes import WakeWatch
+from greengpu.control.mig_actions import PartitionRefused, carry_out_partition
 from greengpu.control.report_effects import ReportEffects
 from greengpu.energy.arrivals import RecentArrivals
 from greengpu.errors import BadInput
@@ -40,6 +41,7 @@ from greengpu.forecast.reserve import DemandRiseForecaster
 from greengpu.model import (
     KillJob,
     LockClocks,
+    PartitionGpu,
     PlaceJob,
     PowerState,
     PreemptJob,
@@ -57,12 +59,14 @@ log = logging.getLogger("greengpu.daemon")
 
 RATE_WINDOW_S = 60.0
 REFUSED_BACKOFF_S = 900.0
-"""A sleep, limit or clock write that was refused (a PodDisruptionBudget, NVML without root) is not tried
-again on that node or GPU for this long: one alert, not one a tick. Wakes and job actions are always
+"""A sleep, limit or clock write or a MIG repartition that was refused (a PodDisruptionBudget, NVML without root,
+a body whose MIG partitions another owns) is not tried again on that node or GPU for this long: one alert, not
+one a tick. Wakes and job actions are always
 retried (a job must not wait on a backoff)."""
-BACKED_OFF = (SleepNode, SetPowerLimit, LockClocks)
+BACKED_OFF = (SleepNode, SetPowerLimit, LockClocks, PartitionGpu)
 KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
-        SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks", ChooseCapacity: "choose_capacity"}
+        SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks", ChooseCapacity: "choose_capacity",
+        PartitionGpu: "partition_gpu"}
 JOB_ACTIONS = (PlaceJob, PreemptJob, KillJob)
 __all__ = ["Daemon", "DaemonMetrics", "TickReport", "freeze_long_lived_heap"]
 
@@ -340,14 +344,17 @@ class Daemon:
         if self.dry_run:
             return "done", "dry_run", "dry run: not carried out"
         try:
-            outcome = self.body.act(action, now_s)
+            outcome = (carry_out_partition(self.body, action, now_s) if isinstance(action, PartitionGpu)
+                       else self.body.act(action, now_s))
         except ActionFailed as error:
+            failed = "refused" if isinstance(error, PartitionRefused) else "failed"  # refused: nothing changed
             if isinstance(action, BACKED_OFF):
                 self._refused_until[(kind, node, getattr(action, "gpu_index", None))] = now_s + REFUSED_BACKOFF_S
-            self.metrics.alerts.labels("action_failed").inc()
-            self.alerts.raise_alert("action_failed", f"{kind} {node or job_id}: {error}", now_s,
+            alert = "partition_refused" if failed == "refused" else "action_failed"
+            self.metrics.alerts.labels(alert).inc()
+            self.alerts.raise_alert(alert, f"{kind} {node or job_id}: {error}", now_s,
                                     node=node, job=job_id, tenant=tenant)
-            return "failed", "failed", str(error)
+            return failed, failed, str(error)
         if isinstance(action, WakeNode):
             self.wakes.sent(action.node, now_s, action.reason)
         if isinstance(action, ChooseCapacity):

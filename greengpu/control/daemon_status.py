@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from greengpu.control.body import ClusterBody, Observation
 from greengpu.control.daemon_metrics import DaemonMetrics
 from greengpu.control.daemon_store import DaemonStore, TickFacts
+from greengpu.control.mig_actions import mig_status
 from greengpu.model import PowerState
 from greengpu.tick.capacity import ChooseCapacity
 from greengpu.tick.tick import TickResult
@@ -66,6 +67,7 @@ def status(daemon: Daemon) -> dict[str, Any]:
             "actions_open": actions_open,
             "gpu_energy_kwh_by_tenant": {t: j / 3.6e6 for t, j in sorted(daemon.energy_by_tenant_j.items())},
             **({"capacity": capacity(daemon)} if daemon.body.cluster.pools else {}),
+            **({"mig_gpus": mig_status(seen.snapshot)} if seen is not None and seen.snapshot.mig_partitions else {}),
             **({"store_error": store_problem} if store_problem else {})}
 
 

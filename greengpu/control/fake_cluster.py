@@ -25,6 +25,7 @@ from greengpu.control.fake_cloud import FakeCloud
 from greengpu.control.fake_cluster_state import FakeClusterState, FakeNode
 from greengpu.control.fake_gpus import FakeGpus
 from greengpu.control.fake_jobs import first_start_s, generated_jobs
+from greengpu.control.fake_mig import FakeMig
 from greengpu.control.jobclass import GpuJob
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.model import (
@@ -36,6 +37,7 @@ from greengpu.model import (
     LockClocks,
     NodeState,
     NodeType,
+    PartitionGpu,
     PendingJob,
     PlaceJob,
     PowerState,
@@ -109,6 +111,8 @@ class FakeCluster(FakeClusterState, FakeGpus):
             backend = NvmlBackend(lib=self.fakes[node.name])
             backend.open()
             self.nvml[node.name] = backend
+        self.mig = FakeMig(cluster, self.fakes, self.nvml, state_dir)
+        """The MIG GPUs, repartitioned and read through the fake NVML (greengpu.control.fake_mig)."""
 
     # --- time passes ---------------------------------------------------------------------------
 
@@ -171,7 +175,7 @@ class FakeCluster(FakeClusterState, FakeGpus):
         states = {n.name: NodeState(power=PowerState(n.power), since_s=n.since_s, drained=n.drained)
                   for n in self.nodes.values() if n.power != PowerState.AWAKE.value or n.drained}
         snapshot = ClusterSnapshot(now_s, self.cluster, tuple(self.running.values()), tuple(self.pending.values()),
-                                   states)
+                                   states, mig_partitions=self.mig.partitions())
         busy_nodes = {n for n, count in self._jobs_on.items() if count}
         on_gpu = ({(s.node, s.gpu_index): r.job for r in self.running.values() for s in r.slots}
                   if self._stale else {})
@@ -261,6 +265,9 @@ class FakeCluster(FakeClusterState, FakeGpus):
                     for s in action.slots):
                 raise ActionFailed(f"cannot place {action.job_id}: not pending, or its GPUs are taken, asleep or "
                                    "drained")
+            problem = self.mig.place_problem(action.slots, now_s)
+            if problem is not None:
+                raise ActionFailed(f"cannot place {action.job_id}: {problem}")
             del self.pending[action.job_id]
             self._changed = True
             self.running[action.job_id] = RunningJob(waiting.job, action.slots, now_s, now_s + waiting.job.duration_s,
@@ -321,6 +328,10 @@ class FakeCluster(FakeClusterState, FakeGpus):
                 gpu = self.fakes[action.node].gpus[action.gpu_index]
                 self._note_setting(action.node, action.gpu_index, gpu.limit_w, gpu.locked_clock_mhz)
         raise ActionFailed(f"unknown action {action!r}")
+
+    def partition_gpu(self, action: PartitionGpu, now_s: float) -> str:
+        """Repartition a MIG GPU through the fake NVML (greengpu.control.fake_mig; the daemon's MIG hook)."""
+        return self.mig.partition(action, now_s, self.running.values())
 
     def ask_checkpoint(self, job_id: str, now_s: float) -> str:
         """Ask a job to checkpoint and stop for no other job (its node is failing): the fake job checkpoints at

@@ -24,12 +24,14 @@ class FakeNode:
 
 
 def _slot(text: str) -> GpuSlot:
-    """`node:index` (a whole GPU) or `node:index:milli-GPUs` (a share of one)."""
+    """`node:index` (a whole GPU) or `node:index:milli-GPUs` (a share of one), `=instance` after a MIG instance's
+    or a time-slice replica's (`n1:0:428=3g.20gb@0`)."""
+    text, _, instance = text.partition("=")
     head, _, last = text.rpartition(":")
     node, _, middle = head.rpartition(":")
     if node and middle.isdigit():
-        return GpuSlot(node, int(middle), int(last))
-    return GpuSlot(head, int(last))
+        return GpuSlot(node, int(middle), int(last), instance)
+    return GpuSlot(head, int(last), instance=instance)
 
 
 class FakeClusterState:
@@ -99,6 +101,6 @@ class FakeClusterState:
         text = self._slots_text.get(running.job.job_id)
         if text is None:
             text = self._slots_text[running.job.job_id] = " ".join(
-                f"{s.node}:{s.gpu_index}" if s.units == GPU_UNITS else f"{s.node}:{s.gpu_index}:{s.units}"
-                for s in running.slots)
+                (f"{s.node}:{s.gpu_index}" if s.units == GPU_UNITS else f"{s.node}:{s.gpu_index}:{s.units}")
+                + (f"={s.instance}" if s.instance else "") for s in running.slots)
         return text

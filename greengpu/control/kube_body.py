@@ -10,7 +10,11 @@ the core then says which work waits (no node sleeps meanwhile) and which sleepin
 
 from __future__ import annotations
 
+import logging
+
+from greengpu.backends.kube_sharing import read_nodes_sharing
 from greengpu.backends.kubernetes import KubeError
+from greengpu.backends.sharing_live import live_partitions
 from greengpu.control.body import ActionFailed, Observation
 from greengpu.control.checkpoint_marks import CHECKPOINT_KEY, checkpoint_value
 from greengpu.control.kube_fence import ActionAborted
@@ -19,6 +23,7 @@ from greengpu.model import (
     Cluster,
     ClusterSnapshot,
     GpuSlot,
+    MigPartition,
     NodeState,
     PowerState,
     RunningJob,
@@ -27,6 +32,8 @@ from greengpu.model import (
 )
 from greengpu.tick.capacity import ChooseCapacity
 from greengpu.tick.tick import TickAction
+
+log = logging.getLogger("greengpu.daemon")
 
 
 class KubeBody:
@@ -38,6 +45,8 @@ class KubeBody:
     def __init__(self, sleeper: KubeSleep) -> None:
         self.sleeper = sleeper
         self.cluster: Cluster = sleeper.cluster
+        self.has_mig = any(self.cluster.node_types[n.type_name].mig for n in self.cluster.nodes)
+        self._mig_warned: tuple[str, ...] = ()
         self.served: dict[str, str] = {}
         """Pending pods whose capacity decision the spot webhook is served, and which (the same again is no action)."""
 
@@ -58,6 +67,8 @@ class KubeBody:
                     continue  # asleep or waking: nothing runs there
                 index = 0
                 for pod in gpu_pods[node.name]:
+                    if pod.gpu_profile or pod.gpu_problem:
+                        continue  # a MIG instance or replica: the API does not say which; the node counts busy
                     # The API does not say which GPU indices a pod holds; the core needs only how many per node.
                     slots = tuple(GpuSlot(node.name, index + i) for i in range(pod.gpus))
                     index += pod.gpus
@@ -69,10 +80,29 @@ class KubeBody:
         except KubeError as error:
             raise RuntimeError(str(error)) from None
         states: dict[str, NodeState] = dict(base.node_states)
-        snapshot = ClusterSnapshot(now_s, self.cluster, tuple(running), base.pending, states)
+        snapshot = ClusterSnapshot(now_s, self.cluster, tuple(running), base.pending, states,
+                                   mig_partitions=self._mig_partitions())
         waiting = {p.job.job_id for p in base.pending}
         self.served = {job: kind for job, kind in self.served.items() if job in waiting}
         return Observation(snapshot, (), sleep, {}, {}, capacity_held=dict(self.served))
+
+    def _mig_partitions(self) -> dict[tuple[str, int], MigPartition]:
+        """The MIG GPUs' partitions from the GPU Operator's node labels; unavailable where they cannot be read
+        or disagree with the inventory (fail safe), with a warning once per change. PartitionGpu is refused
+        here (greengpu.control.mig_actions): the MIG Manager owns the partitions."""
+        if not self.has_mig:
+            return {}
+        try:
+            readings = read_nodes_sharing(self.sleeper.api)
+        except KubeError as error:
+            log.warning("cannot read the nodes' GPU sharing labels: %s", error)
+            readings = []
+        partitions, warnings = live_partitions(self.cluster, readings)
+        if tuple(warnings) != self._mig_warned:
+            for line in warnings:
+                log.warning("%s", line)
+            self._mig_warned = tuple(warnings)
+        return partitions
 
     def drain_node(self, node: str, reason: str) -> str:
         """Cordon `node` for a failing GPU (greengpu.health.drain decided it), without greengpu's sleep mark:

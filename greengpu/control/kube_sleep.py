@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from greengpu.backends.kube_pod_sharing import holds_gpu
 from greengpu.backends.kubernetes import CLASS_ANNOTATION, SLEEP_ANNOTATION, KubeApi, KubeError, PodInfo
 from greengpu.control.kube_fence import ActionAborted
 from greengpu.control.sleep_control import SleepControl, SuspendResult
@@ -88,7 +89,7 @@ class KubeSleep:
     def _sleep(self, node: str, reason: str, force: bool, cordoned: list[str]) -> SleepOutcome:
         self.guard()
         pods = [p for p in self.api.pods_on_node(node) if p.phase not in ENDED]
-        holding = [p for p in pods if p.gpus > 0]
+        holding = [p for p in pods if holds_gpu(p)]
         if holding:
             return SleepOutcome(node, False, f"{node}: not put to sleep: GPU pods run there "
                                              f"({', '.join(_names(holding))})")
@@ -143,7 +144,7 @@ class KubeSleep:
 
     def gpu_pods(self, node: str) -> list[PodInfo]:
         """The pods holding GPUs on `node` now (not yet ended)."""
-        return [p for p in self.api.pods_on_node(node) if p.gpus > 0 and p.phase not in ENDED]
+        return [p for p in self.api.pods_on_node(node) if holds_gpu(p) and p.phase not in ENDED]
 
     def observe(self, now_s: float, gpu_pods: Mapping[str, list[PodInfo]] | None = None) -> SleepObservation:
         """The sleep lever's view of the cluster, built from the API and the state store (as the
@@ -266,6 +267,7 @@ def _unforced_refusal(movable: list[PodInfo]) -> str | None:
 def pod_job(pod: PodInfo, now_s: float) -> Job:
     """A GPU pod as the core's job: namespace as tenant, `greengpu.io/class` as class, one node's GPUs."""
     wanted = pod.annotations.get(CLASS_ANNOTATION, "training")
-    return Job(job_id=f"{pod.namespace}/{pod.name}", tenant=pod.namespace, gpus=pod.gpus, duration_s=3600.0,
+    gpus = 1 if pod.gpu_profile else pod.gpus  # a MIG instance or replica: one device (its share is the core's)
+    return Job(job_id=f"{pod.namespace}/{pod.name}", tenant=pod.namespace, gpus=gpus, duration_s=3600.0,
                submit_time_s=now_s, job_class=wanted if wanted in JOB_CLASSES else "training",
-               gpus_per_node=pod.gpus)
+               gpus_per_node=gpus, gpu_profile=pod.gpu_profile)

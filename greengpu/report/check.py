@@ -7,6 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from greengpu.backends.sharing_live import declared_layout
 from greengpu.energy.wake_verify import last_attempt_s
 from greengpu.model import Cluster
 from greengpu.policy import Policy
@@ -42,6 +43,8 @@ class CheckSummary:
     quota_total_gpus: float
     pools: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    sharing: list[str] = field(default_factory=list)
+    """Per node type with MIG or time-slicing, its declared layout (docs/GPU-SHARING.md)."""
 
 
 def summarize(cluster: Cluster) -> CheckSummary:
@@ -98,7 +101,7 @@ def summarize(cluster: Cluster) -> CheckSummary:
         nodes=len(cluster.nodes), gpus=gpus, models=sorted(by_model.values(), key=lambda m: m.gpu_model),
         idle_kw=idle_w / 1000, peak_kw=peak_w / 1000, facility_idle_kw=idle_w * pue / 1000,
         facility_peak_kw=peak_w * pue / 1000, tenants=tenants, quota_total_gpus=quota_total, pools=pools,
-        warnings=warnings,
+        warnings=warnings, sharing=declared_layout(cluster),
     )
 
 
