@@ -264,14 +264,15 @@ class AgentReports:
         """Each node's GPU energy measured by its agent over [start_s, end_s) (J), for the ledger's meter.
 
         Within a period between two reports the power is taken as even. A node is measured only where its
-        unbroken run of periods began by `start_s` and its last report is fresh at `end_s`; the time since that
-        report is charged at that last period's power (the counter is read again at the next report). Any other
-        node is left out: the meter models it."""
+        unbroken run of periods began by `start_s`, a report came within (start_s, end_s] or after, and the last
+        one is fresh at `end_s`; the time since that report is charged at that last period's power (the counter
+        is read again at the next report). Any other node is left out: the meter models it."""
         out: dict[str, float] = {}
         with self._lock:
             chains = {node: list(chain) for node, chain in self._chain.items()}
         for node, chain in chains.items():
-            if not chain or chain[0].start_s > start_s or not 0 <= end_s - chain[-1].end_s <= self.stale_after_s:
+            if not chain or chain[0].start_s > start_s or chain[-1].end_s <= start_s \
+                    or not 0 <= end_s - chain[-1].end_s <= self.stale_after_s:
                 continue
             energy_j = 0.0
             for period in chain:
