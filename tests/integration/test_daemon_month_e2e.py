@@ -198,3 +198,66 @@ def test_a_month_on_the_fake_cluster_with_cloud_pools_and_a_failing_gpu_is_bille
         assert float(row["cloud_cost"]) == 0 and float(row["cloud_co2_kg"]) == 0 and row["basis"]
     assert "cloud USD" in report(ledger, "2023-12", second, "text", tmp_path / "dec.txt")
     assert "cloud" in report(ledger, "2023-12", second, "html", tmp_path / "dec.html").lower()
+
+
+PROCESS_CLUSTER = """site: {pue: 1.2, price_per_kwh: 0.1, carbon_g_per_kwh: 300}
+node_types:
+  a100x4: {gpus: 4, gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300,
+           host_sleep_w: 8, boot_s: 1, gpu_max_clock_mhz: 1410}
+nodes:
+  - {name: n1, type: a100x4}
+tenants:
+  a: {quota_gpus: 32}
+  b: {quota_gpus: 32}
+pools:
+  aws-spot: {type: a100x4, spot: true, price_per_hour: 8.0, interruptions_per_hour: 0.05, max_nodes: 4,
+             region: us-east-1}
+"""
+PROCESS_TRACE = """job_id,submit_time,duration_s,gpus,tenant,priority,class,checkpoint_interval_s,gpu_profile
+big,2024-03-04T07:00:00Z,72000,4,b,0,inference,,
+spotty,2024-03-04T07:00:01Z,5,4,a,0,training,1800,
+"""
+
+
+def test_the_daemon_process_meters_its_cloud_runs_into_the_ledger(tmp_path: Path) -> None:
+    """`greengpu daemon --backend fake` as a process (wall clock, metering every 0.2 s): the job that finds the one
+    node taken goes to spot, and its cloud node time and outcome reach the ledger and the report."""
+    import datetime as dt
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "cluster.yaml").write_text(PROCESS_CLUSTER)
+    (tmp_path / "trace.csv").write_text(PROCESS_TRACE)
+    ledger = tmp_path / "state" / "ledger.db"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "GREENGPU_METER_INTERVAL_S": "0.2"}
+    daemon = subprocess.Popen([sys.executable, "-m", "greengpu.cli", "-q", "daemon", "--backend", "fake", "--cluster",
+                               str(tmp_path / "cluster.yaml"), "--state", str(tmp_path / "state"), "--interval-s",
+                               "1", "--listen", "127.0.0.1:0", "--trace", str(tmp_path / "trace.csv")],
+                              env=env, stderr=subprocess.PIPE, text=True)
+    ended: tuple[float] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and ended is None:
+            time.sleep(0.5)
+            if ledger.exists():
+                with sqlite3.connect(ledger) as db:
+                    ended = db.execute("SELECT end_s FROM job_runs WHERE job_id = 'spotty' AND pool = 'aws-spot' AND "
+                                       "outcome = 'completed'").fetchone()
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    assert ended is not None, "the spot job's end never reached the ledger"
+    with sqlite3.connect(ledger) as db:
+        (used_h, cost), = db.execute("SELECT SUM(node_hours), SUM(cost) FROM cloud_hours WHERE tenant = 'a' AND "
+                                     "pool = 'aws-spot' AND region = 'us-east-1'").fetchall()
+    assert abs(used_h - 5.0 / HOUR) < 1e-9 and abs(cost - 8.0 * 5.0 / HOUR) < 1e-9  # its five seconds on spot
+    month = dt.datetime.fromtimestamp(ended[0], dt.UTC).strftime("%Y-%m")
+    bill = json.loads(report(ledger, month, 1, "json", tmp_path / "bill.json"))
+    tenants = {t["tenant"]: t for t in bill["tenants"]}
+    assert tenants["a"]["cloud_cost"] == round(8.0 * 5.0 / HOUR, 2) and bill["totals"]["cloud_co2_kg"] > 0
+    assert_adds_up(bill)
