@@ -55,6 +55,8 @@ class DaemonMeter:
         """Per job id, how long its last reported checkpoint took (s)."""
         self._charged: set[str] = set()
         """The on-premises jobs charged at the last period (one gone since has ended: its outcome is settled)."""
+        self._unsettled: set[str] = set()
+        """Jobs that ended while a period was not charged (the first, or after a gap): settled at the next one."""
 
     @property
     def last_s(self) -> float | None:
@@ -80,9 +82,11 @@ class DaemonMeter:
         energy_then, self._energy_then = self._energy_then, dict(seen.gpu_energy_j)
         self.checkpoint_s.update({j: s for j, s in (checkpoint_s or {}).items() if math.isfinite(s) and s >= 0})
         running_ids = {r.job.job_id for r in seen.snapshot.running}
-        ended, self._charged = self._charged - running_ids, running_ids
+        ended, self._charged = (self._charged | self._unsettled) - running_ids, running_ids
         if then_s is None or not 0 < now_s - then_s <= MAX_GAP_S:
+            self._unsettled = ended  # settled with the next period charged
             return
+        self._unsettled = set()
         period_s = now_s - then_s
         attribution = Attribution(EnergyMeter(self.cluster.site))
         busy_gpus: dict[str, float] = {}
@@ -128,6 +132,8 @@ class DaemonMeter:
                                            submit_s=job.submit_time_s, checkpoint_s=self.checkpoint_s.get(job.job_id))
         waiting = {p.job.job_id for p in seen.snapshot.pending}
         outcomes = {job_id: self._outcome(job_id, waiting) for job_id in ended}
+        for job_id in (j for j, outcome in outcomes.items() if outcome == "completed"):
+            self.checkpoint_s.pop(job_id, None)  # done with: the map keeps only jobs that may run again
         cloud = {}
         if self.facts is not None:
             cloud = site_cloud_hours(self.cluster, self.facts.cloud_spans(then_s, now_s), self.facts.regions, {})

@@ -105,3 +105,27 @@ def test_only_the_fake_cluster_tells_the_meter_more(tmp_path: Path) -> None:
     facts = facts_of(body, str(path))
     assert isinstance(facts, FakeClusterFacts) and facts.regions == {"spot": "eu-west-1"}
     assert facts_of(object(), str(path)) is None
+
+
+def test_a_job_that_ended_while_the_meter_was_away_is_settled_at_its_next_period(tmp_path: Path) -> None:
+    from greengpu.model import GpuSlot, PendingJob, RunningJob
+
+    cluster = load_cluster_text(CLUSTER)
+    (tmp_path / "state").mkdir()
+    job = Job(job_id="j", tenant="a", gpus=4, duration_s=7200.0, submit_time_s=T0 - 50, gpus_per_node=4,
+              gpu_profile="3g.20gb")
+    other = Job(job_id="k", tenant="a", gpus=4, duration_s=7200.0, submit_time_s=T0 - 40, gpus_per_node=4)
+    body = FakeCluster(cluster, [], tmp_path / "state", start_s=T0 - 60)
+    meter = DaemonMeter.open(cluster, tmp_path / "ledger.db", None, "default", "test")
+    meter.facts = FakeClusterFacts(body, {})
+    running = tuple(RunningJob(j, tuple(GpuSlot("n1", i) for i in range(4)), T0 - 30, T0 + 7200) for j in (job,))
+    meter.record(look(cluster, T0, running))
+    meter.record(look(cluster, T0 + 60, running + (RunningJob(other, (), T0 + 30, T0 + 7200),)),
+                 checkpoint_s={"j": 42.0, "k": float("nan")})
+    body.finished["j"] = T0 + 100.0
+    meter.record(look(cluster, T0 + 2000))  # after a gap: not charged, j and k gone
+    meter.record(look(cluster, T0 + 2060, pending=(PendingJob(other),)))  # k waits again
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        rows = db.execute("SELECT job_id, outcome, submit_s, checkpoint_s, gpu_profile FROM job_runs "
+                          "ORDER BY job_id").fetchall()
+    assert rows == [("j", "completed", T0 - 50, 42.0, "3g.20gb"), ("k", "preempted", T0 - 40, None, "")]
