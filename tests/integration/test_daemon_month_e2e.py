@@ -13,6 +13,7 @@ import io
 import json
 import sqlite3
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +262,34 @@ def test_the_daemon_process_meters_its_cloud_runs_into_the_ledger(tmp_path: Path
     tenants = {t["tenant"]: t for t in bill["tenants"]}
     assert tenants["a"]["cloud_cost"] == round(8.0 * 5.0 / HOUR, 2) and bill["totals"]["cloud_co2_kg"] > 0
     assert_adds_up(bill)
+
+
+def test_a_fleet_ledger_takes_the_same_cloud_rows_and_outcomes(tmp_path: Path) -> None:
+    """The meter's new writes (a period's cloud rows, a job's outcome on its last segment) on PostgreSQL."""
+    import psycopg
+    from pg_server import pg_server
+
+    from greengpu.accounting.ledger_url import parse_ledger
+    from greengpu.model import GpuSlot, RunningJob
+
+    _, body, _ = daemon_on(tmp_path, "fleet", POOLS, [], T0, tmp_path / "unused.db")
+    job = Job(job_id="j", tenant="a", gpus=4, duration_s=1200.0, submit_time_s=T0 - 50, gpus_per_node=4)
+    with pg_server() as server:
+        url = server.create_database()
+        meter = DaemonMeter.open(body.cluster, parse_ledger(url), None, "default", "fake")
+        meter.facts = facts_of(body, str(tmp_path / "fleet.yaml"))
+        body.cloud.start(job, "spot", "aws-spot", T0)
+        seen = body.observe(T0, 0, 0)
+        on_prem = RunningJob(replace(job, job_id="p"), tuple(GpuSlot("n1", i) for i in range(4)), T0 - 30, T0 + 60)
+        body.finished["p"] = T0 + 60  # the on-premises job ran to its end: settled when it has left
+        for now_s, running in ((T0, (on_prem,)), (T0 + 900, (on_prem,)), (T0 + 1800, ())):
+            meter.record(replace(seen, snapshot=replace(seen.snapshot, time_s=now_s, running=running)))
+        with psycopg.connect(url) as db:
+            cloud = db.execute("SELECT tenant, region, SUM(cost) FROM cloud_hours GROUP BY tenant, region "
+                               "ORDER BY tenant").fetchall()
+            ended = db.execute("SELECT job_id, outcome, pool FROM job_runs WHERE outcome <> '' "
+                               "ORDER BY job_id").fetchall()
+    # 180 s of boot paid to no one, the job's 1200 s to its tenant, at 8.0 a node-hour.
+    assert [(t, r, round(c, 9)) for t, r, c in cloud] == [("", "us-east-1", round(8.0 * 180 / HOUR, 9)),
+                                                         ("a", "us-east-1", round(8.0 * 1200 / HOUR, 9))]
+    assert ended == [("j", "completed", "aws-spot"), ("p", "completed", "")]
