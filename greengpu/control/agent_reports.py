@@ -268,10 +268,17 @@ class AgentReports:
         one is fresh at `end_s`; the time since that report is charged at that last period's power (the counter
         is read again at the next report). Any other node is left out: the meter models it."""
         out: dict[str, float] = {}
-        with self._lock:
-            chains = {node: list(chain) for node, chain in self._chain.items()}
-        for node, chain in chains.items():
-            if not chain or chain[0].start_s > start_s or chain[-1].end_s <= start_s \
+        views: dict[str, tuple[float, list[EnergyPeriod]]] = {}
+        with self._lock:  # only the periods from the one holding start_s on (a meter period spans a few)
+            for node, whole in self._chain.items():
+                tail: list[EnergyPeriod] = []
+                for period in reversed(whole):
+                    tail.append(period)
+                    if period.start_s <= start_s:
+                        break
+                views[node] = (whole[0].start_s if whole else math.inf, tail[::-1])
+        for node, (first_s, chain) in views.items():
+            if not chain or first_s > start_s or chain[-1].end_s <= start_s \
                     or not 0 <= end_s - chain[-1].end_s <= self.stale_after_s:
                 continue
             energy_j = 0.0
