@@ -20,6 +20,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from greengpu.model import Cluster
+
 HOUR_S = 3600.0
 J_PER_KWH = 3_600_000.0
 
@@ -123,3 +125,25 @@ def cloud_hours(spans: Iterable[CloudSpan], pools: Mapping[str, PoolCosting],
                                                   max(0.0, node_hours * pool.price_per_hour - taken_cost),
                                                   kwh * g_per_kwh(pool.region, hour) / 1000.0)
     return rows
+
+
+def site_cloud_hours(cluster: Cluster, spans: Iterable[CloudSpan], regions: Mapping[str, str],
+                     region_g_per_kwh: Mapping[str, float]) -> dict[tuple[float, str, str], CloudUsage]:
+    """`cloud_hours` for the inventory's pools: each pool's region from `regions` ('' when it names none), CO2 at
+    `region_g_per_kwh[region]` where known, else at the site's own grid intensity (docs/LEDGER.md). The one
+    costing of cloud rows, for a replay's writer and the daemon's meter alike."""
+    site = cluster.site
+    pools = {}
+    for name, pool in cluster.pools.items():
+        node_type = cluster.node_types[pool.type_name]
+        pools[name] = PoolCosting(pool.price_per_hour, regions.get(name, ""), node_type.gpus, node_type.gpu_idle_w,
+                                  node_type.gpu_max_w, node_type.host_idle_w)
+
+    def g_per_kwh(region: str, time_s: float) -> float:
+        if region in region_g_per_kwh:
+            return region_g_per_kwh[region]
+        if site.carbon is not None:
+            return site.carbon.value_at(time_s)
+        return site.carbon_g_per_kwh or 0.0
+
+    return cloud_hours(spans, pools, g_per_kwh)

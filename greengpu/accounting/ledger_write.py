@@ -101,6 +101,18 @@ def _write_cloud(writer: _Writer, run_id: int, cloud: Mapping[tuple[float, str, 
          for (hour, pool, tenant), row in sorted(cloud.items())))
 
 
+def _settle(writer: _Writer, run_id: int, outcomes: Mapping[str, str]) -> None:
+    """Each job's outcome on its last segment of the run (the one with the latest end)."""
+    for job_id, outcome in outcomes.items():
+        if outcome not in OUTCOMES:
+            raise BadInput(f"job {job_id}: outcome {outcome[:40]!r} is not one of "
+                           f"{', '.join(o for o in OUTCOMES if o)}")
+    writer.executemany(
+        "UPDATE job_runs SET outcome = ? WHERE run_id = ? AND job_id = ? AND end_s = (SELECT MAX(end_s) FROM "
+        "job_runs AS j WHERE j.run_id = ? AND j.job_id = ?)",
+        ((outcome, run_id, job_id, run_id, job_id) for job_id, outcome in sorted(outcomes.items()) if outcome))
+
+
 def _new_run(writer: _Writer, kind: str, policy: str, source: str, site: Site, cluster: str) -> int:
     row = writer.execute(
         "INSERT INTO runs (kind, policy, source, created_utc, currency, pue, cluster) VALUES (?, ?, ?, ?, ?, ?, ?) "
@@ -168,10 +180,13 @@ def open_metered_run(ledger: Ledger, site: Site, *, policy: str, source: str, cl
 
 
 def append_usage(ledger: Ledger, run_id: int, attribution: Attribution, *, start_s: float | None = None,
-                 end_s: float | None = None) -> bool:
+                 end_s: float | None = None, cloud: Mapping[tuple[float, str, str], CloudUsage] | None = None,
+                 outcomes: Mapping[str, str] | None = None) -> bool:
     """Add a metering period to run `run_id`: hourly rows summed into the hours already there (a period may end
-    mid-hour), job segments appended. One transaction: a crash leaves the period wholly in or out. With its
-    bounds, the period is recorded under (run, end) first, and one already recorded is not added again: False."""
+    mid-hour), job segments appended, the period's cloud rows (`cloud`, keyed (hour, pool, tenant)) summed into
+    theirs, and the jobs that ended (`outcomes`: job id -> how) settled on their last segment so far. One
+    transaction: a crash leaves the period wholly in or out. With its bounds, the period is recorded under
+    (run, end) first, and one already recorded is not added again: False."""
     writer = _Writer(ledger)
     try:
         with writer.transaction():
@@ -187,6 +202,8 @@ def append_usage(ledger: Ledger, run_id: int, attribution: Attribution, *, start
                     return False
             _write_hours(writer, run_id, attribution)
             _insert_job_runs(writer, run_id, attribution)
+            _write_cloud(writer, run_id, cloud or {})
+            _settle(writer, run_id, outcomes or {})
         return True
     finally:
         writer.close()

@@ -31,6 +31,8 @@ MAX_PIDS = 1024
 MAX_JOBS = 1024
 MAX_NAME = 256
 STALE_AFTER_S = 120.0
+MAX_CHAIN = 256
+"""Measured periods kept per node for the meter (`energy_between`): hours of reports at the agents' pace."""
 
 
 class ReportError(ValueError):
@@ -184,6 +186,8 @@ class AgentReports:
         self._latest: dict[str, Received] = {}
         self._last_busy_s: dict[str, float] = {}
         self._energy: dict[str, EnergyPeriod] = {}
+        self._chain: dict[str, list[EnergyPeriod]] = {}
+        """Each node's unbroken run of measured periods (a reset or a report without counters breaks it)."""
         self._lock = threading.Lock()
 
     def put(self, report: AgentReport, received_s: float) -> None:
@@ -195,9 +199,14 @@ class AgentReports:
             then = before.report.energy_j() if before is not None else None
             now = report.energy_j()
             if before is not None and then is not None and now is not None and now >= then:
-                self._energy[report.node] = EnergyPeriod(report.node, before.received_s, received_s, now - then)
+                period = EnergyPeriod(report.node, before.received_s, received_s, now - then)
+                self._energy[report.node] = period
+                chain = self._chain.setdefault(report.node, [])
+                chain.append(period)
+                del chain[:-MAX_CHAIN]
             else:  # first sight, a GPU without a counter, or a counter reset by a reboot: no period
                 self._energy.pop(report.node, None)
+                self._chain.pop(report.node, None)
 
     def fresh(self, now_s: float) -> dict[str, Received]:
         """The reports no older than `stale_after_s` at `now_s`."""
@@ -250,3 +259,46 @@ class AgentReports:
         """Every node's last measured period (the ledger's measured GPU energy per node per period)."""
         with self._lock:
             return dict(self._energy)
+
+    def energy_between(self, start_s: float, end_s: float) -> dict[str, float]:
+        """Each node's GPU energy measured by its agent over [start_s, end_s) (J), for the ledger's meter.
+
+        Within a period between two reports the power is taken as even. A node is measured only where its
+        unbroken run of periods began by `start_s`, a report came within (start_s, end_s] or after, and the last
+        one is fresh at `end_s`; the time since that report is charged at that last period's power (the counter
+        is read again at the next report). Any other node is left out: the meter models it."""
+        out: dict[str, float] = {}
+        views: dict[str, tuple[float, list[EnergyPeriod]]] = {}
+        with self._lock:  # only the periods from the one holding start_s on (a meter period spans a few)
+            for node, whole in self._chain.items():
+                tail: list[EnergyPeriod] = []
+                for period in reversed(whole):
+                    tail.append(period)
+                    if period.start_s <= start_s:
+                        break
+                views[node] = (whole[0].start_s if whole else math.inf, tail[::-1])
+        for node, (first_s, chain) in views.items():
+            if not chain or first_s > start_s or chain[-1].end_s <= start_s \
+                    or not 0 <= end_s - chain[-1].end_s <= self.stale_after_s:
+                continue
+            energy_j = 0.0
+            for period in chain:
+                length_s = period.end_s - period.start_s
+                overlap_s = min(end_s, period.end_s) - max(start_s, period.start_s)
+                if length_s > 0 and overlap_s > 0:
+                    energy_j += period.energy_j * overlap_s / length_s
+            last = chain[-1]
+            tail_s = end_s - max(start_s, last.end_s)
+            if tail_s > 0 and last.end_s > last.start_s:
+                energy_j += last.energy_j / (last.end_s - last.start_s) * tail_s
+            out[node] = energy_j
+        return out
+
+    def checkpoint_durations(self, now_s: float) -> dict[str, float]:
+        """How long each job's last checkpoint took, as the fresh reports say (the longest over its nodes)."""
+        found: dict[str, float] = {}
+        for received in self.fresh(now_s).values():
+            for job_id, job in received.report.jobs.items():
+                if job.checkpoint_duration_s is not None:
+                    found[job_id] = max(found.get(job_id, 0.0), job.checkpoint_duration_s)
+        return found

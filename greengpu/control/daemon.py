@@ -236,8 +236,10 @@ class Daemon:
     def _ledger(self, seen: Observation, now_s: float) -> None:
         if self.meter is None:
             return
+        reports, then_s = self.reports.reports, self.meter.last_s  # the agents' counters: measured energy
         try:
-            self.meter.record(seen)
+            self.meter.record(seen, reports.energy_between(then_s, now_s) if then_s is not None else {},
+                              reports.checkpoint_durations(now_s))
         except (sqlite3.Error, OSError, BadInput) as error:  # a full disk must not stop the levers
             self.metrics.alerts.labels("ledger_failed").inc()
             self.alerts.raise_alert("ledger_failed", f"cannot write the ledger {self.meter.path}: {error}", now_s)

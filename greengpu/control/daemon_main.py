@@ -180,6 +180,9 @@ def open_meter(options: DaemonOptions, body: ClusterBody, store: DaemonStore) ->
                              f"{options.source}:{options.cluster_file}",
                              cluster_name=cluster_name(options.cluster_file))
     store.set_setting(key, str(meter.run_id))
+    from greengpu.control.meter_facts import facts_of
+
+    meter.facts = facts_of(body, options.cluster_file)
     return meter
 
 

@@ -7,6 +7,10 @@ busy GPU at its default limit, an idle one at its idle power. Host energy is mod
 idle or sleep power). A job is charged its GPUs' share of its nodes' GPU power and of their hosts, as
 in a replay, so tenant rows plus idle add up to the site. Each tick is one transaction in the ledger; each
 node-hour says its basis: `measured` only where every period of it was measured, `modelled` otherwise.
+A body that tells more (`facts`, greengpu.control.meter_facts) adds the period's cloud rows, priced and
+charged CO2 as a replay's (greengpu.accounting.cloud_rows), its cloud jobs' rows, and how each job that left
+the running set ended. Each job row carries the job's submit time, MIG profile and, where an agent reported it,
+how long its checkpoint took.
 """
 
 from __future__ import annotations
@@ -14,13 +18,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from greengpu.accounting.attribution import Attribution
+from greengpu.accounting.cloud_rows import site_cloud_hours
 from greengpu.accounting.ledger_url import Ledger
 from greengpu.accounting.ledger_write import append_usage, open_metered_run
 from greengpu.accounting.meter import EnergyMeter
 from greengpu.control.body import Observation
 from greengpu.model import GPU_UNITS, Cluster, PowerState
+
+if TYPE_CHECKING:
+    from greengpu.control.meter_facts import LedgerFacts
 
 MAX_GAP_S = 900.0
 """A gap longer than this between two ticks (the daemon was down) is not charged: nobody measured it."""
@@ -40,6 +49,19 @@ class DaemonMeter:
         """Per job id, the MIG instance profile it runs on (set by whoever knows it; '' or absent: whole GPUs)."""
         self.measured_nodes: set[str] = set()
         """Nodes whose GPU energy came from counters at the last period (the rest was modelled)."""
+        self.facts: LedgerFacts | None = None
+        """What the body tells beyond an observation (cloud node time, how jobs ended); None: nothing more."""
+        self.checkpoint_s: dict[str, float] = {}
+        """Per job id, how long its last reported checkpoint took (s)."""
+        self._charged: set[str] = set()
+        """The on-premises jobs charged at the last period (one gone since has ended: its outcome is settled)."""
+        self._unsettled: set[str] = set()
+        """Jobs that ended while a period was not charged (the first, or after a gap): settled at the next one."""
+
+    @property
+    def last_s(self) -> float | None:
+        """When the last period ended (None before the first tick): where the next one starts."""
+        return self._then_s
 
     @classmethod
     def open(cls, cluster: Cluster, path: Ledger, run_id: int | None, policy: str, source: str,
@@ -49,15 +71,22 @@ class DaemonMeter:
             run_id = open_metered_run(path, cluster.site, policy=policy, source=source, cluster=cluster_name)
         return cls(cluster, path, run_id)
 
-    def record(self, seen: Observation, measured_gpu_energy_j: Mapping[str, float] | None = None) -> None:
+    def record(self, seen: Observation, measured_gpu_energy_j: Mapping[str, float] | None = None,
+               checkpoint_s: Mapping[str, float] | None = None) -> None:
         """Charge the period since the last tick (nothing at the first one). `measured_gpu_energy_j`: per node,
         the GPU energy measured over this period (J, e.g. from agents' counters); it wins over the body's own
-        counters, and a node missing from it (or given a negative or non-finite figure) is modelled."""
+        counters, and a node missing from it (or given a negative or non-finite figure) is modelled.
+        `checkpoint_s`: per job, how long its last checkpoint took (the agents' reports)."""
         now_s = seen.snapshot.time_s
         then_s, self._then_s = self._then_s, now_s
         energy_then, self._energy_then = self._energy_then, dict(seen.gpu_energy_j)
+        self.checkpoint_s.update({j: s for j, s in (checkpoint_s or {}).items() if math.isfinite(s) and s >= 0})
+        running_ids = {r.job.job_id for r in seen.snapshot.running}
+        ended, self._charged = (self._charged | self._unsettled) - running_ids, running_ids
         if then_s is None or not 0 < now_s - then_s <= MAX_GAP_S:
+            self._unsettled = ended  # settled with the next period charged
             return
+        self._unsettled = set()
         period_s = now_s - then_s
         attribution = Attribution(EnergyMeter(self.cluster.site))
         busy_gpus: dict[str, float] = {}
@@ -97,7 +126,24 @@ class DaemonMeter:
             attribution.job_ran(running.job, held, max(then_s, running.start_time_s), now_s,
                                 {n: busy_w_per_gpu.get(n, 0.0) for n in held}, hosts, gpus)
             models = sorted({self.cluster.node_types[self._type[n]].gpu_model for n in held})
+            job = running.job
             attribution.jobs[-1] = replace(attribution.jobs[-1], gpu_model="+".join(models),
-                                           gpu_profile=self.gpu_profiles.get(running.job.job_id, ""))
+                                           gpu_profile=job.gpu_profile or self.gpu_profiles.get(job.job_id, ""),
+                                           submit_s=job.submit_time_s, checkpoint_s=self.checkpoint_s.get(job.job_id))
+        waiting = {p.job.job_id for p in seen.snapshot.pending}
+        outcomes = {job_id: self._outcome(job_id, waiting) for job_id in ended}
+        for job_id in (j for j, outcome in outcomes.items() if outcome == "completed"):
+            self.checkpoint_s.pop(job_id, None)  # done with: the map keeps only jobs that may run again
+        cloud = {}
+        if self.facts is not None:
+            cloud = site_cloud_hours(self.cluster, self.facts.cloud_spans(then_s, now_s), self.facts.regions, {})
+            attribution.jobs.extend(replace(s, checkpoint_s=self.checkpoint_s.get(s.job_id))
+                                    for s in self.facts.cloud_segments(then_s, now_s))
         # The period's bounds are its key in the ledger: the same period sent twice is charged once.
-        append_usage(self.path, self.run_id, attribution, start_s=then_s, end_s=now_s)
+        append_usage(self.path, self.run_id, attribution, start_s=then_s, end_s=now_s, cloud=cloud,
+                     outcomes=outcomes)
+
+    def _outcome(self, job_id: str, waiting: set[str]) -> str:
+        """How a job that left the running set ended: the body's word, else `preempted` when it waits again."""
+        told = self.facts.job_outcome(job_id) if self.facts is not None else ""
+        return told or ("preempted" if job_id in waiting else "")

@@ -15,6 +15,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from greengpu.accounting.attribution import JobCharge
+from greengpu.accounting.cloud_rows import CloudSpan
 from greengpu.errors import BadInput
 from greengpu.model import Cluster, Job
 
@@ -31,12 +33,17 @@ class CloudRun:
     requested_s: float
     start_s: float
     end_s: float
+    gpus: float = 0.0
+    """The GPUs the job keeps busy (0 in a state written before it was kept: its node time is then idle)."""
+    submit_s: float | None = None
+    job_class: str = ""
 
 
 def _check(run: CloudRun) -> None:
     """TypeError unless `run`, as read back, has the types it was written with."""
-    texts = (run.job_id, run.tenant, run.capacity, run.pool)
-    times = (run.requested_s, run.start_s, run.end_s)
+    texts = (run.job_id, run.tenant, run.capacity, run.pool, run.job_class)
+    times = (run.requested_s, run.start_s, run.end_s, run.gpus,
+             *(() if run.submit_s is None else (run.submit_s,)))
     if not all(isinstance(t, str) for t in texts) or not isinstance(run.nodes, list) \
             or not all(isinstance(n, str) for n in run.nodes) \
             or not all(isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t) for t in times):
@@ -88,7 +95,8 @@ class FakeCloud:
             self._serial += 1
             names.append(f"{pool_name}-{self._serial}")
         start_s = now_s + node_type.boot_s
-        run = CloudRun(job.job_id, job.tenant, capacity, pool_name, names, now_s, start_s, start_s + job.duration_s)
+        run = CloudRun(job.job_id, job.tenant, capacity, pool_name, names, now_s, start_s, start_s + job.duration_s,
+                       float(job.gpus), job.submit_time_s, job.job_class)
         self.running[job.job_id] = run
         self.placements[(capacity, pool_name)] = self.placements.get((capacity, pool_name), 0) + 1
         self.changed = True
@@ -102,6 +110,36 @@ class FakeCloud:
             self.finished[run.job_id] = run
             self.changed = True
         return ended
+
+    def spans(self, start_s: float, end_s: float) -> list[CloudSpan]:
+        """The cloud node time of [start_s, end_s) for the ledger (greengpu.accounting.cloud_rows): each node paid
+        from its request to its job's end, and the job's share of each node while it ran (its GPUs spread evenly
+        over its nodes)."""
+        spans: list[CloudSpan] = []
+        for run in (*self.running.values(), *self.finished.values()):
+            gpus = self.cluster.node_types[self.cluster.pools[run.pool].type_name].gpus \
+                if run.pool in self.cluster.pools else 0
+            paid = (max(start_s, run.requested_s), min(end_s, run.end_s))
+            used = (max(start_s, run.start_s), min(end_s, run.end_s))
+            for _ in run.nodes:
+                if paid[0] < paid[1]:
+                    spans.append(CloudSpan(run.pool, "", *paid, 1.0))
+                if used[0] < used[1] and gpus and run.gpus > 0:
+                    per_node = min(float(gpus), run.gpus / len(run.nodes))
+                    spans.append(CloudSpan(run.pool, run.tenant, *used, per_node / gpus, per_node))
+        return spans
+
+    def segments(self, start_s: float, end_s: float) -> list[JobCharge]:
+        """Each cloud job's run within [start_s, end_s) for the ledger's job rows (`completed` on the one its job
+        ended in; its energy and spend are in the cloud rows)."""
+        out = []
+        for run in (*self.running.values(), *self.finished.values()):
+            begin, until = max(start_s, run.start_s), min(end_s, run.end_s)
+            if begin < until:
+                out.append(JobCharge(run.job_id, run.tenant, run.job_class, begin, until, run.gpus, tuple(run.nodes),
+                                     0.0, 0.0, 0.0, 0.0, submit_s=run.submit_s, pool=run.pool,
+                                     outcome="completed" if run.end_s <= end_s else ""))
+        return out
 
     def summary(self) -> dict[str, object]:
         """What /v1/status shows of the cloud: placements per capacity and pool, the jobs there now."""

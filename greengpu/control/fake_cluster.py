@@ -101,13 +101,17 @@ class FakeCluster(FakeClusterState, FakeGpus):
             self._jobs_on[slot.node] += 1
         self.nvml: dict[str, NvmlBackend] = {}
         self.fakes: dict[str, FakeNvml] = {}
+        self._now_s = start_s
+        """The fake cluster's time (its latest observation): the fake GPUs' energy counters run on it, so that
+        under a test's manual clock they measure the cluster's time, not the wall's (the ledger's `measured`)."""
         for node in cluster.nodes:
             t = cluster.node_types[node.type_name]
             gpus = [FakeGpu(name=f"fake {t.gpu_model}", min_limit_w=t.gpu_min_limit_w, max_limit_w=t.gpu_max_w,
                             default_limit_w=t.gpu_max_w, idle_w=t.gpu_idle_w, draw_w=t.gpu_max_w,
                             max_sm_clock_mhz=t.gpu_max_clock_mhz or NOMINAL_MAX_CLOCK_MHZ,
                             uuid=f"GPU-{node.name}-{i}") for i in range(t.gpus)]
-            self.fakes[node.name] = FakeNvml(gpus, state_path=state_dir / f"nvml-{node.name}.json")
+            self.fakes[node.name] = FakeNvml(gpus, state_path=state_dir / f"nvml-{node.name}.json",
+                                             clock=lambda: self._now_s)
             backend = NvmlBackend(lib=self.fakes[node.name])
             backend.open()
             self.nvml[node.name] = backend
@@ -117,6 +121,7 @@ class FakeCluster(FakeClusterState, FakeGpus):
     # --- time passes ---------------------------------------------------------------------------
 
     def _advance(self, now_s: float) -> None:
+        self._now_s = max(self._now_s, now_s)
         for node in self.nodes.values():
             # Each change is stamped when it happened, not when a tick looked (as in a replay's event times).
             if node.power == PowerState.SUSPENDING.value and now_s >= node.since_s + SUSPEND_S:
