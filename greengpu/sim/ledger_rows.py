@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from greengpu.accounting.attribution import Attribution, JobCharge
-from greengpu.accounting.cloud_rows import CloudSpan, CloudUsage, PoolCosting, cloud_hours
+from greengpu.accounting.cloud_rows import CloudUsage, site_cloud_hours
 from greengpu.model import Cluster, Job
 from greengpu.policy import Policy
 from greengpu.sim.cloud_ledger import MeteredCloudPools
@@ -53,32 +53,11 @@ def settle_jobs(attribution: Attribution, outcomes: JobOutcomes, originals: Mapp
     attribution.jobs[:] = settled
 
 
-def replay_cloud_rows(cluster: Cluster, spans: list[CloudSpan], regions: Mapping[str, str],
-                      region_g_per_kwh: Mapping[str, float]) -> dict[tuple[float, str, str], CloudUsage]:
-    """The replay's cloud rows: each pool's region from `regions` ('' when it names none), CO2 at
-    `region_g_per_kwh[region]` where known, else at the site's own grid intensity (docs/LEDGER.md)."""
-    site = cluster.site
-    pools = {}
-    for name, pool in cluster.pools.items():
-        node_type = cluster.node_types[pool.type_name]
-        pools[name] = PoolCosting(pool.price_per_hour, regions.get(name, ""), node_type.gpus, node_type.gpu_idle_w,
-                                  node_type.gpu_max_w, node_type.host_idle_w)
-
-    def g_per_kwh(region: str, time_s: float) -> float:
-        if region in region_g_per_kwh:
-            return region_g_per_kwh[region]
-        if site.carbon is not None:
-            return site.carbon.value_at(time_s)
-        return site.carbon_g_per_kwh or 0.0
-
-    return cloud_hours(spans, pools, g_per_kwh)
-
-
 def ledger_extras(simulation: Simulation, cluster_file: str, policy: Policy
                   ) -> dict[tuple[float, str, str], CloudUsage]:
     """Settle a finished replay's job segments in its attribution and return its cloud rows (none without
     pools). The pools' regions come from the inventory; no region has an intensity series of its own yet, so
-    every cloud row's CO2 is at the site's grid intensity (the fallback above)."""
+    every cloud row's CO2 is at the site's grid intensity (the fallback of accounting.cloud_rows.site_cloud_hours)."""
     from greengpu.config.inventory import load_cloud_pools
 
     attribution = simulation.attribution
@@ -91,4 +70,4 @@ def ledger_extras(simulation: Simulation, cluster_file: str, policy: Policy
         return {}
     regions = {name: pool.region for name, pool in load_cloud_pools(cluster_file).items()}
     spans = simulation.cloud.spans if isinstance(simulation.cloud, MeteredCloudPools) else []
-    return replay_cloud_rows(simulation.cluster, spans, regions, {})
+    return site_cloud_hours(simulation.cluster, spans, regions, {})
