@@ -4,7 +4,7 @@ Before the tick decides (`merge`): warning and failing GPUs go into the snapshot
 keeps inference off warning GPUs and new work off failing nodes), drained nodes stay drained, the last
 checkpoints the agents saw go to the running jobs, and the measured use of each node goes to the sleep
 lever (greengpu.energy.sleep.idle_by_use). After it (`after_tick`, the leader only): the failing nodes'
-alerts, the drains the core decided (greengpu.health.drain), the stalled-job alerts
+alerts, the drains the tick decided (greengpu.health.drain via greengpu.tick.tick), the stalled-job alerts
 (greengpu.health.stalled) and the queue, failure and checkpoint metrics.
 """
 
@@ -20,9 +20,10 @@ from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import ClusterBody, Observation
 from greengpu.control.daemon_metrics import DaemonMetrics
 from greengpu.health.cluster import node_states_with_health
-from greengpu.health.drain import failing_node_lines, plan_checkpoints, plan_drains
+from greengpu.health.drain import failing_node_lines
 from greengpu.health.stalled import StallChange, StallWatch, stall_line
 from greengpu.model import NodeState, PowerState
+from greengpu.tick.tick import TickResult
 
 
 class Daemon(Protocol):
@@ -32,6 +33,7 @@ class Daemon(Protocol):
     metrics: DaemonMetrics
     alerts: Alerts
     audit: AuditLog
+    last_result: TickResult | None
 
 
 log = logging.getLogger("greengpu.daemon")
@@ -100,9 +102,10 @@ class ReportEffects:
             daemon.alerts.raise_alert("gpu_failing", lines[node], now_s, node=node)
         self._alerted_failing = set(lines)
         self.drained = {n for n in self.drained if n in snapshot.node_states and snapshot.node_states[n].drained}
-        if act:
-            self._checkpoints_asked(daemon, plan_checkpoints(snapshot), now_s)
-            for drain in plan_drains(snapshot):
+        decided = daemon.last_result
+        if act and decided is not None:  # the tick's health lever decided these (greengpu.tick.tick)
+            self._checkpoints_asked(daemon, decided.checkpoints, now_s)
+            for drain in decided.drains:
                 self._drain(daemon, drain.node, drain.reason, now_s)
         daemon.metrics.drained.set(len(self.drained))
         self._stalls(daemon, seen, now_s, checkpoints)

@@ -3,7 +3,8 @@
 Order matters and is the same in every body: the scheduling cycle first (it says which jobs start,
 which stop and which wait), then whether work waits (`work_waiting`), then capping (caps lift while
 work waits), then sleep and wake (nothing sleeps while work waits; the core's wakes and the warm
-reserve within the rate limits).
+reserve within the rate limits), then cloud capacity for the jobs left waiting, then health (jobs on a
+failing GPU's node asked to checkpoint, the node drained once empty).
 
 The daemon calls `control_tick` whole. The simulator is event driven: it calls the same parts
 (`schedule`, `plan_power`'s `gpu_setting`, `plan_sleep`, `plan_wakes`) at the events that change
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from greengpu.health.drain import DrainNode, plan_checkpoints, plan_drains
 from greengpu.model import Action, ClusterSnapshot, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import Policy
 from greengpu.sched.core import CycleResult, schedule_cycle
@@ -47,6 +49,10 @@ class TickResult:
     wakes: tuple[WakeNode, ...]
     capacity: tuple[ChooseCapacity, ...] = ()
     """Lever 3: spot, on-demand or wait for each job left waiting for capacity (greengpu.tick.capacity)."""
+    checkpoints: tuple[str, ...] = ()
+    """Health: running jobs on a node with a failing GPU, to checkpoint and stop (greengpu.health.drain)."""
+    drains: tuple[DrainNode, ...] = ()
+    """Health: nodes with a failing GPU and nothing left running, to drain (greengpu.health.drain)."""
 
     @property
     def actions(self) -> tuple[TickAction, ...]:
@@ -88,4 +94,4 @@ def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuOb
         gpus = gpus_after_placements(gpus, placed, {p.job.job_id: p.job for p in snapshot.pending})
     capacity = plan_capacity(snapshot, scheduled.cycle, policy.spot, capacity_facts)
     return TickResult(scheduled, plan_power(gpus, policy.capping, scheduled.waiting, gpu_settings), sleeps, wakes,
-                      capacity)
+                      capacity, plan_checkpoints(snapshot), plan_drains(snapshot))

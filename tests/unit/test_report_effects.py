@@ -9,6 +9,7 @@ from pathlib import Path
 from inventories import a100_type, write_inventory
 
 from greengpu.config.inventory import load_cluster
+from greengpu.config.policy import load_policy
 from greengpu.control.agent_reports import AgentReport, AgentReports, GpuReport
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.control.body import Observation
@@ -17,6 +18,7 @@ from greengpu.control.report_effects import ReportEffects
 from greengpu.health.score import HealthState
 from greengpu.model import Cluster, ClusterSnapshot
 from greengpu.tick.sleep import SleepObservation
+from greengpu.tick.tick import TickResult, control_tick
 
 NOW = 1_700_000_000.0
 
@@ -35,6 +37,7 @@ class Parts:
     metrics: DaemonMetrics
     alerts: Alerts
     audit: AuditLog
+    last_result: TickResult | None = None
 
 
 def observation(cluster: Cluster) -> Observation:
@@ -59,6 +62,8 @@ def test_a_body_without_a_drain_keeps_it_in_the_daemons_books(tmp_path: Path) ->
     merged = effects.merge(observation(cluster), NOW)
     assert merged.snapshot.node_states["n1"].failing_gpus == frozenset({3})
     assert not merged.snapshot.node_states["n1"].schedulable
+    parts.last_result = control_tick(merged.snapshot, load_policy("default"), (), merged.sleep)
+    assert [d.node for d in parts.last_result.drains] == ["n1"]  # the tick's health lever decides the drain
     effects.after_tick(parts, merged, NOW, act=True)  # type: ignore[arg-type]
     assert effects.kept_drained == {"n1"} and effects.drained == {"n1"}
     later = effects.merge(observation(cluster), NOW + 60)
