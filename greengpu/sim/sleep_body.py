@@ -94,6 +94,15 @@ class SleepBody:
         due = max(node.idle_since_s + self.sleep.idle_timeout_s, node.power_since_s + self.sleep.min_awake_s)
         self.clock.push(max(due, self.clock.now_s), EventKind.IDLE_CHECK, (node.name, node.idle_token))
 
+    def ask(self, asked: list[WakeNode], waiting: WorkWaiting) -> None:
+        """Ask the sleep lever what a daemon's tick asks it now: the wakes (the core's and the warm reserve's),
+        then the suspends. The replay asks at every point where its observation may have changed (every
+        cycle, every idle timeout come due, every change in use), so a node the warm reserve held sleeps as
+        soon as the reserve lets it, as under the daemon (tests/integration/test_differential_one_brain.py)."""
+        if self.sleep.enabled:
+            self.apply_wakes(asked)
+            self.suspend_idle(waiting)
+
     def suspend_idle(self, waiting: WorkWaiting) -> None:
         """Put to sleep the idle nodes the sleep lever chooses now."""
         now_s = self.clock.now_s
@@ -104,7 +113,7 @@ class SleepBody:
             self.clock.push(now_s + SUSPEND_S, EventKind.SUSPEND_DONE, node.name)
         # Nodes still idle but not allowed to sleep now are looked at again when that can change: at the
         # next window opening, or at the next tick when work was waiting or the rate limit held them.
-        # (One held by the warm reserve is looked at again when another node's idle timeout comes due.)
+        # (One held by the warm reserve is looked at again at the next cycle or change in use: `ask`.)
         if not self.fleet.overdue_idle(now_s, self.sleep.idle_timeout_s):
             return
         recheck: float | None = None
