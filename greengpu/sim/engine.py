@@ -286,8 +286,8 @@ class Simulation:
             while (event := clock.pop_at(time_s)) is not None:
                 processed += 1
                 self._handle(*event)
-            if self._dirty and (self.pending or self.work.any_signalled()):
-                self._dirty = False
+            if (self._dirty or self._sleep_check) and (self.pending or self.work.any_signalled()):
+                self._dirty = False  # the sleep lever is asked with a cycle, as a daemon's tick asks them together
                 self._cycle()
             elif self._dirty:
                 self._dirty = False  # nothing waits: a cycle could not place anything
