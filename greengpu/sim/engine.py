@@ -4,8 +4,8 @@ Virtual clock (`sim/clock.py`), events in a heap: arrivals, finishes, wake and s
 exact idle-timeout checks, grace expiries and control ticks. At each point in time where something
 changed, the tick's scheduling part runs (`greengpu.tick.tick.schedule`: one cycle of the core and
 whether work waits), then its capping and sleep parts where their inputs changed: caps lift or come
-back when "work waits" flips (`sim/pace.py`), wakes follow the core's WakeNode actions and the warm
-reserve, and idle nodes are looked at when their idle timeout comes due (`sim/sleep_body.py`).
+back when "work waits" flips (`sim/pace.py`), and the sleep lever is asked as a daemon's tick asks it: at
+every cycle, at every idle timeout come due and whenever use falls (`sim/sleep_body.py`).
 Waking asks the core itself: a second, hypothetical cycle in which sleeping nodes count as up shows
 which nodes blocked jobs would go to, and exactly those are woken. Power is integrated piecewise
 between events (`sim/nodes.py`); the figures are typed (`sim/results.py`).
