@@ -341,7 +341,7 @@ class Simulation:
             name, token = data
             node = self.fleet.nodes[name]
             if node.idle_token == token and node.power is PowerState.AWAKE and node.jobs == 0:
-                self._sleep_check = True
+                self._sleep_check = self.sleep.came_due(node)
         elif kind is EventKind.TICK:
             if data is None:
                 self._tick_pending = False

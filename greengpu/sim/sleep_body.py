@@ -51,6 +51,8 @@ class SleepBody:
         self.wake_times: deque[float] = deque()
         self.wakes = 0
         self._recheck_at = float("-inf")
+        self._due: dict[str, int] = {}
+        """Nodes whose idle check came due, with their idle token then: the only ones `plan_sleep` can choose."""
         self.timezone = timezone
         """The site's time zone: the windows are read on its wall clock."""
 
@@ -101,7 +103,21 @@ class SleepBody:
         soon as the reserve lets it, as under the daemon (tests/integration/test_differential_one_brain.py)."""
         if self.sleep.enabled:
             self.apply_wakes(asked)
-            self.suspend_idle(waiting)
+            if self._any_due():  # else the lever would put none to sleep (asked every cycle: keep it cheap)
+                self.suspend_idle(waiting)
+
+    def came_due(self, node: SimNode) -> bool:
+        """`node`'s idle timeout and minimum awake time have passed while it stayed idle (an IDLE_CHECK)."""
+        self._due[node.name] = node.idle_token
+        return True
+
+    def _any_due(self) -> bool:
+        """Whether a node is still idle and awake since its idle check came due (those left behind are dropped)."""
+        nodes = self.fleet.nodes
+        for name in [n for n, token in self._due.items() if nodes[n].idle_token != token
+                     or nodes[n].power is not PowerState.AWAKE or nodes[n].jobs]:
+            del self._due[name]
+        return bool(self._due)
 
     def suspend_idle(self, waiting: WorkWaiting) -> None:
         """Put to sleep the idle nodes the sleep lever chooses now."""
