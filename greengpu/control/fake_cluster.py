@@ -3,7 +3,8 @@
 Nodes from the inventory with fake GPUs behind the real NVML adapter (pynvml's seam, its errors and
 constraints), nodes that take `SUSPEND_S` to sleep and their `boot_s` to wake, and a job stream (a
 trace, or a seeded generator) run by a small workload manager that carries out the daemon's
-placements. Its state lives in the daemon's state directory, so a daemon killed and restarted finds
+placements, each job at the pace its GPUs' limits and clocks give it, as in a replay (control/fake_pace.py).
+Its state lives in the daemon's state directory, so a daemon killed and restarted finds
 the same cluster: GPUs still at the limits it set, nodes still asleep (the crash-safety tests).
 
 The fake cluster plays the node agents too. Like an agent, it reads a node's GPUs again only when
@@ -26,7 +27,9 @@ from greengpu.control.fake_cluster_state import FakeClusterState, FakeNode
 from greengpu.control.fake_gpus import FakeGpus
 from greengpu.control.fake_jobs import first_start_s, generated_jobs
 from greengpu.control.fake_mig import FakeMig
+from greengpu.control.fake_pace import FakePaces
 from greengpu.control.jobclass import GpuJob
+from greengpu.energy.job_pace import Pace
 from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.model import (
     GPU_UNITS,
@@ -59,7 +62,7 @@ BUSY_UTILIZATION = 0.9
 __all__ = ["FakeCluster", "FakeNode", "first_start_s", "generated_jobs"]
 
 
-class FakeCluster(FakeClusterState, FakeGpus):
+class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
     """The cluster body of `--backend fake` (a `ClusterBody`)."""
 
     name = "fake"
@@ -80,6 +83,10 @@ class FakeCluster(FakeClusterState, FakeGpus):
         self.finished: dict[str, float] = {}
         self.next_arrival = 0
         self.origin_s = start_s
+        self.paces: dict[str, list[Pace]] = {}
+        """Each running job's paces: capped GPUs slow it by the power model, as in a replay (control/fake_pace.py)."""
+        self._retuned_gpus: set[tuple[str, int]] = set()
+        self._retuned_at_s = start_s
         self._load()
         self.cloud = FakeCloud(cluster, state_dir)
         """The inventory's cloud pools: where the tick's capacity lever sends waiting jobs (`ChooseCapacity`)."""
@@ -156,6 +163,7 @@ class FakeCluster(FakeClusterState, FakeGpus):
     def _free(self, job_id: str, now_s: float) -> RunningJob:
         running = self.running.pop(job_id)
         self._slots_text.pop(job_id, None)
+        self.paces.pop(job_id, None)
         self._changed = True
         for slot in running.slots:
             key = (slot.node, slot.gpu_index)
@@ -177,6 +185,7 @@ class FakeCluster(FakeClusterState, FakeGpus):
 
     def observe(self, now_s: float, suspends_last_minute: int, wakes_last_minute: int) -> Observation:
         self._advance(now_s)  # written down when the tick settles: a restart replays the same arrivals and ends
+        self._retuned_at_s = now_s
         states = {n.name: NodeState(power=PowerState(n.power), since_s=n.since_s, drained=n.drained)
                   for n in self.nodes.values() if n.power != PowerState.AWAKE.value or n.drained}
         snapshot = ClusterSnapshot(now_s, self.cluster, tuple(self.running.values()), tuple(self.pending.values()),
@@ -230,6 +239,13 @@ class FakeCluster(FakeClusterState, FakeGpus):
         self._stale.discard(name)
         return gpus, settings
 
+    def release_gpus(self, reason: str) -> list[str]:
+        """Every GPU back to its default limit and clocks (FakeGpus): the jobs on them run uncapped from now."""
+        lines = super().release_gpus(reason)
+        self._retuned_gpus.update((s.node, s.gpu_index) for r in self.running.values() for s in r.slots)
+        self._repace_retuned()
+        return lines
+
     def reread_gpus(self) -> None:
         """Read every GPU through NVML again at the next observation (an agent restarted; the tests)."""
         self._stale.update(self.nodes)
@@ -277,6 +293,7 @@ class FakeCluster(FakeClusterState, FakeGpus):
             self._changed = True
             self.running[action.job_id] = RunningJob(waiting.job, action.slots, now_s, now_s + waiting.job.duration_s,
                                                      preemptions=waiting.preemptions)
+            self._pace_begin(action.job_id, now_s)  # at the pace its GPUs' settings give it
             for slot in action.slots:
                 key = (slot.node, slot.gpu_index)
                 if key not in self._taken:  # a shared GPU stays set for the job that was there first
@@ -301,10 +318,11 @@ class FakeCluster(FakeClusterState, FakeGpus):
         if isinstance(action, KillJob):
             if action.job_id not in self.running:
                 raise ActionFailed(f"cannot stop {action.job_id}: not running")
+            saved_s = self._work_done_s(self.running[action.job_id], last_checkpoint_s(self.running[action.job_id],
+                                                                                      now_s))
             running = self._free(action.job_id, now_s)
             # Requeued with the work its last checkpoint saved taken off, and the preemption on its record,
-            # as the simulator's job runner does (sim/jobs.py `kill`; fake jobs run at full speed).
-            saved_s = last_checkpoint_s(running, now_s) - running.start_time_s
+            # as the simulator's job runner does (sim/jobs.py `kill`).
             by = action.for_job_id or running.preempted_for
             history = running.preemptions + ((PreemptionRecord(now_s, by),) if by else ())
             self.pending[action.job_id] = PendingJob(replace(running.job, duration_s=max(
@@ -332,6 +350,7 @@ class FakeCluster(FakeClusterState, FakeGpus):
             finally:
                 gpu = self.fakes[action.node].gpus[action.gpu_index]
                 self._note_setting(action.node, action.gpu_index, gpu.limit_w, gpu.locked_clock_mhz)
+                self._retuned(action.node, action.gpu_index, now_s)
         raise ActionFailed(f"unknown action {action!r}")
 
     def partition_gpu(self, action: PartitionGpu, now_s: float) -> str:
@@ -378,5 +397,6 @@ class FakeCluster(FakeClusterState, FakeGpus):
 
     def settle(self) -> None:
         """Write down the job starts and stops of the tick (node power was written at once)."""
+        self._repace_retuned()
         self.cloud.save()
         self._save()

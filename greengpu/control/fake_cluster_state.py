@@ -48,6 +48,7 @@ class FakeClusterState:
     origin_s: float
     _changed: bool
     _slots_text: dict[str, str]
+    paces: dict[str, list[tuple[float, float, float]]]
 
     def _load(self) -> None:
         if not self.state_path.exists():
@@ -73,6 +74,8 @@ class FakeClusterState:
             self.running[job_id] = RunningJob(job=self.jobs[job_id], slots=held, start_time_s=start_s,
                                               expected_end_s=end_s, preempt_signalled_s=signalled_s,
                                               preempted_for=preempted_for)
+        self.paces = {job_id: [(float(a), float(b), float(c)) for a, b, c in paces]  # control/fake_pace.py
+                      for job_id, paces in saved.get("paces", {}).items() if job_id in self.running}
         remaining = saved.get("remaining", {})
         for job_id in saved["pending"]:
             job = self.jobs[job_id]
@@ -88,6 +91,7 @@ class FakeClusterState:
                  "finished": self.finished,
                  "running": [[r.job.job_id, r.start_time_s, r.expected_end_s, self._slots_of(r),
                               r.preempt_signalled_s, r.preempted_for] for r in self.running.values()],
+                 "paces": self.paces,
                  # Job ids, in queue order; the work left only of jobs stopped part-way (the rest have their
                  # whole duration): a queue of thousands is written every tick.
                  "pending": list(self.pending),

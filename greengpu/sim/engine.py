@@ -4,8 +4,8 @@ Virtual clock (`sim/clock.py`), events in a heap: arrivals, finishes, wake and s
 exact idle-timeout checks, grace expiries and control ticks. At each point in time where something
 changed, the tick's scheduling part runs (`greengpu.tick.tick.schedule`: one cycle of the core and
 whether work waits), then its capping and sleep parts where their inputs changed: caps lift or come
-back when "work waits" flips (`sim/pace.py`), wakes follow the core's WakeNode actions and the warm
-reserve, and idle nodes are looked at when their idle timeout comes due (`sim/sleep_body.py`).
+back when "work waits" flips (`sim/pace.py`), and the sleep lever is asked as a daemon's tick asks it: at
+every cycle, at every idle timeout come due and whenever use falls (`sim/sleep_body.py`).
 Waking asks the core itself: a second, hypothetical cycle in which sleeping nodes count as up shows
 which nodes blocked jobs would go to, and exactly those are woken. Power is integrated piecewise
 between events (`sim/nodes.py`); the figures are typed (`sim/results.py`).
@@ -45,12 +45,13 @@ from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.cloud import CloudPools
 from greengpu.sim.cloud_choice import fits_free_awake
 from greengpu.sim.cloud_ledger import MeteredCloudPools
+from greengpu.sim.engine_results import known_result, result_of
 from greengpu.sim.failures import FailureReplay, GpuEvent
 from greengpu.sim.jobs import JobRunner
 from greengpu.sim.mig_body import MigPartitions
 from greengpu.sim.nodes import NodeFleet, SimNode
 from greengpu.sim.pace import Pacer
-from greengpu.sim.results import CloudFigures, SimResult, deadline_misses, wait_stats
+from greengpu.sim.results import SimResult, wait_stats
 from greengpu.sim.sleep_body import SleepBody
 from greengpu.sim.usage import TenantUsage
 from greengpu.tick.tick import Scheduled, schedule
@@ -214,31 +215,15 @@ class Simulation:
         self.waiting = scheduled.waiting
         if self._lifts_caps:
             self._follow_slack(was)
-        if self.policy.sleep.enabled:
-            self.sleep.apply_wakes([a for a in actions if isinstance(a, WakeNode)])
-            if self._sleep_check:  # only when an idle timeout has come due (IDLE_CHECK events)
-                self._sleep_check = False
-                self.sleep.suspend_idle(self.waiting)
+        self._sleep_check = False  # the sleep lever is asked at every cycle, as a daemon asks it at every tick
+        self.sleep.ask([a for a in actions if isinstance(a, WakeNode)], self.waiting)
         if self.pending and not actions and self._nothing_can_change():
             self.stalled = True  # every later cycle would be this one: the pending jobs never start
         elif self.pending:
             self._ensure_tick()  # retry: age boost, grace expiry, backfill windows
 
     def _known_result(self, snapshot: ClusterSnapshot) -> Scheduled | None:
-        """The last cycle's result when it stands for `snapshot`: the same running jobs, queue and node states
-        (the same objects: the bodies rebuild them on any change), before the time it promised; else None.
-        A saturated queue's periodic cycles are mostly these (greengpu.sched.steady)."""
-        known = self._known
-        if known is None or self.cloud is not None:
-            return None
-        until_s, was, scheduled = known
-        if not (snapshot.time_s < until_s and snapshot.running is was.running and snapshot.pending is was.pending
-                and snapshot.node_states is was.node_states):
-            return None
-        self.known_cycles += 1
-        if self.check_known_cycles:
-            _check_same(scheduled, schedule(snapshot, self.policy), snapshot.time_s)
-        return scheduled
+        return known_result(self, snapshot)
 
     def _follow_slack(self, guard_was: QueueGuard) -> None:
         """Lift or restore caps when the waiting jobs' guard changed or the cluster's slack came or went
@@ -301,16 +286,18 @@ class Simulation:
             while (event := clock.pop_at(time_s)) is not None:
                 processed += 1
                 self._handle(*event)
-            if self._dirty and (self.pending or self.work.any_signalled()):
-                self._dirty = False
+            if (self._dirty or self._sleep_check) and (self.pending or self.work.any_signalled()):
+                self._dirty = False  # the sleep lever is asked with a cycle, as a daemon's tick asks them together
                 self._cycle()
             elif self._dirty:
                 self._dirty = False  # nothing waits: a cycle could not place anything
                 if self._lifts_caps and self.work.no_slack:
                     self._follow_slack(self.waiting.guard)  # a finish may have given the slack back
+                self._sleep_check = False  # use fell: the warm reserve may let a node it held sleep now
+                self.sleep.ask([], self.waiting)
             elif self._sleep_check:
                 self._sleep_check = False
-                self.sleep.suspend_idle(self.waiting)
+                self.sleep.ask([], self.waiting)
             if self.progress is not None and processed % 5000 < 8:
                 self.progress(len(self.work.outcomes.completed), len(self.jobs))
             if (not self.pending and not self.running and self.arrivals_left == 0
@@ -354,7 +341,7 @@ class Simulation:
             name, token = data
             node = self.fleet.nodes[name]
             if node.idle_token == token and node.power is PowerState.AWAKE and node.jobs == 0:
-                self._sleep_check = True
+                self._sleep_check = self.sleep.came_due(node)
         elif kind is EventKind.TICK:
             if data is None:
                 self._tick_pending = False
@@ -399,70 +386,10 @@ class Simulation:
     # ------------------------------------------------------------------ results
 
     def _result(self, wall_s: float) -> SimResult:
-        jobs = self.jobs
-        work = self.work
-        waits, by_class, sla, slowdown = work.outcomes.waits(jobs)
-        origin = jobs[0].submit_time_s if jobs else 0.0
-        span_s = (self.clock.now_s - origin) if jobs else 0.0
-        completed = work.outcomes.completed
-        in_cloud = self.cloud.completed if self.cloud is not None else set()  # no facility energy in the cloud
-        completed_gpu_hours = sum(work.held_gpus(j) * j.duration_s for j in jobs
-                                  if j.job_id in completed and j.job_id not in in_cloud) / 3600.0
-        cloud = self._cloud_figures()
-        return SimResult(
-            policy=self.policy.name, jobs=len(jobs), jobs_completed=len(completed),
-            jobs_not_started=len(jobs) - len(work.outcomes.first_start),
-            unplaceable_jobs=tuple(sorted(self.pending)[:10]) if self.stalled else (),
-            makespan_s=(max(work.last_finish_s, cloud.last_finish_s) - origin) if completed else 0.0,
-            energy_kwh=self.meter.facility_energy_kwh, gpu_energy_kwh=self.meter.gpu_energy_kwh,
-            cost=self.meter.cost + cloud.cost if self.cloud is not None else self.meter.cost,
-            co2_kg=self.meter.co2_g / 1000.0, wait_s=waits, wait_s_by_class=by_class,
-            gpu_hours_allocated=self.gpu_hours_allocated,
-            gpu_hours_capacity=self.cluster.total_gpus * span_s / 3600.0, slowdown_mean=slowdown,
-            preemptions=work.preemptions + cloud.preemptions,
-            lost_gpu_hours=(work.lost_gpu_s + cloud.lost_gpu_s if self.cloud is not None else work.lost_gpu_s) / 3600.0,
-            node_sleep_hours=self.sleep_s / 3600.0, wakes=self.sleep.wakes,
-            failed_nodes=tuple(sorted(self.sleep.failed_nodes)), sla_violations=sla,
-            invariant_violations=self.checks.violations, sim_wall_s=wall_s, pue=self.cluster.site.pue,
-            currency=self.cluster.site.currency, scheduling_cycles=self.cycles,
-            energy_kwh_per_gpu_hour=(self.meter.facility_energy_kwh / completed_gpu_hours
-                                     if completed_gpu_hours > 0 else None),
-            failures=self.failures.stats.as_dict() if self.failures is not None else None,
-            spot_share=cloud.spot_share, cloud_cost=cloud.cost, interruptions=cloud.interruptions,
-            deadline_misses=deadline_misses(jobs, work.finish_s, self.clock.now_s),
-            cloud_pools=self.cloud.to_json() if self.cloud is not None else None,
-            interruption_lost_gpu_hours=cloud.lost_gpu_s / 3600.0,
-            come_backs=len(self.cloud.come_backs) if self.cloud is not None else 0,
-            mig_reconfigurations=self.mig.reconfigurations if self.mig.has_mig else None)
-
-    def _cloud_figures(self) -> CloudFigures:
-        if self.cloud is None:
-            return CloudFigures()
-        spot_s = self.cloud.gpu_s(spot=True)
-        all_s = self.gpu_hours_allocated * 3600.0 + spot_s + self.cloud.gpu_s(spot=False)
-        return CloudFigures(self.cloud.cost, spot_s / all_s if all_s > 0 else 0.0, self.cloud.interruptions,
-                            self.cloud.preemptions, self.cloud.lost_gpu_s, self.cloud.last_finish_s)
+        return result_of(self, wall_s)
 
 
 def simulate(cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Replay `jobs` under `policy`; the result keys of docs/SIMULATOR.md."""
     return Simulation(cluster, policy, jobs, until_s=until_s, progress=progress).run().to_json()
-
-
-def _check_same(known: Scheduled, asked: Scheduled, time_s: float) -> None:
-    """Fail unless the core, asked again at `time_s`, decided what the known result says (check_known_cycles)."""
-    cycle = asked.cycle
-    problems = []
-    if cycle.actions or cycle.withdrawn:
-        problems.append(f"actions {cycle.actions[:3]} withdrawn {cycle.withdrawn[:3]}")
-    if dict(cycle.waits) != dict(known.cycle.waits):
-        differ = [j for j in cycle.waits if cycle.waits[j] != known.cycle.waits.get(j)]
-        examples = [(j, known.cycle.waits.get(j), cycle.waits[j]) for j in differ[:2]]
-        problems.append(f"{len(differ)} waits differ, e.g. {examples}")
-    if asked.waiting != known.waiting:
-        problems.append("the waiting work differs")
-    if {(r.job_id, r.nodes) for r in cycle.reservations} != {(r.job_id, r.nodes) for r in known.cycle.reservations}:
-        problems.append(f"reservations {cycle.reservations} != {known.cycle.reservations}")
-    if problems:
-        raise AssertionError(f"a known cycle at {time_s} decided otherwise when asked: {'; '.join(problems)}")

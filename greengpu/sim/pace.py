@@ -8,18 +8,17 @@ change while it runs (caps lift while work waits), so its work is integrated ove
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections.abc import Iterable
 
+from greengpu.energy import job_pace
 from greengpu.energy.capping import busy_effect
+from greengpu.energy.job_pace import Pace
 from greengpu.model import Cluster, Job, RunningJob
 from greengpu.policy import CappingPolicy
 from greengpu.sim.nodes import SimNode
 from greengpu.tick.power import GpuObservation, gpu_setting, observe_typed_gpu
 
-Pace = tuple[float, float, float]
-"""(since when, speed relative to uncapped, uncapped seconds of work done before then)."""
+__all__ = ["Pace", "Pacer"]
 
 
 class Pacer:
@@ -45,9 +44,14 @@ class Pacer:
         if effect is None:
             node_type = self.cluster.node_types[node.type_name]
             if self.policy.enabled:
-                # Every GPU of a type is alike in a replay: one observation stands for all of them.
-                decision = gpu_setting(self.observation(node, 0, job.job_class), self.policy, lifted)
-                effect = busy_effect(decision, node_type)
+                # Every GPU of a type is alike in a replay: one observation stands for all of them. The speed is
+                # that of the setting the GPU would hold (its limit, its clock in whole MHz), as the fake
+                # cluster paces a job by what its GPUs hold (greengpu.energy.job_pace).
+                gpu = self.observation(node, 0, job.job_class)
+                decision = gpu_setting(gpu, self.policy, lifted)
+                speed = job_pace.setting_speed(node_type, job.job_class, decision.limit_w, decision.locked_clock_mhz,
+                                               gpu.max_clock_mhz)
+                effect = (busy_effect(decision, node_type)[0], speed)
             else:
                 effect = (node_type.gpu_max_w, 1.0)
             self._effects[key] = effect
@@ -64,7 +68,7 @@ class Pacer:
     @staticmethod
     def run_s(work_s: float, speed: float) -> float:
         """Wall seconds for `work_s` of uncapped work at `speed` (whole seconds, like the trace)."""
-        return float(math.ceil(work_s / speed - 1e-9))
+        return job_pace.run_s(work_s, speed)
 
     def begin(self, job_id: str, now_s: float, speed: float) -> None:
         """A job starts (again) at `speed`, with no work done in this run yet."""
@@ -73,20 +77,15 @@ class Pacer:
     def change(self, job_id: str, now_s: float, speed: float) -> float:
         """A running job goes on at a new `speed` from `now_s`; returns the work it has done so far."""
         paces = self.paces[job_id]
-        since_s, old_speed, before_s = paces[-1]
-        done_s = before_s + (now_s - since_s) * old_speed
-        paces.append((now_s, speed, done_s))
-        return done_s
+        paces.append(job_pace.next_pace(paces, now_s, speed))
+        return paces[-1][2]
 
     def current_speed(self, job_id: str) -> float:
         return self.paces[job_id][-1][1]
 
     def work_done_s(self, job_id: str, at_s: float) -> float:
         """Uncapped seconds of work the job had done by `at_s` in this run (its paces integrated)."""
-        paces = self.paces[job_id]
-        index = max(0, bisect.bisect_right(paces, at_s, key=lambda pace: pace[0]) - 1)
-        since_s, speed, before_s = paces[index]
-        return before_s + max(0.0, at_s - since_s) * speed
+        return job_pace.work_done_s(self.paces[job_id], at_s)
 
     def end(self, job_id: str) -> None:
         """The job stopped: forget its paces and its lifted cap."""

@@ -51,6 +51,8 @@ class SleepBody:
         self.wake_times: deque[float] = deque()
         self.wakes = 0
         self._recheck_at = float("-inf")
+        self._due: dict[str, int] = {}
+        """Nodes whose idle check came due, with their idle token then: the only ones `plan_sleep` can choose."""
         self.timezone = timezone
         """The site's time zone: the windows are read on its wall clock."""
 
@@ -94,6 +96,29 @@ class SleepBody:
         due = max(node.idle_since_s + self.sleep.idle_timeout_s, node.power_since_s + self.sleep.min_awake_s)
         self.clock.push(max(due, self.clock.now_s), EventKind.IDLE_CHECK, (node.name, node.idle_token))
 
+    def ask(self, asked: list[WakeNode], waiting: WorkWaiting) -> None:
+        """Ask the sleep lever what a daemon's tick asks it now: the wakes (the core's and the warm reserve's),
+        then the suspends. The replay asks at every point where its observation may have changed (every
+        cycle, every idle timeout come due, every change in use), so a node the warm reserve held sleeps as
+        soon as the reserve lets it, as under the daemon (tests/integration/test_differential_one_brain.py)."""
+        if self.sleep.enabled:
+            self.apply_wakes(asked)
+            if self._any_due():  # else the lever would put none to sleep (asked every cycle: keep it cheap)
+                self.suspend_idle(waiting)
+
+    def came_due(self, node: SimNode) -> bool:
+        """`node`'s idle timeout and minimum awake time have passed while it stayed idle (an IDLE_CHECK)."""
+        self._due[node.name] = node.idle_token
+        return True
+
+    def _any_due(self) -> bool:
+        """Whether a node is still idle and awake since its idle check came due (those left behind are dropped)."""
+        nodes = self.fleet.nodes
+        for name in [n for n, token in self._due.items() if nodes[n].idle_token != token
+                     or nodes[n].power is not PowerState.AWAKE or nodes[n].jobs]:
+            del self._due[name]
+        return bool(self._due)
+
     def suspend_idle(self, waiting: WorkWaiting) -> None:
         """Put to sleep the idle nodes the sleep lever chooses now."""
         now_s = self.clock.now_s
@@ -104,7 +129,7 @@ class SleepBody:
             self.clock.push(now_s + SUSPEND_S, EventKind.SUSPEND_DONE, node.name)
         # Nodes still idle but not allowed to sleep now are looked at again when that can change: at the
         # next window opening, or at the next tick when work was waiting or the rate limit held them.
-        # (One held by the warm reserve is looked at again when another node's idle timeout comes due.)
+        # (One held by the warm reserve is looked at again at the next cycle or change in use: `ask`.)
         if not self.fleet.overdue_idle(now_s, self.sleep.idle_timeout_s):
             return
         recheck: float | None = None

@@ -45,12 +45,16 @@ class SleepObservation:
     without reports, idle means without work."""
 
 
-def after_placements(seen: SleepObservation, placements: Sequence[PlaceJob]) -> SleepObservation:
-    """The observation once the cycle's placements have started: a node that receives a job is busy.
+def after_placements(seen: SleepObservation, placements: Sequence[PlaceJob],
+                     stopped_gpus: float = 0.0) -> SleepObservation:
+    """The observation once the cycle's placements have started (a node that receives a job is busy) and
+    its stops are done (`stopped_gpus`: the GPUs the jobs it stopped held are no longer in use).
 
-    Bodies that carry out a cycle's placements before asking the sleep lever (the simulator does) see
+    Bodies that carry out a cycle's actions before asking the sleep lever (the simulator does) see
     this already; a body that asks the whole tick at once (the daemon) gets the same view through it.
     """
+    if stopped_gpus:
+        seen = replace(seen, busy_gpus=seen.busy_gpus - stopped_gpus)
     if not placements:
         return seen
     taken = {slot.node for action in placements for slot in action.slots}

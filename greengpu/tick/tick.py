@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from greengpu.health.drain import DrainNode, plan_checkpoints, plan_drains
-from greengpu.model import Action, ClusterSnapshot, PlaceJob, SleepNode, WakeNode
+from greengpu.model import Action, ClusterSnapshot, KillJob, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import Policy
 from greengpu.sched.core import CycleResult, schedule_cycle
 from greengpu.spot.decide import SpotJobFacts
@@ -25,7 +25,7 @@ from greengpu.tick.capacity import ChooseCapacity, plan_capacity
 from greengpu.tick.power import GpuObservation, GpuSettings, PowerAction, plan_power
 from greengpu.tick.power import after_placements as gpus_after_placements
 from greengpu.tick.sleep import SleepObservation, after_placements, plan_sleep, plan_wakes
-from greengpu.tick.waiting import WorkWaiting, with_job_verdict, with_slack_verdict, work_waiting
+from greengpu.tick.waiting import WorkWaiting, gpus_in_use, with_job_verdict, with_slack_verdict, work_waiting
 
 TickAction = Action | ChooseCapacity
 """What a body carries out: the core's and the energy levers' actions, and the capacity lever's."""
@@ -81,7 +81,8 @@ def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuOb
     asked = tuple(a for a in scheduled.cycle.actions if isinstance(a, WakeNode))
     # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
     placed = [a for a in scheduled.cycle.actions if isinstance(a, PlaceJob)]
-    sleep = after_placements(sleep, placed)
+    stopped = {a.job_id for a in scheduled.cycle.actions if isinstance(a, KillJob)}
+    sleep = after_placements(sleep, placed, gpus_in_use(r for r in snapshot.running if r.job.job_id in stopped))
     waiting = with_slack_verdict(scheduled.waiting, snapshot.cluster.total_gpus, sleep.busy_gpus, policy.sleep,
                                  sleep.arrived_gpus)
     # Which jobs run uncapped, by name (the agents lift exactly these: GET /v1/waiting's `uncapped_job_ids`).
