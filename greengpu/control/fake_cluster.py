@@ -2,15 +2,13 @@
 
 Nodes from the inventory with fake GPUs behind the real NVML adapter (pynvml's seam, its errors and
 constraints), nodes that take `SUSPEND_S` to sleep and their `boot_s` to wake, and a job stream (a
-trace, or a seeded generator) run by a small workload manager that carries out the daemon's
-placements, each job at the pace its GPUs' limits and clocks give it, as in a replay (control/fake_pace.py).
-Its state lives in the daemon's state directory, so a daemon killed and restarted finds
-the same cluster: GPUs still at the limits it set, nodes still asleep (the crash-safety tests).
+trace, or a seeded generator) run by a small workload manager that carries out the daemon's placements,
+each job at the pace its GPUs' limits and clocks give it, as in a replay (control/fake_pace.py). Its state
+lives in the daemon's state directory, so a daemon killed and restarted finds the same cluster.
 
-The fake cluster plays the node agents too. Like an agent, it reads a node's GPUs again only when
-something changed them (a job started or ended there, greengpu wrote a limit or a clock, the node
-woke); nothing else writes to these GPUs, so the cached view is exact, and one tick does not re-read
-8,000 GPUs. The energy counters, which move all the time, are read by the meter (`gpu_energy_j`).
+The fake cluster plays the node agents too. Like an agent, it reads a node's GPUs again only when something
+changed them (a job started or ended there, greengpu wrote a limit or a clock, the node woke); nothing else
+writes to these GPUs, so the cached view is exact. The meter reads the energy counters (`gpu_energy_j`).
 """
 
 from __future__ import annotations

@@ -2,14 +2,46 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from greengpu.model import ClusterSnapshot
+from greengpu.accounting.meter import EnergyMeter
+from greengpu.model import Cluster, ClusterSnapshot, Job, PendingJob
+from greengpu.policy import Policy
+from greengpu.sim.checks import PlacementChecks
+from greengpu.sim.clock import EventClock
+from greengpu.sim.cloud import CloudPools
+from greengpu.sim.failures import FailureReplay
+from greengpu.sim.jobs import JobRunner
+from greengpu.sim.mig_body import MigPartitions
 from greengpu.sim.results import CloudFigures, SimResult, deadline_misses
+from greengpu.sim.sleep_body import SleepBody
 from greengpu.tick.tick import Scheduled, schedule
 
-if TYPE_CHECKING:
-    from greengpu.sim.engine import Simulation
+
+class Simulation(Protocol):
+    """What the figures read of a replay (greengpu.sim.engine.Simulation, which calls these)."""
+
+    cluster: Cluster
+    policy: Policy
+    jobs: list[Job]
+    clock: EventClock
+    meter: EnergyMeter
+    sleep: SleepBody
+    checks: PlacementChecks
+    mig: MigPartitions
+    work: JobRunner
+    cloud: CloudPools | None
+    failures: FailureReplay | None
+    gpu_hours_allocated: float
+    sleep_s: float
+    cycles: int
+    stalled: bool
+    known_cycles: int
+    check_known_cycles: bool
+    _known: tuple[float, ClusterSnapshot, Scheduled] | None
+
+    @property
+    def pending(self) -> dict[str, PendingJob]: ...
 
 
 def result_of(self: Simulation, wall_s: float) -> SimResult:

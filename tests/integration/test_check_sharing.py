@@ -22,7 +22,7 @@ def test_check_shows_the_declared_layout(capsys: pytest.CaptureFixture[str]) -> 
     assert sharing == [
         "node type a100-4x-mig (2 nodes, 4 x A100-SXM4-40GB): GPU 0-1 MIG (1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, "
         "7g.40gb; repartition 60 s); GPU 2-3 whole",
-        "node type a100-4x-ts (1 node, 4 x A100-SXM4-40GB): GPU 0-1 time-sliced 4 ways (batch, interactive); "
+        "node type a100-4x-ts (1 node, 4 x A100-SXM4-40GB): GPU 0-1 time-sliced 8 ways (batch, interactive); "
         "GPU 2-3 whole"]
     assert main(["check", "--cluster", LAB]) == 0
     assert "node type a100-4x-mig (2 nodes" in capsys.readouterr().out
@@ -43,7 +43,7 @@ def test_check_warns_where_the_live_cluster_disagrees(capsys: pytest.CaptureFixt
                      "--json"]) == 0
     warnings = [w for w in json.loads(capsys.readouterr().out)["warnings"] if w.startswith("GPU sharing")]
     assert warnings == ["GPU sharing: lab-mig2: 0 GPUs in MIG mode, the inventory declares 2",
-                        "GPU sharing: lab-ts1: time-slicing 2 replicas per GPU, the inventory declares 4"]
+                        "GPU sharing: lab-ts1: time-slicing 2 replicas per GPU, the inventory declares 8"]
 
 
 def test_an_unreachable_api_server_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

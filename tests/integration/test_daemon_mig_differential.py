@@ -11,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from test_differential_one_brain import driven, first_difference, replayed  # noqa: E402
+from test_differential_one_brain import assert_alike, driven, replayed  # noqa: E402
 
 from greengpu.config.inventory import load_cluster  # noqa: E402
 from greengpu.config.policy import load_policy  # noqa: E402
@@ -24,11 +24,11 @@ def test_differential_the_mig_lab_day_through_simulate_and_the_daemon(tmp_path: 
     policy = load_policy("always-on")
     jobs = read_trace(REPO / "examples" / "a100-lab.day.trace.csv").jobs
 
-    instants, replay_steps, replay_finish = replayed(cluster, policy, jobs)
-    live_steps, live_finish, body, daemon = driven(tmp_path, cluster, policy, jobs, instants)
+    replay = replayed(cluster, policy, jobs)
+    live, body, daemon = driven(tmp_path, cluster, policy, jobs, replay.instants)
 
-    assert live_steps == replay_steps, first_difference(replay_steps, live_steps)
-    assert live_finish == replay_finish
+    assert_alike(replay, live)
+    live_finish = live.finish
     profiled = {j.job_id for j in jobs if j.gpu_profile and j.gpu_profile != "timeslice"}
     assert profiled and profiled <= set(live_finish)  # every MIG job ran
     partitions = [e for e in daemon.store.entries() if e.kind == "partition_gpu"]

@@ -48,7 +48,7 @@ def test_the_example_cluster(repo: Path) -> None:
     sliced = [n for n in cluster.nodes if cluster.node_type(n).time_slicing]
     assert len(mig) == 2 and all(cluster.node_type(n).mig.gpus == 2 for n in mig)  # type: ignore[union-attr]
     assert len(sliced) == 1 and cluster.node_type(sliced[0]).time_slicing == TimeSlicing(
-        2, 4, frozenset({"interactive", "batch"}))
+        2, 8, frozenset({"interactive", "batch"}))
     peak_w = sum(cluster.node_type(n).node_peak_w for n in cluster.nodes)
     assert 8_000 <= peak_w <= 10_000
 
