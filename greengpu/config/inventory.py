@@ -4,31 +4,23 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import shlex
-import string
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import hostlist
-
+from greengpu.config.cloud_pools import CloudPool, check_cloud_names, parse_pools
 from greengpu.config.fields import Fields
 from greengpu.config.gpu_sharing import SHARING_KEYS, gpu_sharing
-from greengpu.config.prices import PriceTable, read_price_csv
+from greengpu.config.node_names import expand_names, shown_path
 from greengpu.config.series import read_series_csv
 from greengpu.config.yamlsource import YamlDocument, load_yaml_file, load_yaml_text
 from greengpu.errors import ConfigError
 from greengpu.localtime import time_zone_problem
-from greengpu.model import Cluster, Node, NodeType, Pool, Site, Tenant, TimeSeries
+from greengpu.model import Cluster, Node, NodeType, Site, Tenant, TimeSeries
 
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(\1[0-9a-fA-F]{2}){4}$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-"""A node name starts with a letter or digit: one starting with '-' would reach ssh's or ipmitool's argv
-as an option."""
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                           r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
 _MAX_MAC = (1 << 48) - 1
-_MAX_NODES_PER_EXPRESSION = 100_000
 
 TOP_KEYS = ("site", "node_types", "nodes", "tenants", "pools")
 SITE_KEYS = ("pue", "price_per_kwh", "tariff_csv", "carbon_g_per_kwh", "carbon_csv", "currency", "name", "timezone")
@@ -38,30 +30,6 @@ NODE_TYPE_KEYS = (
 )
 NODE_KEYS = ("name", "type", "domain", "mac", "wol_host", "wol_port", "ipmi_host", "features", "partitions")
 TENANT_KEYS = ("quota_gpus", "weight", "borrow_limit_gpus", "quota_gpus_by_model", "max_gpu_memory_gb")
-POOL_KEYS = ("type", "spot", "price_per_hour", "interruptions_per_hour", "max_nodes", "instance_type", "region", "zone",
-             "price_csv", "node_names", "launch_command", "release_command", "command_timeout_s")
-TEMPLATE_FIELDS = ("node", "pool", "instance_type", "region", "zone")
-"""Placeholders a pool's launch and release commands may use."""
-DEFAULT_COMMAND_TIMEOUT_S = 600.0
-"""How long a launch or release command may run (a cloud instance takes minutes to be granted)."""
-
-
-@dataclass(frozen=True)
-class CloudPool:
-    """What the live bodies need of a cloud pool beyond its price: the instance it launches, the Slurm
-    cloud node names that stand for its nodes and the provider commands (docs/SPOT-LIVE.md)."""
-
-    name: str
-    spot: bool
-    instance_type: str
-    region: str
-    zone: str
-    node_names: tuple[str, ...]
-    launch_command: tuple[str, ...]
-    release_command: tuple[str, ...]
-    command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
-
-
 def parse_mac(text: str) -> int:
     """Parse `aa:bb:cc:dd:ee:ff` (or with dashes) into a 48-bit integer; ValueError if malformed."""
     if not _MAC_RE.match(text):
@@ -92,11 +60,11 @@ def _site(doc: YamlDocument, root: Fields, base_dir: Path) -> Site:
     tariff_name = fields.string("tariff_csv")
     if tariff_name is not None:
         tariff = read_series_csv(base_dir / tariff_name, "price_per_kwh", allow_negative=True,
-                                 shown_name=_shown(base_dir, tariff_name))
+                                 shown_name=shown_path(base_dir, tariff_name))
     carbon_name = fields.string("carbon_csv")
     if carbon_name is not None:
         carbon_series = read_series_csv(base_dir / carbon_name, "g_per_kwh", allow_negative=False,
-                                        shown_name=_shown(base_dir, carbon_name))
+                                        shown_name=shown_path(base_dir, carbon_name))
     assert pue is not None
     timezone = fields.string("timezone", "UTC") or "UTC"
     problem = time_zone_problem(timezone)
@@ -111,11 +79,6 @@ def _site(doc: YamlDocument, root: Fields, base_dir: Path) -> Site:
         carbon=carbon_series,
         timezone=timezone,
     )
-
-
-def _shown(base_dir: Path, name: str) -> str:
-    path = Path(name)
-    return str(path if path.is_absolute() else base_dir / path)
 
 
 def _node_type(fields: Fields, name: str) -> NodeType:
@@ -149,24 +112,6 @@ def _node_type(fields: Fields, name: str) -> NodeType:
     )
 
 
-def _expand_names(fields: Fields, key: str = "name") -> list[str]:
-    expression = fields.string(key, required=True)
-    assert expression is not None
-    try:
-        names: list[str] = hostlist.expand_hostlist(expression)
-    except hostlist.BadHostlist as exc:
-        raise fields.error(key, f"bad hostlist expression {expression!r}: {exc}") from None
-    if not names:
-        raise fields.error(key, f"hostlist expression {expression!r} names no node")
-    if len(names) > _MAX_NODES_PER_EXPRESSION:
-        raise fields.error(key, f"expression names {len(names)} nodes, more than {_MAX_NODES_PER_EXPRESSION}")
-    for name in names:
-        if not _NAME_RE.match(name):
-            raise fields.error(key, f"invalid node name {name!r} (letters, digits, '_', '.', '-'; starting with "
-                                       "a letter or digit)")
-    return names
-
-
 def _nodes(doc: YamlDocument, root: Fields, node_types: dict[str, NodeType]) -> tuple[Node, ...]:
     entries = root.items("nodes", required=True)
     if not entries:
@@ -177,7 +122,7 @@ def _nodes(doc: YamlDocument, root: Fields, node_types: dict[str, NodeType]) -> 
     for path, entry in entries:
         fields = Fields(doc, path, entry)
         fields.reject_unknown(NODE_KEYS)
-        names = _expand_names(fields)
+        names = expand_names(fields)
         type_name = fields.string("type", required=True)
         assert type_name is not None
         if type_name not in node_types:
@@ -295,115 +240,6 @@ def _tenants(doc: YamlDocument, root: Fields, models: set[str]) -> dict[str, Ten
     return tenants
 
 
-def _pools(doc: YamlDocument, root: Fields, node_types: dict[str, NodeType],
-           base_dir: Path) -> list[tuple[Pool, CloudPool]]:
-    fields = root.sub("pools")
-    if fields is None:
-        return []
-    pools: list[tuple[Pool, CloudPool]] = []
-    tables: dict[str, PriceTable] = {}
-    for name in fields.data:
-        entry = fields.sub(name, required=True)
-        assert entry is not None
-        entry.reject_unknown(POOL_KEYS)
-        type_name = entry.string("type", required=True)
-        assert type_name is not None
-        if type_name not in node_types:
-            known = ", ".join(sorted(node_types)) or "none defined"
-            raise entry.error("type", f"unknown node type {type_name!r} (known: {known})")
-        spot = entry.boolean("spot", False)
-        price = _pool_price(entry, node_types[type_name], spot, base_dir, tables)
-        rate = entry.number("interruptions_per_hour", 0.0, minimum=0.0)
-        if rate and not spot:
-            raise entry.error("interruptions_per_hour", "only spot pools are interrupted; set spot: true")
-        max_nodes = entry.integer("max_nodes", required=True, minimum=0)
-        assert rate is not None and max_nodes is not None
-        pools.append((Pool(name=name, type_name=type_name, spot=spot, price_per_hour=price,
-                           interruptions_per_hour=rate, max_nodes=max_nodes),
-                      _cloud_pool(entry, name, spot, max_nodes)))
-    return pools
-
-
-def _pool_price(entry: Fields, node_type: NodeType, spot: bool, base_dir: Path,
-                tables: dict[str, PriceTable]) -> float:
-    """`price_per_hour`, or the price of the pool's `instance_type` (and `region`, `zone`) in `price_csv`."""
-    if entry.has("price_per_hour") and entry.has("price_csv"):
-        raise entry.error("price_csv", "give either price_per_hour or price_csv, not both")
-    csv_name = entry.string("price_csv")
-    if csv_name is None:
-        return entry.req_number("price_per_hour", minimum=0.0)
-    instance_type = entry.string("instance_type")
-    if instance_type is None:
-        raise entry.error("instance_type", "missing required key (price_csv gives the price of an instance type)")
-    if csv_name not in tables:
-        tables[csv_name] = read_price_csv(base_dir / csv_name, shown_name=_shown(base_dir, csv_name))
-    table = tables[csv_name]
-    key = "zone" if entry.has("zone") else "region" if entry.has("region") else "instance_type"
-    if not table.matching(instance_type):
-        key = "instance_type"
-    try:
-        prices = table.pool_prices(instance_type, entry.string("region"), entry.string("zone"))
-    except ValueError as exc:
-        raise entry.error(key, str(exc)) from None
-    if prices.gpus_per_node != node_type.gpus:
-        raise entry.error("instance_type", f"{instance_type} has {prices.gpus_per_node:g} GPUs ({prices.file}:"
-                                           f"{prices.lines[0]}) but node type {node_type.name} has {node_type.gpus}")
-    price = prices.per_node_hour(spot)
-    if price is None:
-        raise entry.error(key, f"{instance_type} has no {'SpotPrice' if spot else 'Price'} for "
-                               f"{entry.string('zone') or entry.string('region') or 'any region'} in {prices.file}")
-    return price
-
-
-def _cloud_pool(entry: Fields, name: str, spot: bool, max_nodes: int) -> CloudPool:
-    """The pool's live settings: Slurm cloud node names and commands. A pool with a launch or release command
-    has nodes NAME-1 ... NAME-max_nodes unless `node_names` names them; one without (replay only) has none."""
-    expression = entry.string("node_names")
-    live = entry.has("launch_command") or entry.has("release_command")
-    if expression is None and not live:
-        node_names: list[str] = []  # a replay-only pool: no Slurm nodes stand for it
-    elif expression is None:
-        if max_nodes > _MAX_NODES_PER_EXPRESSION:
-            raise entry.error("max_nodes", f"{max_nodes} nodes is more than {_MAX_NODES_PER_EXPRESSION} Slurm cloud "
-                                           "nodes")
-        node_names = [f"{name}-{index}" for index in range(1, max_nodes + 1)]
-        bad = [n for n in node_names[:1] if not _NAME_RE.match(n)]
-        if bad:
-            raise entry.error("node_names", f"pool name {name!r} makes node names like {bad[0]!r}; name them here")
-    else:
-        node_names = _expand_names(entry, "node_names")
-        if len(node_names) != max_nodes:
-            raise entry.error("node_names", f"names {len(node_names)} nodes, max_nodes is {max_nodes}")
-    timeout_s = entry.number("command_timeout_s", DEFAULT_COMMAND_TIMEOUT_S, minimum=0.0, exclusive_minimum=True,
-                             maximum=86_400.0)
-    assert timeout_s is not None
-    return CloudPool(name=name, spot=spot, instance_type=entry.string("instance_type", "") or "",
-                     region=entry.string("region", "") or "", zone=entry.string("zone", "") or "",
-                     node_names=tuple(node_names), launch_command=_template(entry, "launch_command"),
-                     release_command=_template(entry, "release_command"), command_timeout_s=timeout_s)
-
-
-def _template(entry: Fields, key: str) -> tuple[str, ...]:
-    """A command template split as a shell would (it is run without one); placeholders checked now."""
-    text = entry.string(key)
-    if text is None:
-        return ()
-    try:
-        argv = shlex.split(text)
-    except ValueError as exc:
-        raise entry.error(key, f"cannot split into words: {exc}") from None
-    for word in argv:
-        try:
-            names = [field for _, field, _, _ in string.Formatter().parse(word) if field is not None]
-        except ValueError as exc:
-            raise entry.error(key, f"bad placeholder in {word!r}: {exc}") from None
-        unknown = [field for field in names if field not in TEMPLATE_FIELDS]
-        if unknown:
-            raise entry.error(key, f"unknown placeholder {{{unknown[0]}}} (allowed: "
-                                   f"{', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)})")
-    return tuple(argv)
-
-
 def build_cluster(doc: YamlDocument) -> Cluster:
     """Validate a loaded inventory document and build the Cluster."""
     root = Fields(doc, (), doc.value, what="a mapping with site, node_types, nodes and tenants")
@@ -422,21 +258,10 @@ def build_cluster(doc: YamlDocument) -> Cluster:
     nodes = _nodes(doc, root, node_types)
     models = {t.gpu_model for t in node_types.values()}
     tenants = _tenants(doc, root, models)
-    pools = _pools(doc, root, node_types, base_dir)
-    _check_cloud_names(doc, nodes, pools)
+    pools = parse_pools(doc, root, node_types, base_dir)
+    check_cloud_names(doc, nodes, pools)
     return Cluster(site=site, node_types=node_types, nodes=nodes, tenants=tenants,
                    pools={pool.name: pool for pool, _ in pools})
-
-
-def _check_cloud_names(doc: YamlDocument, nodes: tuple[Node, ...], pools: list[tuple[Pool, CloudPool]]) -> None:
-    """A cloud node's name is unique among all nodes: Slurm and the resume program tell them apart by name."""
-    owner = {node.name: "nodes" for node in nodes}
-    for _, cloud in pools:
-        for name in cloud.node_names:
-            if name in owner:
-                raise doc.error(("pools", cloud.name, "node_names"),
-                                f"node name {name!r} is also in {owner[name]}")
-            owner[name] = f"pools.{cloud.name}"
 
 
 def build_cloud_pools(doc: YamlDocument) -> dict[str, CloudPool]:
@@ -445,7 +270,7 @@ def build_cloud_pools(doc: YamlDocument) -> dict[str, CloudPool]:
     root = Fields(doc, (), doc.value)
     types = {name: _node_type(Fields(doc, ("node_types", name), value), name)
              for name, value in root.data["node_types"].items()}
-    return {cloud.name: cloud for _, cloud in _pools(doc, root, types, Path(doc.file).parent)}
+    return {cloud.name: cloud for _, cloud in parse_pools(doc, root, types, Path(doc.file).parent)}
 
 
 def load_cloud_pools(path: str | Path) -> dict[str, CloudPool]:

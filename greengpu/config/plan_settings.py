@@ -18,7 +18,7 @@ import pandas as pd
 from greengpu.config.fields import Fields
 from greengpu.config.limits import MAX_GPUS, MAX_PLAN_DAYS, MAX_YEAR, MIN_YEAR, finite_number
 from greengpu.config.yamlsource import PathKey, YamlDocument, load_yaml_file, shown
-from greengpu.forecast.plan import EfficiencyGain, PlanInputs, Project
+from greengpu.forecast.plan_types import EfficiencyGain, PlanInputs, Project
 
 KEYS = ("history", "trace", "trace_format", "cluster", "horizon", "lead_time", "target_utilisation",
         "redundancy_gpus", "max_wait_probability", "growth_window", "growth_gpus_per_month", "buffer_factor",

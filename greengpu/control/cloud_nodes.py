@@ -37,7 +37,7 @@ from pathlib import Path
 import hostlist
 
 from greengpu.backends import slurm
-from greengpu.config.inventory import CloudPool
+from greengpu.config.cloud_pools import CloudPool
 from greengpu.control.audit import Alerts, AuditLog
 from greengpu.errors import BadInput
 
