@@ -23,7 +23,8 @@ from greengpu.forecast.demand import (
     demand_from_replay,
 )
 from greengpu.forecast.models import BASELINES
-from greengpu.forecast.plan import PlanInputs, PlanResult, PlanSettings, make_plan, size_by_model
+from greengpu.forecast.plan import make_plan, size_by_model
+from greengpu.forecast.plan_types import PlanInputs, PlanResult, PlanSettings
 
 
 @dataclass(frozen=True)

@@ -25,85 +25,27 @@ Method (docs/FORECAST.md):
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from greengpu.forecast.backtest import CANDIDATE_WINDOW_H, available_cpus, prepare, run_backtest
+from greengpu.forecast.backtest import available_cpus, prepare, run_backtest
 from greengpu.forecast.blas import one_blas_thread
-from greengpu.forecast.calibration import Calibration, calibrate_best, conformal_upper
+from greengpu.forecast.calibration import calibrate_best, conformal_upper
 from greengpu.forecast.capacity import gpus_needed, servers_for_wait
-from greengpu.forecast.daily import DailyForecast, forecast_daily_peaks, theil_sen_slope
+from greengpu.forecast.daily import forecast_daily_peaks, theil_sen_slope
 from greengpu.forecast.demand import ANY_MODEL
 from greengpu.forecast.gate import choose, gate_summary
-from greengpu.forecast.models import BASELINES, CANDIDATES, DAY_H, ModelSpec, guarded
+from greengpu.forecast.models import DAY_H
+from greengpu.forecast.plan_summary import daily_summary, day_ahead, iso_date, rounded
+from greengpu.forecast.plan_types import EfficiencyGain, PlanInputs, PlanResult, PlanSettings, Project
 
 SCENARIO_QUANTILES = (0.5, 0.8, 0.95)
 SCENARIO_UTILISATIONS = (0.5, 0.65, 0.8)
-
-
-@dataclass(frozen=True)
-class PlanSettings:
-    horizon_days: int = 90
-    lead_time_days: int = 84
-    target_utilisation: float = 0.65
-    redundancy_gpus: int = 0
-    max_wait_probability: float = 0.10
-    origins: int | None = None
-    """Backtest origins; None: every day with two weeks of history before it (the last MAX_ORIGINS)."""
-    workers: int | None = None
-    """Worker processes for the backtests' fits; None: one per CPU this process may use."""
-    growth_window_days: int = 28
-    allow_decline: bool = False
-    models: tuple[ModelSpec, ...] = BASELINES + CANDIDATES
-    daily_candidates: bool = True
-    """Backtest the statsmodels candidates on daily peaks too (greengpu.forecast.daily)."""
-
-
-@dataclass(frozen=True)
-class Project:
-    """A planned project: `gpus` more busy GPUs at peak from `start` (inclusive) to `end` (exclusive)."""
-    name: str
-    gpus: float
-    start: pd.Timestamp
-    end: pd.Timestamp | None = None
-
-
-@dataclass(frozen=True)
-class EfficiencyGain:
-    """An expected change in the organic workload's GPU-hours from `start`: -0.15 is 15% fewer."""
-    name: str
-    change: float
-    start: pd.Timestamp
-
-
-@dataclass(frozen=True)
-class PlanInputs:
-    projects: tuple[Project, ...] = ()
-    efficiency: tuple[EfficiencyGain, ...] = ()
-    buffer_factor: float = 1.0
-    growth_gpus_per_month: float | None = None
-    """Expected growth of daily peaks; None uses the measured Theil-Sen growth."""
-
-
-@dataclass(frozen=True)
-class PlanResult:
-    forecast: dict[str, Any]
-    capacity: dict[str, Any]
-    months: list[dict[str, Any]]
-    growth: dict[str, float]
-    flags: list[str] = field(default_factory=list)
-    inputs: dict[str, Any] = field(default_factory=dict)
-    scenarios: list[dict[str, Any]] = field(default_factory=list)
-    days: list[dict[str, Any]] = field(default_factory=list)
-    """Per day of the horizon: peak, upper peak and GPUs required."""
-    day_ahead: list[dict[str, Any]] = field(default_factory=list)
-    """The next 24 hours: point forecast and calibrated 80% and 95% bands."""
 
 
 def peak_upper_offset(daily_peaks: np.ndarray, level: float = 0.95, lookback_days: int = 7) -> float:
@@ -307,25 +249,25 @@ def _make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSet
         flags.append(order_note(order, run_out, settings.lead_time_days, series.index[0].normalize()))
     required = max((d.required for d in planned), default=0)
     return PlanResult(
-        forecast={"model": choice.model, "mase": _round(choice.mase), "baseline": choice.baseline,
-                  "baseline_mase": _round(choice.baseline_mase), "origins": choice.origins,
+        forecast={"model": choice.model, "mase": rounded(choice.mase), "baseline": choice.baseline,
+                  "baseline_mase": rounded(choice.baseline_mase), "origins": choice.origins,
                   "wins": choice.wins, "shipped_candidate": choice.shipped_candidate, "reason": choice.reason,
-                  "coverage_80": _round(calibration.coverage[0.8]), "coverage_95": _round(calibration.coverage[0.95]),
-                  "bands": {"scale": calibration.scale, "interval_score": _round(calibration.interval_score),
-                            "interval_scores": {k: _round(v) for k, v in calibration.compared.items()}},
-                  "models": {m.name: _round(m.mase) for m in backtest.models.values()},
-                  "fit_s": {m.name: _round(m.fit_s) for m in backtest.models.values()},
+                  "coverage_80": rounded(calibration.coverage[0.8]), "coverage_95": rounded(calibration.coverage[0.95]),
+                  "bands": {"scale": calibration.scale, "interval_score": rounded(calibration.interval_score),
+                            "interval_scores": {k: rounded(v) for k, v in calibration.compared.items()}},
+                  "models": {m.name: rounded(m.mase) for m in backtest.models.values()},
+                  "fit_s": {m.name: rounded(m.fit_s) for m in backtest.models.values()},
                   "backtest_s": round(backtest_s, 2),
                   "gate": gate_summary(choice),
                   "per_origin": {"times": [t.isoformat() for t in backtest.origin_times],
-                                 "mase": {m.name: [_round(v) for v in m.per_origin_mase]
+                                 "mase": {m.name: [rounded(v) for v in m.per_origin_mase]
                                           for m in backtest.models.values()}},
-                  "daily": _daily_summary(daily, path is not None)},
+                  "daily": daily_summary(daily, path is not None)},
         capacity={"installed_gpus": installed_gpus, "required_gpus": required,
-                  "run_out_date": _iso(run_out), "order_by_date": _iso(order.order_by),
-                  "order_by_lead_time_date": _iso(order.lead_time_date), "arrival_date": _iso(order.arrival),
+                  "run_out_date": iso_date(run_out), "order_by_date": iso_date(order.order_by),
+                  "order_by_lead_time_date": iso_date(order.lead_time_date), "arrival_date": iso_date(order.arrival),
                   "late_days": order.late_days, "already_short": order.already_short,
-                  "plan_start_date": _iso(days[0]) if len(days) else None,
+                  "plan_start_date": iso_date(days[0]) if len(days) else None,
                   "required_now_gpus": planned[0].required if planned else 0,
                   "target_utilisation": settings.target_utilisation, "redundancy_gpus": settings.redundancy_gpus,
                   "lead_time_days": settings.lead_time_days, "horizon_days": settings.horizon_days,
@@ -337,9 +279,9 @@ def _make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSet
         flags=flags,
         inputs=_inputs_summary(inputs, measured_slope, slope),
         scenarios=_scenarios(days, peaks, offsets, settings, inputs, installed_gpus),
-        days=[{"day": _iso(d.day), "peak_gpus": round(d.peak, 1), "upper_peak_gpus": round(d.upper, 1),
+        days=[{"day": iso_date(d.day), "peak_gpus": round(d.peak, 1), "upper_peak_gpus": round(d.upper, 1),
                "required_gpus": d.required} for d in planned],
-        day_ahead=_day_ahead(series, choice.model, settings.models, calibration),
+        day_ahead=day_ahead(series, choice.model, settings.models, calibration),
     )
 
 
@@ -365,25 +307,12 @@ def size_by_model(demand_by_model: dict[str, pd.Series], installed_by_model: dic
         if model != ANY_MODEL or not installed_by_model:
             planned = plan_days(days, peaks, offset, settings.target_utilisation, settings, PlanInputs())
             row["required_gpus"] = max((d.required for d in planned), default=0)
-            row["run_out_date"] = _iso(run_out_day(planned, installed))
+            row["run_out_date"] = iso_date(run_out_day(planned, installed))
         else:
             row["required_gpus"] = None  # accepts any model: it shares every pool
             row["run_out_date"] = None
         rows.append(row)
     return rows
-
-
-def _daily_summary(daily: DailyForecast, used: bool) -> dict[str, Any]:
-    choice = daily.choice
-    return {"model": choice.model if choice else "peak_trend", "shipped_candidate": used,
-            "mase": _round(choice.mase) if choice else None,
-            "baseline": choice.baseline if choice else None,
-            "baseline_mase": _round(choice.baseline_mase) if choice else None,
-            "origins": choice.origins if choice else 0,
-            "gate": gate_summary(choice),
-            "models": {name: _round(value) for name, value in daily.mase.items()}, "note": daily.note,
-            "can_ship": daily.can_ship, "origins_needed": daily.origins_needed,
-            "history_days_needed": daily.days_needed}
 
 
 def _months(planned: list[PlannedDay]) -> list[dict[str, Any]]:
@@ -408,45 +337,18 @@ def _scenarios(days: pd.DatetimeIndex, peaks: PeakModel, offsets: dict[float, fl
             planned = plan_days(days, peaks, offsets[quantile], utilisation, settings, inputs)
             rows.append({"quantile": quantile, "target_utilisation": utilisation,
                          "required_gpus": max((d.required for d in planned), default=0),
-                         "run_out_date": _iso(run_out_day(planned, installed_gpus))})
+                         "run_out_date": iso_date(run_out_day(planned, installed_gpus))})
     return rows
 
 
 def _inputs_summary(inputs: PlanInputs, measured_slope: float, used_slope: float) -> dict[str, Any]:
     return {
-        "projects": [{"name": p.name, "gpus": p.gpus, "start": _iso(p.start), "end": _iso(p.end)}
+        "projects": [{"name": p.name, "gpus": p.gpus, "start": iso_date(p.start), "end": iso_date(p.end)}
                      for p in inputs.projects],
-        "efficiency": [{"name": g.name, "change": g.change, "start": _iso(g.start)} for g in inputs.efficiency],
+        "efficiency": [{"name": g.name, "change": g.change, "start": iso_date(g.start)} for g in inputs.efficiency],
         "buffer_factor": inputs.buffer_factor,
         "growth_gpus_per_month": (round(inputs.growth_gpus_per_month, 2) if inputs.growth_gpus_per_month is not None
                                   else None),
         "measured_growth_gpus_per_month": round(measured_slope * DAYS_PER_MONTH, 2),
         "used_growth_gpus_per_month": round(used_slope * DAYS_PER_MONTH, 2),
     }
-
-
-def _day_ahead(series: pd.Series, model: str, models: tuple[ModelSpec, ...],
-               calibration: Calibration) -> list[dict[str, Any]]:
-    """The shipped model's next 24 hours from the whole history, with the calibrated bands."""
-    spec = next(m for m in models if m.name == model)
-    history = series.iloc[-CANDIDATE_WINDOW_H:] if spec.kind == "candidate" else series
-    point = guarded(spec, history, DAY_H).values
-    bands = {level: calibration.band(point, level) for level in calibration.levels}
-    times = pd.date_range(series.index[-1] + pd.Timedelta(hours=1), periods=DAY_H, freq="h")
-    rows = []
-    for step, when in enumerate(times):
-        row: dict[str, Any] = {"time": when.isoformat(), "gpus": round(max(0.0, float(point[step])), 1)}
-        for level, (lower, upper) in bands.items():
-            tag = int(round(level * 100))
-            row[f"lower_{tag}"] = round(max(0.0, float(lower[step])), 1)
-            row[f"upper_{tag}"] = round(max(0.0, float(upper[step])), 1)
-        rows.append(row)
-    return rows
-
-
-def _iso(day: pd.Timestamp | None) -> str | None:
-    return day.date().isoformat() if day is not None else None
-
-
-def _round(value: float) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(float(value), 4)

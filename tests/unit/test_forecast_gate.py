@@ -24,7 +24,8 @@ from greengpu.forecast.backtest import (
 )
 from greengpu.forecast.gate import choose, gate_summary, median_interval, sign_test_p, wins_needed
 from greengpu.forecast.models import BASELINES, ModelSpec, ensemble
-from greengpu.forecast.plan import PlanSettings, make_plan
+from greengpu.forecast.plan import make_plan
+from greengpu.forecast.plan_types import PlanSettings
 
 
 def hour_of_day_mean(history: pd.Series, horizon: int) -> np.ndarray:

@@ -15,17 +15,10 @@ from greengpu.forecast.demand import ANY_MODEL
 from greengpu.forecast.models import BASELINES
 from greengpu.forecast.plan import (
     DAYS_PER_MONTH,
-    EfficiencyGain,
     PeakModel,
-    PlanInputs,
     PlannedDay,
-    PlanSettings,
-    Project,
-    _daily_summary,
     _inputs_summary,
-    _iso,
     _months,
-    _round,
     _scenarios,
     efficiency_factor,
     horizon_days,
@@ -37,6 +30,8 @@ from greengpu.forecast.plan import (
     run_out_day,
     size_by_model,
 )
+from greengpu.forecast.plan_summary import daily_summary, iso_date, rounded
+from greengpu.forecast.plan_types import EfficiencyGain, PlanInputs, PlanSettings, Project
 
 FAST = PlanSettings(horizon_days=30, lead_time_days=10, target_utilisation=0.5, redundancy_gpus=1,
                     max_wait_probability=1.0, origins=3, models=BASELINES, daily_candidates=False)
@@ -180,14 +175,14 @@ def test_inputs_summary_reports_what_was_used() -> None:
     assert DAYS_PER_MONTH == 365.25 / 12
 
 
-def test_iso_and_round() -> None:
-    assert _iso(pd.Timestamp("2026-03-02T13:00", tz="UTC")) == "2026-03-02" and _iso(None) is None
-    assert _round(1.234567) == 1.2346 and _round(float("nan")) is None and _round(math.inf) is None
-    assert _round(None) is None  # type: ignore[arg-type]
+def test_iso_androunded() -> None:
+    assert iso_date(pd.Timestamp("2026-03-02T13:00", tz="UTC")) == "2026-03-02" and iso_date(None) is None
+    assert rounded(1.234567) == 1.2346 and rounded(float("nan")) is None and rounded(math.inf) is None
+    assert rounded(None) is None  # type: ignore[arg-type]
 
 
 def test_daily_summary_without_a_daily_backtest() -> None:
-    summary = _daily_summary(DailyForecast(None, {"naive": 1.23456}, None, "too short"), False)
+    summary = daily_summary(DailyForecast(None, {"naive": 1.23456}, None, "too short"), False)
     assert summary == {"model": "peak_trend", "shipped_candidate": False, "mase": None, "baseline": None,
                        "baseline_mase": None, "origins": 0, "gate": None, "models": {"naive": 1.2346},
                        "note": "too short", "can_ship": False, "origins_needed": 10, "history_days_needed": 51}

@@ -14,7 +14,8 @@ import pytest
 from greengpu.commands.plan_main import parse_days
 from greengpu.errors import BadInput
 from greengpu.forecast.models import BASELINES
-from greengpu.forecast.plan import PlanSettings, make_plan, peak_upper_offset, theil_sen_slope
+from greengpu.forecast.plan import make_plan, peak_upper_offset, theil_sen_slope
+from greengpu.forecast.plan_types import PlanSettings
 
 
 def growing(days: int = 35, start_gpus: float = 100.0, growth_per_day: float = 2.0) -> pd.Series:

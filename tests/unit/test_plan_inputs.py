@@ -16,7 +16,8 @@ import pytest
 from greengpu.config.plan_settings import load_plan_file
 from greengpu.errors import ConfigError
 from greengpu.forecast.models import BASELINES
-from greengpu.forecast.plan import EfficiencyGain, PlanInputs, PlanSettings, Project, make_plan
+from greengpu.forecast.plan import make_plan
+from greengpu.forecast.plan_types import EfficiencyGain, PlanInputs, PlanSettings, Project
 
 FLAT = PlanSettings(horizon_days=60, lead_time_days=14, target_utilisation=1.0, redundancy_gpus=0,
                     max_wait_probability=1.0, models=BASELINES)

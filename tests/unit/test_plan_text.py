@@ -17,7 +17,8 @@ import pandas as pd
 from rich.console import Console
 
 from greengpu.forecast.models import BASELINES
-from greengpu.forecast.plan import PlanResult, PlanSettings, make_plan
+from greengpu.forecast.plan import make_plan
+from greengpu.forecast.plan_types import PlanResult, PlanSettings
 from greengpu.report.plan_text import bands_line, gpus, growth_line, growth_text, headline, render_text, signed
 
 
