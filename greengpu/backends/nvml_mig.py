@@ -36,6 +36,17 @@ _NO_MIG = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
 _NO_PROFILE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument)
 
 
+def gpu_instances(lib: Any, handle: Any, info: Any) -> list[Any]:
+    """The GPU instance handles of one profile (`info`, from nvmlDeviceGetGpuInstanceProfileInfo) on a GPU."""
+    capacity = int(info.instanceCount)
+    if capacity <= 0:
+        return []
+    array = (pynvml.c_nvmlGpuInstance_t * capacity)()
+    count = ctypes.c_uint(0)
+    lib.nvmlDeviceGetGpuInstances(handle, int(info.id), array, ctypes.byref(count))
+    return [array[slot] for slot in range(min(int(count.value), capacity))]
+
+
 def profile_name(info: Any) -> str:
     """A GPU-instance profile's name (`1g.5gb`) from NVML's profile info: its `name` (`MIG 1g.5gb`) when
     the driver gives one (version 2), else made from its slices and its memory rounded up to GB, as
@@ -88,15 +99,9 @@ class MigReads:
                 info = self._profile_info(handle, profile)
             except _NO_PROFILE:
                 continue
-            capacity = int(info.instanceCount)
-            if capacity <= 0:
-                continue
-            array = (pynvml.c_nvmlGpuInstance_t * capacity)()
-            count = ctypes.c_uint(0)
-            lib.nvmlDeviceGetGpuInstances(handle, int(info.id), array, ctypes.byref(count))
             name = profile_name(info)
-            for slot in range(min(int(count.value), capacity)):
-                gi = lib.nvmlGpuInstanceGetInfo(array[slot])
+            for instance in gpu_instances(lib, handle, info):
+                gi = lib.nvmlGpuInstanceGetInfo(instance)
                 found.append(MigInstance(profile=name, start=int(gi.placement.start), size=int(gi.placement.size),
                                          instance_id=int(gi.id)))
         return tuple(sorted(found, key=lambda i: (i.start, i.profile)))

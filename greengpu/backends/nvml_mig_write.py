@@ -17,7 +17,7 @@ from typing import Any
 
 import pynvml
 
-from greengpu.backends.nvml_mig import profile_name
+from greengpu.backends.nvml_mig import gpu_instances, profile_name
 from greengpu.sched.mig import MigFamily, layout_problem, parse_instance
 
 
@@ -51,14 +51,8 @@ def repartition(lib: Any, index: int, family: MigFamily, instances: Sequence[str
     if missing:
         raise MigLayoutError(f"GPU {index} has no profile {', '.join(missing)}")
     for info in profiles.values():
-        capacity = int(info.instanceCount)
-        if capacity <= 0:
-            continue
-        array = (pynvml.c_nvmlGpuInstance_t * capacity)()
-        count = ctypes.c_uint(0)
-        lib.nvmlDeviceGetGpuInstances(handle, int(info.id), array, ctypes.byref(count))
-        for slot in range(min(int(count.value), capacity)):
-            lib.nvmlGpuInstanceDestroy(array[slot])
+        for instance in gpu_instances(lib, handle, info):
+            lib.nvmlGpuInstanceDestroy(instance)
     for instance in instances:
         profile, start = parse_instance(instance)
         placement = pynvml.c_nvmlGpuInstancePlacement_t()
