@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from greengpu.accounting.ledger_schema import COLUMNS, READABLE_VERSIONS, SCHEMA_VERSION, statements
+from greengpu.accounting.ledger_schema import COLUMNS, SCHEMA_VERSION, checked_version, statements
 from greengpu.accounting.ledger_url import PostgresLedger
 from greengpu.errors import BadInput
 
@@ -77,18 +77,7 @@ def version_of(ledger: PostgresLedger, connection: Any) -> int:
         raise BadInput(f"{ledger}: not a greengpu ledger (no table meta)")
     row = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
         if tables["meta"] == ("key", "value") else None
-    text = str(row[0]) if row is not None else "none"
-    if not text.isdigit() or int(text) not in READABLE_VERSIONS:
-        raise BadInput(f"{ledger}: ledger schema version {text[:40]!r}, this greengpu reads "
-                       f"{READABLE_VERSIONS[0]} to {READABLE_VERSIONS[-1]}")
-    number = int(text)
-    for table, columns in COLUMNS[number].items():
-        if table not in tables:
-            raise BadInput(f"{ledger}: not a greengpu ledger (no table {table})")
-        if tables[table] != columns:
-            raise BadInput(f"{ledger}: not a greengpu ledger of schema {number} (table {table} has columns "
-                           f"{', '.join(tables[table])[:120]})")
-    return number
+    return checked_version(str(ledger), row[0] if row is not None else None, lambda table: tables.get(table, ()))
 
 
 def schema_version(ledger: PostgresLedger) -> int:

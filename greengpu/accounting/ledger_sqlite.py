@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from greengpu.accounting.ledger_schema import COLUMNS, READABLE_VERSIONS, SCHEMA_VERSION, statements
+from greengpu.accounting.ledger_schema import SCHEMA_VERSION, checked_version, statements
 from greengpu.errors import BadInput
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -29,19 +29,11 @@ def version_of(path: Path, connection: sqlite3.Connection) -> int:
         raise BadInput(f"{path}: not a greengpu ledger (no table meta)")
     version = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
         if meta == ("key", "value") else None
-    text = str(version[0]) if version is not None else "none"
-    if not text.isdigit() or int(text) not in READABLE_VERSIONS:
-        raise BadInput(f"{path}: ledger schema version {text[:40]!r}, this greengpu reads "
-                       f"{READABLE_VERSIONS[0]} to {READABLE_VERSIONS[-1]}")
-    number = int(text)
-    for table, columns in COLUMNS[number].items():
-        found = tuple(row[1] for row in connection.execute(f"PRAGMA table_info({table})"))
-        if not found:
-            raise BadInput(f"{path}: not a greengpu ledger (no table {table})")
-        if found != columns:
-            raise BadInput(f"{path}: not a greengpu ledger of schema {number} (table {table} has columns "
-                           f"{', '.join(map(str, found))[:120]})")
-    return number
+
+    def columns_of(table: str) -> tuple[str, ...]:
+        return tuple(row[1] for row in connection.execute(f"PRAGMA table_info({table})"))
+
+    return checked_version(str(path), version[0] if version is not None else None, columns_of)
 
 
 def _check_file(path: Path) -> None:
