@@ -1,4 +1,4 @@
-"""`greengpu daemon`: the live control loop (wiring in greengpu.control.daemon_main)."""
+"""`greengpu daemon`: the live control loop (wiring in greengpu.control.daemon.daemon_main)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def daemon(cluster_file: str, policy_name: str, source: str | None, backend: str
                        "which cluster it acts on)")
     source = source or "fake"
     from greengpu.config.policy import load_policy
-    from greengpu.control.daemon_main import DaemonOptions, run_daemon
+    from greengpu.control.daemon.daemon_main import DaemonOptions, run_daemon
 
     # A daemon logs what it does (info) unless -q asks for errors only; -vv adds debug. APScheduler's own
     # info lines ("Running job ...", "... executed successfully") come every tick and say nothing the
