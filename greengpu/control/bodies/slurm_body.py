@@ -42,11 +42,10 @@ from greengpu.model import (
     WakeNode,
 )
 from greengpu.sched.node_rules import node_allows
-from greengpu.sim.trace_formats import QOS_PRIORITY
 from greengpu.sleep.sleep_wake import SleepObservation
 from greengpu.sleep.suspends import NodeView, idle_draw_w
 from greengpu.sleep.work_waiting import gpus_in_use
-from greengpu.slurm_json import gpus_asked, job_states, json_number, node_constraints
+from greengpu.slurm_json import QOS_PRIORITY, gpus_asked, job_states, json_number, node_constraints
 
 log = logging.getLogger(__name__)
 
