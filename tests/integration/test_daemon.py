@@ -95,9 +95,10 @@ def test_the_loop_sleeps_idle_nodes_wakes_them_for_work_and_caps_what_runs(
     from datetime import UTC, datetime
 
     from greengpu.control.daemon.daemon_main import monthly_reports
+    from greengpu.report.monthly_main import SCHEDULED_FORMATS, write_scheduled_reports
 
-    written = monthly_reports(daemon, tmp_path / "reports", datetime(2023, 12, 1, 0, 10, tzinfo=UTC))
-    from greengpu.report.monthly_main import SCHEDULED_FORMATS
+    written = monthly_reports(daemon, tmp_path / "reports", write_scheduled_reports,
+                              datetime(2023, 12, 1, 0, 10, tzinfo=UTC))
 
     assert sorted(p.name for p in written) == sorted(f"greengpu-2023-11.{f}" for f in SCHEDULED_FORMATS)
     assert all(p.stat().st_size > 0 for p in written)

@@ -19,13 +19,14 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from greengpu.accounting.ledger_url import Ledger
 from greengpu.config.inventory import load_cluster
 from greengpu.control.agent.exporter import parse_listen, sd_notify
 from greengpu.control.bodies.body import ClusterBody
@@ -37,6 +38,7 @@ from greengpu.control.daemon.state_checks import read_token
 from greengpu.control.daemon.store import DaemonLocked, DaemonStore
 from greengpu.control.daemon.tick_deadline import DeadlineTicks, default_deadline_s
 from greengpu.errors import BadInput
+from greengpu.model import Job
 from greengpu.policy import Policy
 
 if TYPE_CHECKING:
@@ -65,6 +67,12 @@ def meter_interval_s() -> float:
 
 
 log = logging.getLogger("greengpu.daemon")
+
+
+TraceJobs = Callable[[str, str], Sequence[Job]]
+"""A trace file's jobs by submit time, from its path and format."""
+MonthlyReports = Callable[[Ledger, int | None, Path, datetime], list[Path]]
+"""Last month's report from a ledger and run, in every format, written into a folder at a time: the paths."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,10 @@ class DaemonOptions:
     cloud_partition: str | None = None
     """Slurm with cloud pools: the cloud nodes' partition, added to a steered job's
     (greengpu.control.cloud.spot_steer)."""
+    trace_jobs: TraceJobs | None = None
+    """With --trace: reads the trace's jobs (the command passes the simulator's reader; None: --trace refused)."""
+    write_reports: MonthlyReports | None = None
+    """Writes last month's reports on the first of each month (the command passes greengpu.report's; None: none)."""
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -111,12 +123,12 @@ def build_body(options: DaemonOptions, state_dir: Path) -> ClusterBody:
 
         now_s = first_start_s(state_dir, time.time())  # a restart keeps the stream's clock
         if options.trace_file is not None:
-            from greengpu.sim.traces import read_trace
-
-            trace = read_trace(options.trace_file, options.trace_format)
+            if options.trace_jobs is None:
+                raise BadInput(f"{options.trace_file}: --trace needs a trace reader, and this command has none")
+            trace_jobs = options.trace_jobs(options.trace_file, options.trace_format)
             # The trace replays from the cluster's first start on, its gaps kept.
-            shift = now_s - trace.jobs[0].submit_time_s if trace.jobs else 0.0
-            jobs = [replace(job, submit_time_s=job.submit_time_s + shift) for job in trace.jobs]
+            shift = now_s - trace_jobs[0].submit_time_s if trace_jobs else 0.0
+            jobs = [replace(job, submit_time_s=job.submit_time_s + shift) for job in trace_jobs]
         else:
             jobs = generated_jobs(cluster, now_s, seed=options.seed)
         return FakeCluster(cluster, jobs, state_dir, start_s=now_s)
@@ -266,7 +278,7 @@ def run_daemon(options: DaemonOptions) -> int:
             print(json.dumps({"ok": report.ok, "message": report.message,
                               "actions": [{"kind": k, "target": t, "outcome": o} for k, t, o in report.actions]}))
             return 0 if report.ok else 1
-        return _loop(daemon, ticks, options.interval_s, health, state_dir / "reports")
+        return _loop(daemon, ticks, options.interval_s, health, state_dir / "reports", options.write_reports)
     finally:
         server.stop()
         if not ticks.settle(STOP_WAIT_S):  # a drain in flight aborts at its next poll (_STOPPING)
@@ -279,15 +291,13 @@ def run_daemon(options: DaemonOptions) -> int:
         store.release()
 
 
-def monthly_reports(daemon: Daemon, folder: Path, now: datetime | None = None) -> list[Path]:
+def monthly_reports(daemon: Daemon, folder: Path, write: MonthlyReports, now: datetime | None = None) -> list[Path]:
     """Last month's report from the metered ledger, in every format, into `folder` (the first of each month)."""
     if daemon.meter is None or not daemon.leading:
         return []
-    from greengpu.report.monthly_main import write_scheduled_reports
-
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        written = write_scheduled_reports(daemon.meter.path, daemon.meter.run_id, folder, now or datetime.now(UTC))
+        written = write(daemon.meter.path, daemon.meter.run_id, folder, now or datetime.now(UTC))
     except Exception as error:  # noqa: BLE001 - a report that fails must not stop the control loop
         daemon.alerts.raise_alert("report_failed", f"monthly report not written: {error}", time.time())
         return []
@@ -314,7 +324,7 @@ def loop_turn(ticks: DeadlineTicks, health: Callable[[], str | None], ready: dic
 
 
 def _loop(daemon: Daemon, ticks: DeadlineTicks, interval_s: float, health: Callable[[], str | None],
-          reports: Path) -> int:
+          reports: Path, write_reports: MonthlyReports | None) -> int:
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.schedulers.blocking import BlockingScheduler
 
@@ -337,8 +347,9 @@ def _loop(daemon: Daemon, ticks: DeadlineTicks, interval_s: float, health: Calla
     scheduler.add_job(meter, "interval", seconds=metering_s, coalesce=True, max_instances=1,
                       misfire_grace_time=max(1, int(metering_s)), next_run_time=started + timedelta(seconds=1),
                       id="meter")
-    scheduler.add_job(monthly_reports, "cron", args=(daemon, reports), day=1, hour=0, minute=10, coalesce=True,
-                      max_instances=1, id="monthly-report")
+    if write_reports is not None:
+        scheduler.add_job(monthly_reports, "cron", args=(daemon, reports, write_reports), day=1, hour=0, minute=10,
+                          coalesce=True, max_instances=1, id="monthly-report")
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)
