@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from greengpu.accounting.attribution import Attribution
-from greengpu.accounting.cloud_rows import site_cloud_hours
+from greengpu.accounting.cloud_rows import CloudUsage, site_cloud_hours
 from greengpu.accounting.ledger_url import Ledger
 from greengpu.accounting.ledger_write import append_usage, open_metered_run
 from greengpu.accounting.meter import EnergyMeter
@@ -87,8 +87,20 @@ class DaemonMeter:
             self._unsettled = ended  # settled with the next period charged
             return
         self._unsettled = set()
-        period_s = now_s - then_s
         attribution = Attribution(EnergyMeter(self.cluster.site))
+        counters = _Counters(energy_then, seen.gpu_energy_j, measured_gpu_energy_j or {})
+        busy_w_per_gpu = self._charge_nodes(attribution, seen, counters, then_s, now_s)
+        self._charge_jobs(attribution, seen, busy_w_per_gpu, then_s, now_s)
+        outcomes = self._settle(ended, seen)
+        cloud = self._charge_cloud(attribution, then_s, now_s)
+        # The period's bounds are its key in the ledger: the same period sent twice is charged once.
+        append_usage(self.path, self.run_id, attribution, start_s=then_s, end_s=now_s, cloud=cloud,
+                     outcomes=outcomes)
+
+    def _charge_nodes(self, attribution: Attribution, seen: Observation, counters: _Counters, then_s: float,
+                      now_s: float) -> dict[str, float]:
+        """Each node's draw over the period into `attribution` (and `measured_nodes` anew); per node with busy
+        GPUs, the GPU power above idle per busy GPU (W), which its jobs are charged."""
         busy_gpus: dict[str, float] = {}
         for running in seen.snapshot.running:
             for name, units in running.units_by_node.items():
@@ -103,15 +115,11 @@ class DaemonMeter:
             host_w = node_type.host_sleep_w if asleep else node_type.host_idle_w
             busy = min(float(node_type.gpus), busy_gpus.get(node.name, 0.0))
             idle_w = (node_type.gpus - busy) * node_type.gpu_idle_w
-            before, after = energy_then.get(node.name), seen.gpu_energy_j.get(node.name)
-            given = (measured_gpu_energy_j or {}).get(node.name)
+            measured_w = None if asleep or power is PowerState.FAILED else counters.gpu_w(node.name, now_s - then_s)
             if asleep or power is PowerState.FAILED:
                 gpu_w = 0.0
-            elif given is not None and math.isfinite(given) and given >= 0:
-                gpu_w = given / period_s
-                self.measured_nodes.add(node.name)
-            elif before is not None and after is not None and after >= before:
-                gpu_w = (after - before) / period_s
+            elif measured_w is not None:
+                gpu_w = measured_w
                 self.measured_nodes.add(node.name)
             else:
                 gpu_w = idle_w + busy * node_type.gpu_max_w
@@ -119,6 +127,12 @@ class DaemonMeter:
                 busy_w_per_gpu[node.name] = max(0.0, gpu_w - idle_w) / busy
             attribution.node_draw(node.name, node_type.gpus, then_s, now_s, gpu_w, host_w, asleep,
                                   measured=node.name in self.measured_nodes)
+        return busy_w_per_gpu
+
+    def _charge_jobs(self, attribution: Attribution, seen: Observation, busy_w_per_gpu: Mapping[str, float],
+                     then_s: float, now_s: float) -> None:
+        """Each running job's share of its nodes' GPU power and hosts, with its GPU model, MIG profile, submit
+        time and last checkpoint's duration."""
         for running in seen.snapshot.running:
             held = dict(running.units_by_node)
             gpus = {n: self.cluster.node_types[self._type[n]].gpus for n in held}
@@ -130,20 +144,46 @@ class DaemonMeter:
             attribution.jobs[-1] = replace(attribution.jobs[-1], gpu_model="+".join(models),
                                            gpu_profile=job.gpu_profile or self.gpu_profiles.get(job.job_id, ""),
                                            submit_s=job.submit_time_s, checkpoint_s=self.checkpoint_s.get(job.job_id))
+
+    def _settle(self, ended: set[str], seen: Observation) -> dict[str, str]:
+        """How each job that left the running set ended; a completed one's checkpoint duration is forgotten."""
         waiting = {p.job.job_id for p in seen.snapshot.pending}
         outcomes = {job_id: self._outcome(job_id, waiting) for job_id in ended}
         for job_id in (j for j, outcome in outcomes.items() if outcome == "completed"):
             self.checkpoint_s.pop(job_id, None)  # done with: the map keeps only jobs that may run again
-        cloud = {}
-        if self.facts is not None:
-            cloud = site_cloud_hours(self.cluster, self.facts.cloud_spans(then_s, now_s), self.facts.regions, {})
-            attribution.jobs.extend(replace(s, checkpoint_s=self.checkpoint_s.get(s.job_id))
-                                    for s in self.facts.cloud_segments(then_s, now_s))
-        # The period's bounds are its key in the ledger: the same period sent twice is charged once.
-        append_usage(self.path, self.run_id, attribution, start_s=then_s, end_s=now_s, cloud=cloud,
-                     outcomes=outcomes)
+        return outcomes
+
+    def _charge_cloud(self, attribution: Attribution, then_s: float,
+                      now_s: float) -> dict[tuple[float, str, str], CloudUsage]:
+        """The period's cloud rows (priced by site_cloud_hours) and its cloud jobs' segments, where the body tells
+        them (`facts`); else none."""
+        if self.facts is None:
+            return {}
+        cloud = site_cloud_hours(self.cluster, self.facts.cloud_spans(then_s, now_s), self.facts.regions, {})
+        attribution.jobs.extend(replace(s, checkpoint_s=self.checkpoint_s.get(s.job_id))
+                                for s in self.facts.cloud_segments(then_s, now_s))
+        return cloud
 
     def _outcome(self, job_id: str, waiting: set[str]) -> str:
         """How a job that left the running set ended: the body's word, else `preempted` when it waits again."""
         told = self.facts.job_outcome(job_id) if self.facts is not None else ""
         return told or ("preempted" if job_id in waiting else "")
+
+
+class _Counters:
+    """A period's measured GPU energy per node: what the caller hands in, else the body's counters."""
+
+    def __init__(self, before_j: Mapping[str, float], after_j: Mapping[str, float],
+                 given_j: Mapping[str, float]) -> None:
+        self._before_j, self._after_j, self._given_j = before_j, after_j, given_j
+
+    def gpu_w(self, node: str, period_s: float) -> float | None:
+        """The node's measured GPU power over the period (W); None where nothing measured it (then modelled): no
+        finite non-negative figure handed in and no counter pair that did not go backwards."""
+        given = self._given_j.get(node)
+        if given is not None and math.isfinite(given) and given >= 0:
+            return given / period_s
+        before, after = self._before_j.get(node), self._after_j.get(node)
+        if before is not None and after is not None and after >= before:
+            return (after - before) / period_s
+        return None
