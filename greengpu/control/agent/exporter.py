@@ -277,10 +277,6 @@ def agent_metrics_server(agent: Agent, host: str, port: int, health: LoopHealth 
     return MetricsServer(registry, host, port, health, post)
 
 
-def serve_agent_metrics(agent: Agent, host: str, port: int, health: LoopHealth | None = None) -> MetricsServer:
-    return agent_metrics_server(agent, host, port, health).start()
-
-
 def sd_notify(message: str) -> bool:
     """Send `message` (READY=1, WATCHDOG=1, STATUS=...) to systemd over $NOTIFY_SOCKET; False when not
     run by systemd with Type=notify. A few lines instead of a dependency (sd_notify(3))."""

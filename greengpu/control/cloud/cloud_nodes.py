@@ -70,10 +70,6 @@ class ProviderAnswer:
     message: str
 
 
-class CloudFailure(Exception):
-    """A runtime failure of `greengpu cloud` (Slurm unreachable, a provider command failing): exit 1."""
-
-
 def node_pools(pools: dict[str, CloudPool]) -> dict[str, CloudPool]:
     """Cloud node name -> its pool."""
     return {name: pool for pool in pools.values() for name in pool.node_names}
