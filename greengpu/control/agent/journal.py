@@ -21,9 +21,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 from greengpu.errors import BadInput
+from greengpu.json_types import JsonObject, JsonValue
 
 WRITE_EVENTS = ("set_limit", "lock_clocks")
 log = logging.getLogger("greengpu.journal")
@@ -44,6 +45,16 @@ class Touched:
     clocks_locked: bool
 
 
+@dataclass
+class _Changes:
+    """What one session did to one GPU, entry by entry."""
+
+    index: int
+    original: float | None = None
+    limit_set: bool = False
+    clocks: bool = False
+
+
 class Journal:
     """Append-only JSON-lines file."""
 
@@ -52,8 +63,8 @@ class Journal:
         self.damaged: list[str] = []
         """`line N: why` of every line the last read skipped."""
 
-    def append(self, event: str, **fields: Any) -> dict[str, Any]:
-        entry = {"time": round(time.time(), 3), "event": event, **fields}
+    def append(self, event: str, **fields: JsonValue) -> JsonObject:
+        entry: JsonObject = {"time": round(time.time(), 3), "event": event, **fields}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a+b") as out:
             # A torn last line (the previous writer died mid-line) must not swallow this entry.
@@ -63,7 +74,7 @@ class Journal:
             os.fsync(out.fileno())
         return entry
 
-    def entries(self) -> list[dict[str, Any]]:
+    def entries(self) -> list[JsonObject]:
         """Every well-formed entry, in order; damaged lines are skipped, listed in `damaged` and logged."""
         self.damaged = []
         if not self.path.exists():
@@ -100,27 +111,27 @@ class Journal:
         """GPUs that sessions without a clean `stop` changed and did not put back, in GPU order."""
         entries = self.entries()
         last_stop = max((i for i, e in enumerate(entries) if e["event"] == "stop"), default=-1)
-        touched: dict[str, dict[str, Any]] = {}
+        touched: dict[str, _Changes] = {}
         for entry in entries[last_stop + 1:]:
-            uuid = entry.get("uuid")
-            if uuid is None:
+            uuid, gpu = entry.get("uuid"), entry.get("gpu")
+            if not isinstance(uuid, str) or not isinstance(gpu, int):  # checked by _problem: absent or both typed
                 continue
-            state = touched.setdefault(uuid, {"index": entry["gpu"], "original": None, "limit_set": False,
-                                              "clocks": False})
+            state = touched.setdefault(uuid, _Changes(gpu))
             if entry["event"] == "set_limit":
-                if not state["limit_set"]:
-                    state["original"] = entry.get("previous_w")
-                state["limit_set"] = True
+                if not state.limit_set:
+                    previous = entry.get("previous_w")
+                    state.original = previous if isinstance(previous, int | float) else None
+                state.limit_set = True
             elif entry["event"] == "lock_clocks":
-                state["clocks"] = True
+                state.clocks = True
             elif entry["event"] == "reset_clocks":
-                state["clocks"] = False
-        return sorted((Touched(s["index"], uuid, s["original"], s["clocks"])
-                       for uuid, s in touched.items() if s["limit_set"] or s["clocks"]),
+                state.clocks = False
+        return sorted((Touched(s.index, uuid, s.original, s.clocks)
+                       for uuid, s in touched.items() if s.limit_set or s.clocks),
                       key=lambda t: t.index)
 
 
-def _lines(source: Any) -> Iterator[tuple[bytes, bool]]:
+def _lines(source: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
     """(line, whole?) of a binary file, reading at most _MAX_LINE_BYTES of any line into memory."""
     while True:
         raw: bytes = source.readline(_MAX_LINE_BYTES + 1)
@@ -134,14 +145,14 @@ def _lines(source: Any) -> Iterator[tuple[bytes, bool]]:
         yield b"", False
 
 
-def _last_byte(handle: Any) -> bytes:
+def _last_byte(handle: IO[bytes]) -> bytes:
     handle.seek(-1, os.SEEK_END)
     last: bytes = handle.read(1)
     handle.seek(0, os.SEEK_END)
     return last
 
 
-def _parse(text: str) -> tuple[dict[str, Any] | None, str | None]:
+def _parse(text: str) -> tuple[JsonObject | None, str | None]:
     """(entry or None, problem or None) of one line. A line whose start was torn off by a crash and
     whose end is a whole entry (an older greengpu appended to a torn line) gives that entry back."""
     try:
@@ -161,7 +172,7 @@ def _parse(text: str) -> tuple[dict[str, Any] | None, str | None]:
     return (None, problem) if problem else (value, None)
 
 
-def _problem(value: Any) -> str | None:
+def _problem(value: object) -> str | None:
     """Why `value` is not a journal entry, or None when it is one."""
     if not isinstance(value, dict):
         return f"not an object: {json.dumps(value)[:40]}"

@@ -15,7 +15,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from greengpu.backends.nvml import GpuReading
 from greengpu.control.agent.jobclass import GpuJob
@@ -28,10 +27,10 @@ TIMEOUT_S = 5.0
 
 def build_report(node: str, time_s: float, readings: Sequence[GpuReading], jobs: Mapping[int, GpuJob | None],
                  health: Mapping[int, HealthAssessment],
-                 checkpoints: Mapping[str, float] | None = None) -> dict[str, Any]:
+                 checkpoints: Mapping[str, float] | None = None) -> dict[str, object]:
     """One report of this node: per GPU utilisation, health, energy counter (mJ), processes and jobs."""
-    gpus: list[dict[str, Any]] = []
-    seen_jobs: dict[str, dict[str, Any]] = {}
+    gpus: list[dict[str, object]] = []
+    seen_jobs: dict[str, dict[str, object]] = {}
     for reading in readings:
         job = jobs.get(reading.index)
         assessment = health.get(reading.index)
@@ -60,7 +59,7 @@ class ReportSender:
         self._last_logged_s: float | None = None
         self._unlogged = 0
 
-    def send(self, report: dict[str, Any]) -> bool:
+    def send(self, report: dict[str, object]) -> bool:
         data = json.dumps(report).encode()
         request = urllib.request.Request(self.url, data=data, method="POST", headers={
             "Authorization": f"Bearer {self._token}", "Content-Type": "application/json"})

@@ -27,6 +27,7 @@ from greengpu.control.bodies.body import ActionFailed, Observation
 from greengpu.control.bodies.checkpoint_marks import checkpoint_in_comment
 from greengpu.control.bodies.slurm_nodes import fault_reason, node_features, node_partitions, node_power
 from greengpu.control.cloud.spot_steer import SlurmCapacity, steer, steerable
+from greengpu.json_types import JsonObject, JsonValue
 from greengpu.model import (
     JOB_CLASSES,
     Cluster,
@@ -66,12 +67,12 @@ def _indices(spec: str) -> list[int]:
     return out
 
 
-def _class(record: dict[str, Any]) -> str:
+def _class(record: JsonObject) -> str:
     found = CLASS_COMMENT.search(str(record.get("comment") or ""))
     return found.group(1) if found and found.group(1) in JOB_CLASSES else "training"
 
 
-def _job(record: dict[str, Any], gpus: float, per_node: int | None) -> Job:
+def _job(record: JsonObject, gpus: float, per_node: int | None) -> Job:
     limit_min = json_number(record.get("time_limit"))
     duration_s = limit_min * 60.0 if limit_min is not None and limit_min > 0 else DEFAULT_DURATION_S
     return Job(job_id=str(record["job_id"]), tenant=str(record.get("account") or "default"), gpus=gpus,
@@ -145,7 +146,7 @@ def bare_constraints(job: Job, nodes: Iterable[Node]) -> Job:
     return replace(job, **loose) if loose else job
 
 
-def awake_since_s(record: Mapping[str, Any] | None, now_s: float) -> float:
+def awake_since_s(record: Mapping[str, JsonValue] | None, now_s: float) -> float:
     """When a node came up, as Slurm reports it: its `boot_time` (slurmd's registration after a boot, so a
     node resumed from power save counts from its wake), never later than now; 0.0 where Slurm does not say
     (then `min_awake_s` is taken as long passed, as before)."""
@@ -193,7 +194,7 @@ class SlurmBody:
                     log.warning("cannot read SuspendExcNodes/SuspendExcParts (%s): %s", error, kept)
         return self._exclusions
 
-    def _cluster_as_seen(self, records: dict[str, dict[str, Any]]) -> Cluster:
+    def _cluster_as_seen(self, records: dict[str, JsonObject]) -> Cluster:
         nodes = tuple(replace(node, features=node_features(records[node.name]) | node.features,
                               partitions=node_partitions(records[node.name]) or node.partitions)
                       if node.name in records else node for node in self.cluster.nodes)
@@ -216,7 +217,7 @@ class SlurmBody:
         nodes = slurm.json_reply(self._run("sinfo", "--json"), "sinfo --json").get("nodes") or []
         if not isinstance(nodes, list):
             raise slurm.SlurmError("sinfo --json: no list of nodes")
-        records: dict[str, dict[str, Any]] = {}
+        records: dict[str, JsonObject] = {}
         for record in nodes:
             name = str(record.get("name"))
             if name not in known or not isinstance(record, dict):

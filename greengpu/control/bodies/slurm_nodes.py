@@ -10,8 +10,8 @@ slept, never woken for work and never counted as capacity.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from greengpu.json_types import JsonValue
 from greengpu.model import NodeState, PowerState
 
 FAILED_STATES = frozenset({"down", "fail", "failing"})
@@ -42,28 +42,29 @@ def node_power(state: str, flags: set[str] | frozenset[str]) -> NodeState | None
     return None
 
 
-def fault_reason(record: Mapping[str, Any], found: NodeState | None) -> str | None:
+def fault_reason(record: Mapping[str, JsonValue], found: NodeState | None) -> str | None:
     """Why a failed node failed, in Slurm's words (`sinfo`'s reason, else its state), for the alert; None when
     the node has not failed."""
     if found is None or found.power is not PowerState.FAILED:
         return None
-    flags = "+".join(str(f) for f in record.get("state_flags") or [])
+    found_flags = record.get("state_flags")
+    flags = "+".join(str(f) for f in found_flags) if isinstance(found_flags, list) else ""
     state = f"{str(record.get('state', '')).upper()}{'+' + flags if flags else ''}"
     reason = str(record.get("reason") or "").strip()
     return f"{state}: {reason}" if reason else state
 
 
-def _words(value: Any) -> frozenset[str]:
+def _words(value: object) -> frozenset[str]:
     """`a,b` or `["a", "b"]` as a set of words."""
     items = value if isinstance(value, list) else str(value or "").split(",")
     return frozenset(str(item).strip() for item in items if str(item).strip())
 
 
-def node_features(record: Mapping[str, Any]) -> frozenset[str]:
+def node_features(record: Mapping[str, JsonValue]) -> frozenset[str]:
     """The features jobs may ask of a node: those it has (`features`), which a powered-down node keeps too."""
     return _words(record.get("features")) | _words(record.get("active_features"))
 
 
-def node_partitions(record: Mapping[str, Any]) -> frozenset[str]:
+def node_partitions(record: Mapping[str, JsonValue]) -> frozenset[str]:
     """The partitions a node belongs to."""
     return _words(record.get("partitions"))

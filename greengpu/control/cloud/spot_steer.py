@@ -32,11 +32,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from greengpu.backends import slurm
 from greengpu.brain.capacity_choice import CapacityQuestion, ChooseCapacity, CloudOffer, choose_capacity
 from greengpu.control.bodies.body import ActionFailed
+from greengpu.json_types import JsonValue
 from greengpu.model import Cluster
 from greengpu.policy import Policy
 from greengpu.spot.decide import CapacityKind, PoolPrice, SpotJobFacts
@@ -97,7 +97,7 @@ class SlurmCapacity:
         self.left: list[SteerOutcome] = []
         """The jobs the last `read` left unchanged, and why."""
 
-    def read(self, records: list[Any], now_s: float) -> tuple[dict[str, SpotJobFacts], dict[str, str]]:
+    def read(self, records: list[JsonValue], now_s: float) -> tuple[dict[str, SpotJobFacts], dict[str, str]]:
         """From `squeue --json`'s jobs: the spot facts of each job that may be steered, and the capacity greengpu
         already gave the ones it steered before (a job the user steered, or greengpu cannot read, is left out)."""
         self._jobs, self.left = {}, []

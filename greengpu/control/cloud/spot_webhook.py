@@ -30,9 +30,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 from urllib.parse import quote, urlsplit
 
+from greengpu.json_types import JsonObject
 from greengpu.spot.admission import Verdict, decide_pod, review_response
 from greengpu.spot.pod_facts import CapacityKind, Decide, SpotJobFacts
 
@@ -87,7 +87,7 @@ class DaemonDecisions:
             self._once(f"the daemon {self.base_url} gave an answer that is not a capacity decision")
         return "spot" if kind == "spot" else "on-demand" if kind == "on-demand" else None
 
-    def for_request(self, request: Any) -> Decide:
+    def for_request(self, request: JsonObject) -> Decide:
         """The decision for one admission request's pod: the daemon's for `NAMESPACE/NAME` (a pod made from
         generateName has no name yet, and no decision)."""
         pod = request.get("object")
@@ -135,7 +135,7 @@ def certificate_warning(cert_file: str, now_s: float) -> str | None:
     return None
 
 
-def pod_name(request: Any) -> str:
+def pod_name(request: JsonObject) -> str:
     """`namespace/name` of the request's pod for the log (a pod made from generateName has no name yet)."""
     pod = request.get("object")
     metadata = pod.get("metadata") if isinstance(pod, dict) else None
@@ -143,9 +143,10 @@ def pod_name(request: Any) -> str:
     return f"{request.get('namespace') or '?'}/{name or request.get('name') or '?'}"
 
 
-def answer(review: Any, decide: Decide, now_s: float) -> tuple[dict[str, Any], Verdict | None]:
+def answer(review: JsonObject, decide: Decide, now_s: float) -> tuple[JsonObject, Verdict | None]:
     """The AdmissionReview answer and the verdict behind it (None: an internal error, allowed unchanged)."""
-    request = review.get("request") or {}
+    found = review.get("request")
+    request = found if isinstance(found, dict) else {}
     try:
         verdict = decide_pod(request, decide, now_s)
     except Exception:  # noqa: BLE001 - fail open: a pod is never blocked by greengpu's own error
@@ -157,7 +158,7 @@ def answer(review: Any, decide: Decide, now_s: float) -> tuple[dict[str, Any], V
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
         """A connection that fails (a client that does not trust the certificate, a handshake cut short) is
         one log line, not socketserver's traceback on stderr."""
         log.warning("spot webhook: connection from %s failed: %s", client_address[0], sys.exc_info()[1])
@@ -195,14 +196,16 @@ class WebhookServer:
                 review = self._review()
                 if review is None:
                     return
-                chosen = daemon.for_request(review["request"]) if daemon is not None else decide
-                body, verdict = answer(review, chosen, clock())
                 request = review["request"]
+                if not isinstance(request, dict):  # _review answered 400 to these
+                    return
+                chosen = daemon.for_request(request) if daemon is not None else decide
+                body, verdict = answer(review, chosen, clock())
                 if verdict is not None:
                     log.info("spot webhook: %s: %s", pod_name(request), verdict.reason)
                 self._reply(200, json.dumps(body).encode(), "application/json")
 
-            def _review(self) -> dict[str, Any] | None:
+            def _review(self) -> JsonObject | None:
                 """The request's AdmissionReview, or None after answering 400/413 (no uid to answer to)."""
                 try:
                     length = int(self.headers.get("Content-Length", ""))
@@ -234,7 +237,7 @@ class WebhookServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the http.server API)
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the http.server API)
                 log.debug("spot webhook: " + format, *args)
 
         server_class = _ServerV6 if ":" in host else _Server

@@ -20,9 +20,9 @@ import json
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 from greengpu.health.score import HealthState
+from greengpu.json_types import JsonObject, JsonValue
 from greengpu.sleep.suspends import NodeUse
 
 MAX_REPORT_BYTES = 256 * 1024
@@ -82,32 +82,32 @@ class EnergyPeriod:
     energy_j: float
 
 
-def _number(value: Any, where: str, low: float, high: float) -> float:
+def _number(value: object, where: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not (
             low <= value <= high):
         raise ReportError(f"{where}: expected a number in [{low:g}, {high:g}], got {json.dumps(value)[:40]}")
     return float(value)
 
 
-def _integer(value: Any, where: str, low: int, high: int) -> int:
+def _integer(value: object, where: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ReportError(f"{where}: expected an integer in [{low}, {high}], got {json.dumps(value)[:40]}")
     return value
 
 
-def _name(value: Any, where: str) -> str:
+def _name(value: object, where: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_NAME or not value.isprintable():
         raise ReportError(f"{where}: expected a name of 1 to {MAX_NAME} printable characters")
     return value
 
 
-def _list(value: Any, where: str, most: int) -> list[Any]:
+def _list(value: object, where: str, most: int) -> list[JsonValue]:
     if not isinstance(value, list) or len(value) > most:
         raise ReportError(f"{where}: expected a list of at most {most} items")
     return value
 
 
-def _mapping(value: Any, where: str, keys: set[str], required: set[str]) -> dict[str, Any]:
+def _mapping(value: object, where: str, keys: set[str], required: set[str]) -> JsonObject:
     if not isinstance(value, dict):
         raise ReportError(f"{where}: expected an object")
     unknown = sorted(set(value) - keys)

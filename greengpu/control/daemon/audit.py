@@ -22,10 +22,11 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO
 from urllib.parse import urlsplit
 
 from greengpu.errors import BadInput
+from greengpu.json_types import JsonObject, JsonValue
 
 log = logging.getLogger("greengpu.daemon")
 
@@ -60,17 +61,17 @@ class AuditLog:
         self.path = path
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: JsonObject) -> None:
         self.write_many([record])
 
-    def write_many(self, records: list[dict[str, Any]]) -> None:
+    def write_many(self, records: list[JsonObject]) -> None:
         if not records:
             return
         text = "".join(json.dumps(record, sort_keys=True) + "\n" for record in records)
         with open(self.path, "a+b") as handle:
             handle.write((("\n" if torn_end(handle) else "") + text).encode("utf-8"))
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[JsonObject]:
         """Every whole record, in order; torn or damaged lines are skipped."""
         if not self.path.exists():
             return []
@@ -85,7 +86,7 @@ class AuditLog:
         return found
 
 
-def torn_end(handle: Any) -> bool:
+def torn_end(handle: IO[bytes]) -> bool:
     """Whether the file open in `handle` (binary, append) ends without a newline: a torn last line. Leaves
     the position at the end."""
     handle.seek(0, os.SEEK_END)
@@ -108,12 +109,12 @@ class Alerts:
         self._sleep = sleep
         self.sent = 0
         self.undelivered = 0
-        self._queue: queue.Queue[dict[str, Any]] | None = None
+        self._queue: queue.Queue[JsonObject] | None = None
         if background and webhook_url:
             self._queue = queue.Queue(WEBHOOK_QUEUE)
             threading.Thread(target=self._deliver, name="greengpu-alert-webhook", daemon=True).start()
 
-    def raise_alert(self, kind: str, message: str, now_s: float, **fields: Any) -> None:
+    def raise_alert(self, kind: str, message: str, now_s: float, **fields: JsonValue) -> None:
         """Log, audit and post one alert. Never raises: an alert is what a failure does, not a new one."""
         record = {"time_s": now_s, "alert": kind, "message": message, **fields}
         log.error("ALERT %s: %s", kind, message)
@@ -137,7 +138,7 @@ class Alerts:
         while True:
             self._post(self._queue.get())
 
-    def _post(self, record: dict[str, Any]) -> None:
+    def _post(self, record: JsonObject) -> None:
         body = json.dumps(record).encode()
         backoff_s = WEBHOOK_FIRST_BACKOFF_S
         for attempt in range(1, WEBHOOK_TRIES + 1):

@@ -29,7 +29,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import generate_latest
@@ -122,7 +121,7 @@ class DaemonServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _json(self, status: int, value: Any, headers: dict[str, str] | None = None) -> None:
+            def _json(self, status: int, value: object, headers: dict[str, str] | None = None) -> None:
                 self._answer(status, (json.dumps(value, sort_keys=True) + "\n").encode(), headers=headers)
 
             def _guarded(self, answer: Callable[[], None]) -> None:

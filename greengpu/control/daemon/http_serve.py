@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 log = logging.getLogger("greengpu.http")
 
@@ -33,9 +33,13 @@ MAX_WAITING = 2048
 """Connections accepted whose request head has not come whole yet; beyond it the one waiting longest goes."""
 
 
+PeerAddress = tuple[str, int] | tuple[str, int, int, int]
+"""A client's address as `accept` gives it: (host, port) for IPv4, four fields for IPv6."""
+
+
 @dataclass
 class _Waiting:
-    address: Any
+    address: PeerAddress
     deadline_s: float
     head: bytearray = field(default_factory=bytearray)
 
@@ -106,7 +110,7 @@ class BoundedHandler(BaseHTTPRequestHandler):
         self.rfile = _Prefixed(head, sock.makefile("rb"))  # type: ignore[assignment]
         self.wfile = _Writer(sock)  # type: ignore[assignment]
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - requests are logged where they matter
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - requests are logged where they matter
         return
 
 
@@ -230,7 +234,7 @@ class BoundedHTTPServer:
 
     # --- a worker --------------------------------------------------------------------------------
 
-    def _serve(self, sock: socket.socket, address: Any, head: bytes) -> None:
+    def _serve(self, sock: socket.socket, address: PeerAddress, head: bytes) -> None:
         try:
             self.handler((sock, head), address, self)  # type: ignore[arg-type]
         except OSError as error:  # the client hung up or stalled: its business, not a traceback

@@ -10,8 +10,6 @@ changed; the job keeps waiting, and the same GPU is not asked again for the daem
 
 from __future__ import annotations
 
-from typing import Any
-
 from greengpu.control.bodies.body import ActionFailed
 from greengpu.model import ClusterSnapshot, PartitionGpu
 
@@ -24,7 +22,7 @@ class PartitionRefused(ActionFailed):
     """The body cannot repartition MIG GPUs: nothing was changed (the journal says `refused`)."""
 
 
-def carry_out_partition(body: Any, action: PartitionGpu, now_s: float) -> str:
+def carry_out_partition(body: object, action: PartitionGpu, now_s: float) -> str:
     """Repartition through the body, or raise PartitionRefused when it cannot."""
     partition = getattr(body, "partition_gpu", None)
     if partition is None:
@@ -36,7 +34,7 @@ def carry_out_partition(body: Any, action: PartitionGpu, now_s: float) -> str:
     return outcome
 
 
-def mig_status(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
+def mig_status(snapshot: ClusterSnapshot) -> list[dict[str, object]]:
     """Each MIG GPU's partition, whether it takes work now, and which job holds which instance."""
     held = {(s.node, s.gpu_index, s.instance): r.job.job_id for r in snapshot.running for s in r.slots if s.instance}
     return [{"node": node, "gpu": index, "instances": list(p.instances), "ready": p.ready_s <= snapshot.time_s,

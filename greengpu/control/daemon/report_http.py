@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from email.message import Message
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from greengpu.control.daemon.agent_reports import MAX_REPORT_BYTES, ReportError, parse_report
 
@@ -25,7 +25,7 @@ class Readable(Protocol):
 
 
 def read_report(daemon: Daemon, headers: Message, body: Readable, client: str,
-                allow: Callable[[str], bool]) -> tuple[int, dict[str, Any]]:
+                allow: Callable[[str], bool]) -> tuple[int, dict[str, object]]:
     """(status, answer) of one report."""
     metrics = daemon.metrics.reports
     length_text = headers.get("Content-Length", "")

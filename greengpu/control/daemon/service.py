@@ -22,7 +22,6 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from greengpu.brain.capacity_choice import ChooseCapacity
 from greengpu.brain.control_tick import TickAction, TickResult, control_tick
@@ -39,6 +38,7 @@ from greengpu.control.daemon.store import DaemonStore, TickFacts
 from greengpu.control.daemon.wakes import WakeWatch
 from greengpu.errors import BadInput
 from greengpu.forecast.reserve import DemandRiseForecaster
+from greengpu.json_types import JsonObject
 from greengpu.model import (
     KillJob,
     LockClocks,
@@ -316,7 +316,7 @@ class Daemon:
         planned = []
         for action in actions:
             job_id = getattr(action, "job_id", "")
-            detail: dict[str, Any] = {"reason": getattr(action, "reason", ""),
+            detail: JsonObject = {"reason": getattr(action, "reason", ""),
                                       **{k: v for k, v in vars(action).items() if k not in ("reason", "slots")}}
             job = running[job_id].job if job_id in running else pending.get(job_id)
             if isinstance(action, PreemptJob | KillJob) and job_id in running:
@@ -325,7 +325,7 @@ class Daemon:
                             getattr(action, "gpu_index", None), job_id, job.tenant if job is not None else ""))
         entries = self.store.begin_many(now_s, [(k, d, n, g, j) for k, d, n, g, j, _ in planned])
         closed: list[tuple[int, str, str]] = []
-        records: list[dict[str, Any]] = []
+        records: list[JsonObject] = []
         done: list[tuple[str, str, str]] = []
         for action, (kind, detail, node, gpu, job_id, tenant), entry in zip(actions, planned, entries, strict=True):
             state, counted, outcome = self._act(action, kind, node, job_id, tenant, now_s)
@@ -385,10 +385,10 @@ class Daemon:
                 self.energy_by_tenant_j[tenant] = self.energy_by_tenant_j.get(tenant, 0.0) + joules
                 self.metrics.energy.labels(tenant).inc(joules)
 
-    def waiting_signal(self) -> dict[str, Any]:
+    def waiting_signal(self) -> dict[str, object]:
         """What `GET /v1/waiting` answers (greengpu.control.daemon.status)."""
         return daemon_status.waiting_signal(self)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, object]:
         """What /v1/status answers (greengpu.control.daemon.status)."""
         return daemon_status.status(self)

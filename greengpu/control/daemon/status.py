@@ -4,7 +4,7 @@ greengpu.control.daemon.service; `Daemon.status` and `Daemon.waiting_signal` ans
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Protocol
+from typing import Protocol
 
 from greengpu.brain.capacity_choice import ChooseCapacity
 from greengpu.brain.control_tick import TickResult
@@ -30,7 +30,7 @@ class Daemon(Protocol):
     store: DaemonStore
 
 
-def waiting_signal(daemon: Daemon) -> dict[str, Any]:
+def waiting_signal(daemon: Daemon) -> dict[str, object]:
     """What `GET /v1/waiting` answers: the work waiting at the last good tick, whether the cluster had no
     slack left (every cap lifts) and which running jobs' caps lift and which stay on (`uncapped_job_ids`,
     `capped_job_ids`: the slack rule's per-job verdict; the agents lift exactly the first, and lift a job
@@ -44,7 +44,7 @@ def waiting_signal(daemon: Daemon) -> dict[str, Any]:
             "tick_s": daemon.last_good_tick_s, "leading": daemon.leading}
 
 
-def status(daemon: Daemon) -> dict[str, Any]:
+def status(daemon: Daemon) -> dict[str, object]:
     """What /v1/status answers."""
     seen = daemon.last_observation
     nodes = {}
@@ -71,12 +71,12 @@ def status(daemon: Daemon) -> dict[str, Any]:
             **({"store_error": store_problem} if store_problem else {})}
 
 
-def _decision(choice: ChooseCapacity, tick_s: float | None) -> dict[str, Any]:
+def _decision(choice: ChooseCapacity, tick_s: float | None) -> dict[str, object]:
     return {"job": choice.job_id, "kind": choice.kind, "pool": choice.pool, "reason": choice.reason,
             "tick_s": tick_s}
 
 
-def capacity(daemon: Daemon) -> dict[str, Any]:
+def capacity(daemon: Daemon) -> dict[str, object]:
     """The capacity lever at the last good tick: each waiting cloud-eligible job's decision, and (a body with
     cloud nodes of its own: the fake cluster's) the placements so far and the jobs on cloud nodes now."""
     chosen = daemon.last_result.capacity if daemon.last_result is not None else ()
@@ -85,7 +85,7 @@ def capacity(daemon: Daemon) -> dict[str, Any]:
             **(cloud.summary() if cloud is not None else {})}
 
 
-def capacity_decision(daemon: Daemon, job_id: str) -> dict[str, Any] | None:
+def capacity_decision(daemon: Daemon, job_id: str) -> dict[str, object] | None:
     """What `GET /v1/capacity/JOB` answers: the last good tick's decision for one waiting job (None: none, the
     job was not waiting for capacity then, or it is unknown)."""
     chosen = daemon.last_result.capacity if daemon.last_result is not None else ()

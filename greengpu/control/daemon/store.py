@@ -14,11 +14,12 @@ import sqlite3
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from greengpu.control.daemon.state_checks import check_daemon_db, check_state_dir
 from greengpu.control.hooks.sqlite_state import Connections, create
 from greengpu.errors import BadInput
+from greengpu.json_types import JsonObject
 
 SCHEMA_VERSION = 1
 TICK_BUSY_TIMEOUT_S = 5.0
@@ -61,7 +62,7 @@ class JournalEntry:
     node: str
     gpu: int | None
     job: str
-    detail: dict[str, Any]
+    detail: JsonObject
     state: str
 
 
@@ -122,7 +123,7 @@ class DaemonStore:
 
     # --- the journal -------------------------------------------------------------------------
 
-    def begin(self, now_s: float, kind: str, detail: dict[str, Any], node: str = "", gpu: int | None = None,
+    def begin(self, now_s: float, kind: str, detail: JsonObject, node: str = "", gpu: int | None = None,
               job: str = "") -> int:
         """Write an open entry before the action is carried out; returns its id."""
         with self._tx() as db:
@@ -131,7 +132,7 @@ class DaemonStore:
                                 (now_s, kind, node, gpu, job, json.dumps(detail, sort_keys=True)))
             return int(cursor.lastrowid or 0)
 
-    def begin_many(self, now_s: float, planned: list[tuple[str, dict[str, Any], str, int | None, str]]) -> list[int]:
+    def begin_many(self, now_s: float, planned: list[tuple[str, JsonObject, str, int | None, str]]) -> list[int]:
         """Open entries for a tick's actions at once, (kind, detail, node, gpu, job) each, before any is done."""
         with self._tx() as db:
             ids = []

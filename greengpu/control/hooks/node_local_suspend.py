@@ -22,7 +22,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from greengpu.control.hooks.sleep_control import SUSPEND_TIMEOUT_S, SuspendResult, run_suspend
 
@@ -61,7 +60,7 @@ class SuspendEndpoint:
         self.command = command
         self.timeout_s = timeout_s
 
-    def handle(self, authorization: str | None) -> tuple[int, dict[str, Any]]:
+    def handle(self, authorization: str | None) -> tuple[int, dict[str, object]]:
         """(HTTP status, JSON body) for one request with this Authorization header."""
         try:
             token = read_suspend_token(self.token_file)
@@ -78,8 +77,8 @@ class SuspendEndpoint:
             return 409, {"suspended": False, "error": f"not suspending: work on {', '.join(busy)}"}
         result = run_suspend(self.command, self.node, self.timeout_s)
         log.log(logging.INFO if result.ok else logging.ERROR, "%s", result.describe())
-        body = {"suspended": result.ok, "returncode": result.returncode, "stderr": result.stderr_tail,
-                "command": self.command}
+        body: dict[str, object] = {"suspended": result.ok, "returncode": result.returncode,
+                                   "stderr": result.stderr_tail, "command": self.command}
         return (200 if result.ok else 500), body
 
 
