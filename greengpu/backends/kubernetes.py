@@ -39,7 +39,6 @@ BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 8.0
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
 CONNECT_TIMEOUT_S = 3.0
-
 T = TypeVar("T")
 
 
@@ -137,11 +136,6 @@ class KubeApi:
         api: client.CoordinationV1Api = self._kube.CoordinationV1Api(self.api_client)
         return api
 
-    def call(self, what: str, call: Callable[..., T], *args: object, retry: frozenset[int] = RETRYABLE,
-             **kwargs: object) -> T:
-        """One API call with the timeout, errors as `KubeError`, retryable statuses retried with backoff."""
-        return self._call(what, call, *args, retry=retry, **kwargs)
-
     def _call(self, what: str, call: Callable[..., T], *args: object, retry: frozenset[int] = RETRYABLE,
               **kwargs: object) -> T:
         """One API call with the timeout, errors as `KubeError`, retryable statuses retried with backoff."""
@@ -160,6 +154,8 @@ class KubeApi:
             except (urllib3.exceptions.HTTPError, OSError) as error:
                 raise KubeError(None, f"{what}: {_unreachable(error)}") from None
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    call = _call  # the public name: kube_lease and kube_sharing call through it
 
     def pods_on_node(self, node: str) -> list[PodInfo]:
         """Pods scheduled on `node` (all namespaces)."""
