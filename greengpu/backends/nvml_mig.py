@@ -12,7 +12,7 @@ How NVML is asked (the calls of `nvidia-ml-py`):
   instance's placement. A driver without the version-2 profile call (`FunctionNotFound`) is asked
   version 1, which has no name: the name is then made from the slices and memory.
 
-Any other NVML error makes that GPU's reading `unreadable` with the error's name: the agent carries on,
+Every other NVML error makes that GPU's reading `unreadable` with the error's name: the agent carries on,
 and whoever compares the reading with the inventory is told the GPU could not be read (fail safe).
 
 A mixin: it uses the backend's `_lib`, `_lock` and `_handle`.
