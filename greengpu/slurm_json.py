@@ -11,7 +11,23 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
+
+from greengpu.json_types import JsonValue
+
+JobRecord = Mapping[str, JsonValue]
+"""One job of `squeue --json`, as parsed, before it is read."""
+
+
+class NodeConstraints(TypedDict, total=False):
+    """The node constraints a job record sets, as `greengpu.model.Job` fields."""
+
+    required_nodes: frozenset[str]
+    excluded_nodes: frozenset[str]
+    features: tuple[frozenset[str], ...] | None
+    partitions: frozenset[str]
+    exclusive: bool
+
 
 GPUS_ASKED = re.compile(r"gres[:/]gpu(?::[^:,=]+)?[:=](\d+)")
 """GPUs in a `tres_per_node` or `tres_per_job` string: `gres:gpu:4`, `gres:gpu:a100:4` (22.05),
@@ -20,7 +36,7 @@ QOS_PRIORITY = {"low": -10, "scavenger": -20, "normal": 0, "standard": 0, "high"
 """Slurm QOS name to greengpu priority; other names get 0 (the daemon's Slurm body and the trace readers)."""
 
 
-def json_number(value: Any) -> float | None:
+def json_number(value: JsonValue) -> float | None:
     """A number of `squeue --json`: a plain number (22.05) or `{"set": true, "number": N}` (23.02 and later);
     None when unset, infinite or not a finite number."""
     if isinstance(value, Mapping):
@@ -32,7 +48,7 @@ def json_number(value: Any) -> float | None:
     return float(value)
 
 
-def job_states(record: Mapping[str, Any]) -> frozenset[str]:
+def job_states(record: JobRecord) -> frozenset[str]:
     """A job record's states: `job_state` is one string up to 22.05 and a list of flags from 23.02."""
     state = record.get("job_state")
     if isinstance(state, list):
@@ -40,7 +56,7 @@ def job_states(record: Mapping[str, Any]) -> frozenset[str]:
     return frozenset({str(state)}) if state else frozenset()
 
 
-def gpus_asked(record: Mapping[str, Any]) -> tuple[float, int | None] | None:
+def gpus_asked(record: JobRecord) -> tuple[float, int | None] | None:
     """(GPUs in all, GPUs per node or None) a job record asks: `tres_per_node` times its node count, else
     `tres_per_job`; None for a job that asks no GPU."""
     nodes = int(json_number(record.get("node_count")) or 1)
@@ -54,7 +70,7 @@ def gpus_asked(record: Mapping[str, Any]) -> tuple[float, int | None] | None:
     return None
 
 
-def _names(value: Any, what: str) -> frozenset[str] | None:
+def _names(value: JsonValue, what: str) -> frozenset[str] | None:
     """A hostlist field (`node[1-2],gpu3`) as node names; None when empty. ValueError on a bad hostlist."""
     import hostlist
 
@@ -126,7 +142,7 @@ def feature_alternatives(text: str) -> tuple[frozenset[str], ...] | None:
     return tuple(dict.fromkeys(alternatives))
 
 
-def _exclusive(record: Mapping[str, Any]) -> bool:
+def _exclusive(record: JobRecord) -> bool:
     """`--exclusive`: 22.05 writes `"shared": "none"`, 23.02 and later a list of flags under `shared` or
     `exclusive`."""
     shared = record.get("shared")
@@ -136,11 +152,11 @@ def _exclusive(record: Mapping[str, Any]) -> bool:
     return "none" in flags or bool(marks & {"true", "user", "mcs", "topo"})
 
 
-def node_constraints(record: Mapping[str, Any]) -> dict[str, Any]:
+def node_constraints(record: JobRecord) -> NodeConstraints:
     """The node constraints of a pending job record as `Job` fields (only those it sets): `required_nodes`
     (`-w`), `excluded_nodes` (`-x`), `features` (`--constraint`), `partitions` (`-p a,b`), `exclusive`.
     ValueError, naming the field, when one does not parse."""
-    found: dict[str, Any] = {}
+    found: NodeConstraints = {}
     required = _names(record.get("required_nodes"), "required_nodes")
     if required is not None:
         found["required_nodes"] = required

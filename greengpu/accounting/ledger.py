@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from greengpu.accounting import ledger_sqlite
 from greengpu.accounting.bill import HourFigures, JobSegment, MonthInput
+from greengpu.accounting.ledger_schema import SqlRow, SqlValue
 from greengpu.accounting.ledger_url import Ledger, PostgresLedger
 from greengpu.config.limits import MAX_NUMBER, MAX_YEAR, MIN_YEAR
 from greengpu.errors import BadInput
@@ -22,7 +23,7 @@ from greengpu.errors import BadInput
 _MONTH = re.compile(r"[0-9]{4}-[0-9]{2}")
 
 
-def _query(ledger: Ledger, sql: str, parameters: tuple[object, ...]) -> list[tuple[object, ...]]:
+def _query(ledger: Ledger, sql: str, parameters: tuple[SqlValue, ...]) -> list[SqlRow]:
     """One read-only query on either kind of ledger (SQL written with ? placeholders)."""
     if isinstance(ledger, PostgresLedger):
         from greengpu.accounting import ledger_pg
@@ -260,7 +261,7 @@ def _check_numbers(path: Ledger, run_id: int) -> None:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                         or abs(value) > MAX_NUMBER:
                     raise BadInput(f"{path}: run {run_id}: not a finite number in the ledger: {table}.{column} "
-                                   f"(row {row[0]}) {str(value)[:40]!r}")
+                                   f"(row {row[0]!s}) {str(value)[:40]!r}")
 
 
 def shared_hour(path: Ledger, run_a: int, run_b: int, start_s: float, end_s: float) -> str | None:

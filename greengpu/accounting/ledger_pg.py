@@ -13,9 +13,9 @@ once. Schema migrations take a transaction-scoped advisory lock, so two writers 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from greengpu.accounting.ledger_schema import COLUMNS, SCHEMA_VERSION, checked_version, statements
+from greengpu.accounting.ledger_schema import COLUMNS, SCHEMA_VERSION, SqlRow, SqlValue, checked_version, statements
 from greengpu.accounting.ledger_url import PostgresLedger
 from greengpu.errors import BadInput
 
@@ -23,12 +23,12 @@ _MIGRATION_LOCK = 0x67_72_65_65_6E  # 'green': one advisory lock key for every g
 CONNECT_TIMEOUT_S = 10
 
 
-def _driver() -> Any:
-    # Not installed: the ModuleNotFoundError reaches the command line, which names the 'fleet' extra in one line
-    # (greengpu.cli.EXTRA_OF_MODULE), as for every other extra.
-    import psycopg
+if TYPE_CHECKING:
+    from psycopg import Connection
+    from psycopg.rows import TupleRow
 
-    return psycopg
+# psycopg is imported where it is used: not installed, the ModuleNotFoundError reaches the command line, which
+# names the 'fleet' extra in one line (greengpu.cli.EXTRA_OF_MODULE), as for every other extra.
 
 
 def reason(error: BaseException) -> str:
@@ -37,10 +37,11 @@ def reason(error: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def connect(ledger: PostgresLedger, *, read_only: bool) -> Any:
+def connect(ledger: PostgresLedger, *, read_only: bool) -> Connection[TupleRow]:
     """An autocommit connection (each write says its own transaction); BadInput when the server cannot be
     reached or refuses."""
-    psycopg = _driver()
+    import psycopg
+
     try:
         connection = psycopg.connect(ledger.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
                                      application_name="greengpu")
@@ -59,7 +60,7 @@ def connect(ledger: PostgresLedger, *, read_only: bool) -> Any:
     return connection
 
 
-def _tables(connection: Any) -> dict[str, tuple[str, ...]]:
+def _tables(connection: Connection[TupleRow]) -> dict[str, tuple[str, ...]]:
     rows = connection.execute(
         "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema() "
         "AND table_name = ANY(%s) ORDER BY table_name, ordinal_position",
@@ -70,7 +71,7 @@ def _tables(connection: Any) -> dict[str, tuple[str, ...]]:
     return found
 
 
-def version_of(ledger: PostgresLedger, connection: Any) -> int:
+def version_of(ledger: PostgresLedger, connection: Connection[TupleRow]) -> int:
     """The schema version of the database; BadInput unless it holds a greengpu ledger this greengpu reads."""
     tables = _tables(connection)
     if "meta" not in tables:
@@ -82,7 +83,8 @@ def version_of(ledger: PostgresLedger, connection: Any) -> int:
 
 def schema_version(ledger: PostgresLedger) -> int:
     """The checked schema version of the ledger database."""
-    psycopg = _driver()
+    import psycopg
+
     connection = connect(ledger, read_only=True)
     try:
         return version_of(ledger, connection)
@@ -92,9 +94,10 @@ def schema_version(ledger: PostgresLedger) -> int:
         connection.close()
 
 
-def query(ledger: PostgresLedger, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+def query(ledger: PostgresLedger, sql: str, parameters: tuple[SqlValue, ...]) -> list[SqlRow]:
     """The rows of one read-only query (SQL written with ? placeholders, as for SQLite)."""
-    psycopg = _driver()
+    import psycopg
+
     connection = connect(ledger, read_only=True)
     try:
         version_of(ledger, connection)
@@ -105,9 +108,10 @@ def query(ledger: PostgresLedger, sql: str, parameters: tuple[Any, ...]) -> list
         connection.close()
 
 
-def open_for_writing(ledger: PostgresLedger) -> Any:
+def open_for_writing(ledger: PostgresLedger) -> Connection[TupleRow]:
     """A connection to the ledger database, migrated to SCHEMA_VERSION (created when the database is empty)."""
-    psycopg = _driver()
+    import psycopg
+
     connection = connect(ledger, read_only=False)
     try:
         with connection.transaction():
@@ -130,4 +134,6 @@ def open_for_writing(ledger: PostgresLedger) -> Any:
 
 def database_error() -> type[BaseException]:
     """psycopg's base error class (for the writers' except clauses)."""
-    return _driver().Error  # type: ignore[no-any-return]
+    import psycopg
+
+    return psycopg.Error

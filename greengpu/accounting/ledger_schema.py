@@ -12,8 +12,14 @@ instance profile).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeAlias
 
 from greengpu.errors import BadInput
+
+SqlValue: TypeAlias = str | int | float | bytes | None
+"""A value SQLite and PostgreSQL store in the ledger's columns (a query parameter or a cell)."""
+SqlRow: TypeAlias = tuple[SqlValue, ...]
+"""One row of a ledger query."""
 
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
 
-from greengpu.accounting.ledger_schema import SCHEMA_VERSION, checked_version, statements
+from greengpu.accounting.ledger_schema import SCHEMA_VERSION, SqlRow, SqlValue, checked_version, statements
 from greengpu.errors import BadInput
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -98,7 +97,7 @@ def _open_checked(path: Path) -> tuple[sqlite3.Connection, int]:
         raise
 
 
-def query(path: Path, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+def query(path: Path, sql: str, parameters: tuple[SqlValue, ...]) -> list[SqlRow]:
     """The rows of one read-only query; a damaged file is one BadInput line."""
     connection, _ = open_read_only(path)
     try:

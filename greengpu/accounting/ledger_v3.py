@@ -54,7 +54,7 @@ def measured_share(path: Ledger, run_id: int, start_s: float, end_s: float) -> f
     total, measured = rows[0] if rows else (None, None)
     if not isinstance(total, int | float) or not total > 0:
         return None
-    return float(measured or 0.0) / float(total)  # type: ignore[arg-type]
+    return float(measured or 0.0) / float(total)
 
 
 def node_bases(path: Ledger, run_id: int, start_s: float, end_s: float) -> dict[str, str]:

@@ -9,15 +9,20 @@ import datetime as dt
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 from greengpu.accounting import ledger_sqlite
 from greengpu.accounting.attribution import Attribution, Usage
 from greengpu.accounting.cloud_rows import CloudUsage
+from greengpu.accounting.ledger_schema import SqlRow, SqlValue
 from greengpu.accounting.ledger_url import Ledger, PostgresLedger
 from greengpu.accounting.meter import J_PER_KWH
 from greengpu.errors import BadInput
 from greengpu.model import Site
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+    from psycopg.rows import TupleRow
 
 
 class _Writer:
@@ -26,10 +31,11 @@ class _Writer:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
         self.postgres = isinstance(ledger, PostgresLedger)
+        self.connection: Connection[TupleRow] | sqlite3.Connection
         if isinstance(ledger, PostgresLedger):
             from greengpu.accounting import ledger_pg
 
-            self.connection: Any = ledger_pg.open_for_writing(ledger)
+            self.connection = ledger_pg.open_for_writing(ledger)
             self.errors: tuple[type[BaseException], ...] = (ledger_pg.database_error(),)
         else:
             self.connection = ledger_sqlite.open_for_writing(ledger)
@@ -38,25 +44,27 @@ class _Writer:
     def _sql(self, sql: str) -> str:
         return sql.replace("?", "%s") if self.postgres else sql
 
-    def execute(self, sql: str, parameters: tuple[Any, ...]) -> Any:
-        return self.connection.execute(self._sql(sql), parameters)
+    def fetch_one(self, sql: str, parameters: tuple[SqlValue, ...]) -> SqlRow | None:
+        """The first row the statement returns (its RETURNING clause), None when it returns none."""
+        row: SqlRow | None = self.connection.execute(self._sql(sql), parameters).fetchone()
+        return row
 
-    def executemany(self, sql: str, rows: Iterable[tuple[Any, ...]]) -> None:
-        if self.postgres:
+    def executemany(self, sql: str, rows: Iterable[tuple[SqlValue, ...]]) -> None:
+        if isinstance(self.connection, sqlite3.Connection):
+            self.connection.executemany(sql, rows)
+        else:
             with self.connection.cursor() as cursor:
                 cursor.executemany(self._sql(sql), list(rows))
-        else:
-            self.connection.executemany(sql, rows)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """One transaction: committed whole, or rolled back whole (a kill in the middle leaves nothing of it)."""
         try:
-            if self.postgres:
-                with self.connection.transaction():
+            if isinstance(self.connection, sqlite3.Connection):
+                with self.connection:
                     yield
             else:
-                with self.connection:
+                with self.connection.transaction():
                     yield
         except self.errors as error:
             from greengpu.accounting import ledger_pg
@@ -114,12 +122,13 @@ def _settle(writer: _Writer, run_id: int, outcomes: Mapping[str, str]) -> None:
 
 
 def _new_run(writer: _Writer, kind: str, policy: str, source: str, site: Site, cluster: str) -> int:
-    row = writer.execute(
+    row = writer.fetch_one(
         "INSERT INTO runs (kind, policy, source, created_utc, currency, pue, cluster) VALUES (?, ?, ?, ?, ?, ?, ?) "
         "RETURNING run_id",
         (kind, policy, source, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), site.currency, site.pue,
-         cluster)).fetchone()
-    return int(row[0])
+         cluster))
+    assert row is not None and isinstance(row[0], int), "INSERT ... RETURNING run_id returns the new id"
+    return row[0]
 
 
 # Hour rows are upserted on their natural key: a metering period that ends mid-hour adds to the hour already
@@ -192,12 +201,12 @@ def append_usage(ledger: Ledger, run_id: int, attribution: Attribution, *, start
         with writer.transaction():
             if end_s is not None:
                 node_rows = attribution.node_hours.values()
-                added = writer.execute(
+                added = writer.fetch_one(
                     "INSERT INTO metered_periods VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, end_s) DO NOTHING "
                     "RETURNING run_id",
                     (run_id, end_s if start_s is None else start_s, end_s,
                      sum(u.facility_energy_j for u in node_rows) / J_PER_KWH, sum(u.cost for u in node_rows),
-                     sum(u.co2_g for u in node_rows) / 1000.0)).fetchone()
+                     sum(u.co2_g for u in node_rows) / 1000.0))
                 if added is None:
                     return False
             _write_hours(writer, run_id, attribution)

@@ -11,11 +11,12 @@ whose offset is not a whole number of hours would need a finer ledger; the hour'
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from greengpu.json_types import JsonObject, JsonValue
 from greengpu.model import TimeSeries
 
 
@@ -82,7 +83,7 @@ class TariffDocumentError(ValueError):
         self.key = key
 
 
-def _schedule(item: Mapping[str, Any], key: str, periods: int) -> tuple[tuple[int, ...], ...]:
+def _schedule(item: JsonObject, key: str, periods: int) -> tuple[tuple[int, ...], ...]:
     rows = item.get(key)
     if not isinstance(rows, list) or len(rows) != 12:
         raise TariffDocumentError(key, "expected 12 months of 24 period indices")
@@ -90,21 +91,23 @@ def _schedule(item: Mapping[str, Any], key: str, periods: int) -> tuple[tuple[in
     for month, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != 24:
             raise TariffDocumentError(f"{key}[{month}]", "expected 24 period indices, one per hour")
+        indices: list[int] = []
         for hour, period in enumerate(row):
             if isinstance(period, bool) or not isinstance(period, int) or not 0 <= period < periods:
                 raise TariffDocumentError(f"{key}[{month}][{hour}]",
                                           f"period {str(period)[:20]!r} is not one of the {periods} rate periods")
-        out.append(tuple(row))
+            indices.append(period)
+        out.append(tuple(indices))
     return tuple(out)
 
 
-def _number(value: Any, key: str) -> float:
+def _number(value: JsonValue, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) > 1e6:
         raise TariffDocumentError(key, f"expected a price per kWh, got {str(value)[:30]!r}")
     return float(value)
 
 
-def openei_item(document: Any) -> Mapping[str, Any]:
+def openei_item(document: JsonValue) -> JsonObject:
     """The rate of an OpenEI Utility Rate Database answer: its `items[0]`, or a bare rate object."""
     if isinstance(document, dict) and "items" in document:
         items = document["items"]
@@ -118,7 +121,7 @@ def openei_item(document: Any) -> Mapping[str, Any]:
     return document
 
 
-def parse_openei(document: Any, *, timezone: str, source: str,
+def parse_openei(document: JsonValue, *, timezone: str, source: str,
                  holidays: Sequence[dt.date] = ()) -> TimeOfUse:
     """A TimeOfUse from an OpenEI URDB rate (energyratestructure, energyweekdayschedule,
     energyweekendschedule, fixedchargefirstmeter): each period's price is its `rate` plus `adj`. Tiered

@@ -8,7 +8,7 @@ model's MIG geometry from it, so a preset with `A100`, `A30`, `H100` or `H200` i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 MIB = 1024 * 1024
 
@@ -71,28 +71,48 @@ class FakeGpu:
 
 
 # Figures from vendor data sheets; draw_w at full load uncapped.
-PRESETS: dict[str, dict[str, Any]] = {
-    "A100": dict(name="NVIDIA A100-SXM4-80GB", min_limit_w=100, max_limit_w=400, default_limit_w=400, idle_w=52,
-                 draw_w=400, max_sm_clock_mhz=1410),
-    "A100-40": dict(name="NVIDIA A100-SXM4-40GB", min_limit_w=100, max_limit_w=400, default_limit_w=400, idle_w=52,
-                    draw_w=400, max_sm_clock_mhz=1410, memory_total_bytes=40 * 1024 * MIB),
-    "A30": dict(name="NVIDIA A30", min_limit_w=100, max_limit_w=165, default_limit_w=165, idle_w=30, draw_w=165,
-                max_sm_clock_mhz=1440, memory_total_bytes=24 * 1024 * MIB),
-    "H100": dict(name="NVIDIA H100 80GB HBM3", min_limit_w=200, max_limit_w=700, default_limit_w=700, idle_w=70,
-                 draw_w=700, max_sm_clock_mhz=1980),
-    "H200": dict(name="NVIDIA H200", min_limit_w=200, max_limit_w=700, default_limit_w=700, idle_w=75,
-                 draw_w=700, max_sm_clock_mhz=1980, memory_total_bytes=141 * 1024 * MIB),
-    "V100": dict(name="Tesla V100-SXM2-32GB", min_limit_w=100, max_limit_w=300, default_limit_w=300, idle_w=40,
-                 draw_w=300, max_sm_clock_mhz=1530, memory_total_bytes=32 * 1024 * MIB, page_retirement=True,
-                row_remapping=False),
+class Preset(TypedDict):
+    """A model's data-sheet figures: FakeGpu's fields a preset sets."""
+
+    name: str
+    min_limit_w: float
+    max_limit_w: float
+    default_limit_w: float
+    idle_w: float
+    draw_w: float
+    max_sm_clock_mhz: int
+    memory_total_bytes: NotRequired[int]
+    has_energy_counter: NotRequired[bool]
+    has_ecc: NotRequired[bool]
+    can_lock_clocks: NotRequired[bool]
+    page_retirement: NotRequired[bool]
+    row_remapping: NotRequired[bool]
+    memory_temp_offset_c: NotRequired[float | None]
+    xid_events: NotRequired[bool]
+
+
+PRESETS: dict[str, Preset] = {
+    "A100": Preset(name="NVIDIA A100-SXM4-80GB", min_limit_w=100, max_limit_w=400, default_limit_w=400, idle_w=52,
+                   draw_w=400, max_sm_clock_mhz=1410),
+    "A100-40": Preset(name="NVIDIA A100-SXM4-40GB", min_limit_w=100, max_limit_w=400, default_limit_w=400, idle_w=52,
+                      draw_w=400, max_sm_clock_mhz=1410, memory_total_bytes=40 * 1024 * MIB),
+    "A30": Preset(name="NVIDIA A30", min_limit_w=100, max_limit_w=165, default_limit_w=165, idle_w=30, draw_w=165,
+                  max_sm_clock_mhz=1440, memory_total_bytes=24 * 1024 * MIB),
+    "H100": Preset(name="NVIDIA H100 80GB HBM3", min_limit_w=200, max_limit_w=700, default_limit_w=700, idle_w=70,
+                   draw_w=700, max_sm_clock_mhz=1980),
+    "H200": Preset(name="NVIDIA H200", min_limit_w=200, max_limit_w=700, default_limit_w=700, idle_w=75,
+                   draw_w=700, max_sm_clock_mhz=1980, memory_total_bytes=141 * 1024 * MIB),
+    "V100": Preset(name="Tesla V100-SXM2-32GB", min_limit_w=100, max_limit_w=300, default_limit_w=300, idle_w=40,
+                   draw_w=300, max_sm_clock_mhz=1530, memory_total_bytes=32 * 1024 * MIB, page_retirement=True,
+                   row_remapping=False),
     # Pascal: no energy counter, no clock locking (both arrived with Volta).
-    "P100": dict(name="Tesla P100-PCIE-16GB", min_limit_w=125, max_limit_w=250, default_limit_w=250, idle_w=30,
-                 draw_w=250, max_sm_clock_mhz=1328, memory_total_bytes=16 * 1024 * MIB, has_energy_counter=False,
-                 can_lock_clocks=False, page_retirement=True, row_remapping=False, xid_events=False),
+    "P100": Preset(name="Tesla P100-PCIE-16GB", min_limit_w=125, max_limit_w=250, default_limit_w=250, idle_w=30,
+                   draw_w=250, max_sm_clock_mhz=1328, memory_total_bytes=16 * 1024 * MIB, has_energy_counter=False,
+                   can_lock_clocks=False, page_retirement=True, row_remapping=False, xid_events=False),
     # A consumer card: no ECC.
-    "RTX6000": dict(name="Quadro RTX 6000", min_limit_w=100, max_limit_w=260, default_limit_w=260, idle_w=20,
-                    draw_w=260, max_sm_clock_mhz=2100, memory_total_bytes=24 * 1024 * MIB, has_ecc=False,
-                    row_remapping=False, memory_temp_offset_c=None),
+    "RTX6000": Preset(name="Quadro RTX 6000", min_limit_w=100, max_limit_w=260, default_limit_w=260, idle_w=20,
+                      draw_w=260, max_sm_clock_mhz=2100, memory_total_bytes=24 * 1024 * MIB, has_ecc=False,
+                      row_remapping=False, memory_temp_offset_c=None),
 }
 
 

@@ -36,13 +36,22 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 import pynvml
 
 from greengpu.backends.fake_gpu import MIB, PRESETS, FakeGpu, make_gpus
-from greengpu.backends.fake_nvml_health import FakeNvmlHealth, _c_uint, _enum, _error, _EventSet, _Handle
+from greengpu.backends.fake_nvml_health import (
+    FakeNvmlHealth,
+    _c_uint,
+    _enum,
+    _error,
+    _EventSet,
+    _Handle,
+    _handle_index,
+)
 from greengpu.backends.fake_nvml_mig import FakeNvmlMig
+from greengpu.backends.nvml_support import ProcessInfo
 from greengpu.errors import BadInput
 
 __all__ = ["MIB", "PRESETS", "FakeGpu", "FakeNvml", "make_gpus"]
@@ -53,7 +62,7 @@ _SETTINGS = frozenset({"limit_w", "locked_clock_mhz"})
 """Writes appended to the write log before it is folded into the state file."""
 
 
-def _last_byte(handle: Any) -> bytes:
+def _last_byte(handle: IO[bytes]) -> bytes:
     handle.seek(-1, os.SEEK_END)
     last: bytes = handle.read(1)
     handle.seek(0, os.SEEK_END)
@@ -121,7 +130,7 @@ class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
         assert self._state_path is not None
         return self._state_path.with_suffix(self._state_path.suffix + ".writes")
 
-    def _persist(self, index: int, settings: dict[str, Any]) -> None:
+    def _persist(self, index: int, settings: dict[str, float | int | None]) -> None:
         """Record one write at once: in the file the first time, then as a line of the write log."""
         if self._state_path is None:
             return
@@ -174,7 +183,7 @@ class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
         if not self._initialised:
             raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
 
-    def _gpu(self, handle: Any) -> FakeGpu:
+    def _gpu(self, handle: object) -> FakeGpu:
         self._require_init()
         if not isinstance(handle, _Handle) or not 0 <= handle.index < len(self._gpus):
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
@@ -189,7 +198,7 @@ class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
         gpu.updated_s = now if gpu.updated_s is None else max(now, gpu.updated_s)
         return gpu
 
-    def _write(self, name: str, handle: Any) -> FakeGpu:
+    def _write(self, name: str, handle: object) -> FakeGpu:
         gpu = self._gpu(handle)
         if not self.root:
             raise _error(pynvml.NVML_ERROR_NO_PERMISSION)
@@ -226,52 +235,52 @@ class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
 
     # --- reads (NVML units: mW, mJ, MHz, percent, bytes) ----------------------------------------
 
-    def nvmlDeviceGetName(self, handle: Any) -> str:
+    def nvmlDeviceGetName(self, handle: object) -> str:
         return self._gpu(handle).name
 
-    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+    def nvmlDeviceGetUUID(self, handle: object) -> str:
         return self._gpu(handle).uuid
 
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+    def nvmlDeviceGetPowerUsage(self, handle: object) -> int:
         with self._lock:
             return int(round(self._gpu(handle).power_w() * 1000.0))
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: object) -> int:
         with self._lock:
             gpu = self._gpu(handle)
             if not gpu.has_energy_counter:
                 raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
             return int(gpu.energy_mj)
 
-    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> list[int]:
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: object) -> list[int]:
         gpu = self._gpu(handle)
         return [int(gpu.min_limit_w * 1000), int(gpu.max_limit_w * 1000)]
 
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: object) -> int:
         return int(self._gpu(handle).default_limit_w * 1000)
 
-    def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
+    def nvmlDeviceGetPowerManagementLimit(self, handle: object) -> int:
         return int(round(self._gpu(handle).limit_w * 1000))
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: object) -> int:
         return int(round(self._gpu(handle).limit_w * 1000))
 
-    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> pynvml.c_nvmlUtilization_t:
+    def nvmlDeviceGetUtilizationRates(self, handle: object) -> pynvml.c_nvmlUtilization_t:
         gpu = self._gpu(handle)
         percent = int(round(gpu.utilization * 100))
         return pynvml.c_nvmlUtilization_t(gpu=percent, memory=percent // 2)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> pynvml.c_nvmlMemory_t:
+    def nvmlDeviceGetMemoryInfo(self, handle: object) -> pynvml.c_nvmlMemory_t:
         gpu = self._gpu(handle)
         used = len(gpu.pids) * 4 * 1024 * MIB
         return pynvml.c_nvmlMemory_t(total=gpu.memory_total_bytes, free=gpu.memory_total_bytes - used, used=used)
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[ProcessInfo]:
         gpu = self._gpu(handle)
         return [pynvml.nvmlStructToFriendlyObject(pynvml.c_nvmlProcessInfo_v3_t(pid=pid, usedGpuMemory=4 * 1024 * MIB))
                 for pid in gpu.pids]
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: object) -> int:
         gpu = self._gpu(handle)
         reasons = 0
         if gpu.utilization == 0:
@@ -282,7 +291,7 @@ class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
             reasons |= pynvml.nvmlClocksEventReasonApplicationsClocksSetting
         return reasons | gpu.hw_slowdown_reasons
 
-    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
+    def nvmlDeviceGetClockInfo(self, handle: object, clock_type: int) -> int:
         self._require_init()
         clock_type = _enum(clock_type, pynvml.NVML_CLOCK_COUNT)
         gpu = self._gpu(handle)
@@ -292,13 +301,13 @@ class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
             return gpu.min_sm_clock_mhz
         return gpu.locked_clock_mhz if gpu.locked_clock_mhz is not None else gpu.max_sm_clock_mhz
 
-    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int:
+    def nvmlDeviceGetMaxClockInfo(self, handle: object, clock_type: int) -> int:
         self._require_init()
         clock_type = _enum(clock_type, pynvml.NVML_CLOCK_COUNT)
         gpu = self._gpu(handle)
         return gpu.memory_clock_mhz if clock_type == pynvml.NVML_CLOCK_MEM else gpu.max_sm_clock_mhz
 
-    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+    def nvmlDeviceGetTemperature(self, handle: object, sensor: int) -> int:
         self._require_init()
         _enum(sensor, pynvml.NVML_TEMPERATURE_COUNT)
         return int(self._die_temperature(self._gpu(handle)))
@@ -307,7 +316,7 @@ class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
     def _die_temperature(gpu: FakeGpu) -> float:
         return 30 + 45 * gpu.power_w() / gpu.max_limit_w
 
-    def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int, version: int = pynvml.nvmlTemperature_v1) -> int:
+    def nvmlDeviceGetTemperatureV(self, handle: object, sensor: int, version: int = pynvml.nvmlTemperature_v1) -> int:
         if version != pynvml.nvmlTemperature_v1:
             raise _error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         _c_uint(sensor)  # pynvml fills the request struct before it looks the function up
@@ -315,7 +324,7 @@ class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
 
     # --- writes (root only) --------------------------------------------------------------------
 
-    def nvmlDeviceSetPowerManagementLimit(self, handle: Any, limit_mw: int) -> None:
+    def nvmlDeviceSetPowerManagementLimit(self, handle: object, limit_mw: int) -> None:
         self._require_init()
         limit_mw = _c_uint(limit_mw)
         with self._lock:
@@ -323,9 +332,9 @@ class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
             if not gpu.min_limit_w * 1000 <= limit_mw <= gpu.max_limit_w * 1000:
                 raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             gpu.limit_w = limit_mw / 1000.0
-            self._persist(handle.index, {"limit_w": gpu.limit_w})
+            self._persist(_handle_index(handle), {"limit_w": gpu.limit_w})
 
-    def nvmlDeviceSetGpuLockedClocks(self, handle: Any, min_mhz: int, max_mhz: int) -> None:
+    def nvmlDeviceSetGpuLockedClocks(self, handle: object, min_mhz: int, max_mhz: int) -> None:
         self._require_init()
         min_mhz, max_mhz = _c_uint(min_mhz), _c_uint(max_mhz)
         with self._lock:
@@ -335,12 +344,12 @@ class FakeNvml(FakeNvmlHealth, FakeNvmlMig):
             if not gpu.min_sm_clock_mhz <= min_mhz <= max_mhz <= gpu.max_sm_clock_mhz:
                 raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             gpu.locked_clock_mhz = max_mhz
-            self._persist(handle.index, {"locked_clock_mhz": max_mhz})
+            self._persist(_handle_index(handle), {"locked_clock_mhz": max_mhz})
 
-    def nvmlDeviceResetGpuLockedClocks(self, handle: Any) -> None:
+    def nvmlDeviceResetGpuLockedClocks(self, handle: object) -> None:
         with self._lock:
             gpu = self._write("nvmlDeviceResetGpuLockedClocks", handle)
             if not gpu.can_lock_clocks:
                 raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
             gpu.locked_clock_mhz = None
-            self._persist(handle.index, {"locked_clock_mhz": None})
+            self._persist(_handle_index(handle), {"locked_clock_mhz": None})

@@ -12,9 +12,11 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import pynvml
+
+from greengpu.backends.fake_gpu import FakeGpu
+from greengpu.backends.nvml_support import FieldValue
 
 
 class _Handle:
@@ -44,17 +46,24 @@ class _EventData:
         self.computeInstanceId = 0xFFFFFFFF
 
 
+def _handle_index(handle: object) -> int:
+    """The GPU index behind a handle the fake gave out (InvalidArgument for anything else, as NVML)."""
+    if not isinstance(handle, _Handle):
+        raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    return handle.index
+
+
 def _error(code: int) -> pynvml.NVMLError:
     # pynvml maps the code to its subclass (NVMLError_NoPermission, ...), as it does for the real library.
     return pynvml.NVMLError(code)
 
 
-def _c_uint(value: Any) -> int:
+def _c_uint(value: int) -> int:
     """`value` as pynvml hands it to NVML: `c_uint(value)` (TypeError for a float, wraps a negative)."""
     return int(ctypes.c_uint(value).value)
 
 
-def _enum(value: Any, count: int) -> int:
+def _enum(value: int, count: int) -> int:
     """An NVML enum argument: converted as pynvml does (its enum types are c_uint), then range-checked
     as NVML does (`count` is the enum's *_COUNT)."""
     converted = _c_uint(value)
@@ -66,14 +75,14 @@ def _enum(value: Any, count: int) -> int:
 class FakeNvmlHealth:
     """Health reads of the fake NVML (mixed into FakeNvml)."""
 
-    _lock: Any
+    _lock: threading.RLock
     _events: threading.Condition
     _event_sets: list[_EventSet]
     _require_init: Callable[[], None]
-    _gpu: Callable[[Any], Any]
-    _die_temperature: Callable[[Any], float]
+    _gpu: Callable[[object], FakeGpu]
+    _die_temperature: Callable[[FakeGpu], float]
 
-    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int:
+    def nvmlDeviceGetTotalEccErrors(self, handle: object, error_type: int, counter_type: int) -> int:
         self._require_init()
         error_type = _enum(error_type, pynvml.NVML_MEMORY_ERROR_TYPE_COUNT)
         _enum(counter_type, pynvml.NVML_ECC_COUNTER_TYPE_COUNT)
@@ -84,7 +93,7 @@ class FakeNvmlHealth:
             return int(gpu.ecc_corrected)
         return int(gpu.ecc_uncorrected)
 
-    def nvmlDeviceGetRetiredPages(self, handle: Any, source_filter: int) -> list[int]:
+    def nvmlDeviceGetRetiredPages(self, handle: object, source_filter: int) -> list[int]:
         self._require_init()
         cause = _enum(source_filter, pynvml.NVML_PAGE_RETIREMENT_CAUSE_COUNT)
         gpu = self._gpu(handle)
@@ -94,24 +103,25 @@ class FakeNvmlHealth:
             return list(gpu.retired_pages_dbe)
         return list(gpu.retired_pages_sbe)
 
-    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+    def nvmlDeviceGetRemappedRows(self, handle: object) -> tuple[int, int, int, int]:
         gpu = self._gpu(handle)
         if not gpu.has_ecc or not gpu.row_remapping:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return (gpu.remapped_rows_correctable, gpu.remapped_rows_uncorrectable, int(gpu.remap_pending),
                 int(gpu.remap_failure))
 
-    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
+    def nvmlDeviceGetPcieReplayCounter(self, handle: object) -> int:
         return int(self._gpu(handle).pcie_replays)
 
-    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: Sequence[Any]) -> Any:
+    def nvmlDeviceGetFieldValues(self, handle: object,
+                                 field_ids: Sequence[int | tuple[int, int]]) -> Sequence[FieldValue]:
         # pynvml fills a c_nvmlFieldValue_t array (TypeError for a float id) and NVML answers each field
         # with its own return code: an unknown or unsupported field is NotSupported in its slot, not raised.
         values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
         for i, field_id in enumerate(field_ids):
-            try:
+            if isinstance(field_id, tuple):
                 (values[i].fieldId, values[i].scopeId) = field_id
-            except TypeError:
+            else:
                 values[i].fieldId = field_id
         gpu = self._gpu(handle)
         for value in values:
@@ -121,7 +131,8 @@ class FakeNvmlHealth:
                 value.nvmlReturn = pynvml.NVML_SUCCESS
             else:
                 value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-        return values
+        filled: Sequence[FieldValue] = values
+        return filled
 
     # --- events (Xid) ----------------------------------------------------------------------------
 
@@ -132,7 +143,7 @@ class FakeNvmlHealth:
             self._event_sets.append(event_set)
             return event_set
 
-    def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None:
+    def nvmlDeviceRegisterEvents(self, handle: object, event_types: int, event_set: object) -> None:
         event_types = int(ctypes.c_ulonglong(event_types).value)
         gpu = self._gpu(handle)
         if not isinstance(event_set, _EventSet) or event_set.freed:
@@ -140,9 +151,10 @@ class FakeNvmlHealth:
         if event_types & pynvml.nvmlEventTypeXidCriticalError and not gpu.xid_events:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         with self._lock:
-            event_set.registered[handle.index] = event_set.registered.get(handle.index, 0) | event_types
+            index = _handle_index(handle)
+            event_set.registered[index] = event_set.registered.get(index, 0) | event_types
 
-    def nvmlEventSetWait(self, event_set: Any, timeout_ms: int) -> _EventData:
+    def nvmlEventSetWait(self, event_set: object, timeout_ms: int) -> _EventData:
         timeout_ms = _c_uint(timeout_ms)
         self._require_init()
         if not isinstance(event_set, _EventSet) or event_set.freed:
@@ -155,7 +167,7 @@ class FakeNvmlHealth:
             index, event_type, data = event_set.queue.pop(0)
             return _EventData(_Handle(index), event_type, data)
 
-    def nvmlEventSetFree(self, event_set: Any) -> None:
+    def nvmlEventSetFree(self, event_set: object) -> None:
         self._require_init()
         if not isinstance(event_set, _EventSet) or event_set.freed:
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)

@@ -20,12 +20,18 @@ reads fail with an NVML error code, for the readers' fail-safe tests.
 from __future__ import annotations
 
 import ctypes
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 import pynvml
 
-from greengpu.backends.fake_nvml_health import _c_uint, _error
+from greengpu.backends.fake_gpu import FakeGpu
+from greengpu.backends.fake_nvml_health import _c_uint, _error, _handle_index
+from greengpu.backends.nvml_support import GpuInstanceInfo, InstanceSlots, NvmlHandle, ProfileInfo
+
+C = TypeVar("C")
 
 
 @dataclass(frozen=True)
@@ -96,10 +102,10 @@ class _MigState:
 class FakeNvmlMig:
     """MIG functions of the fake NVML (mixed into FakeNvml: uses its `_gpu`, `_write`, `_lock`, `gpus`)."""
 
-    _lock: Any
-    _gpu: Any
-    _write: Any
-    gpus: Any
+    _lock: threading.RLock
+    _gpu: Callable[[object], FakeGpu]
+    _write: Callable[[str, object], FakeGpu]
+    _gpus: list[FakeGpu]
     mig_profile_info_v2 = True
     """False: a driver without nvmlDeviceGetGpuInstanceProfileInfoV (FunctionNotFound; version 1 still works)."""
 
@@ -116,24 +122,24 @@ class FakeNvmlMig:
     def reset_gpu(self, index: int) -> None:
         """`nvidia-smi -r`: the pending MIG mode takes effect (refused while processes run on the GPU)."""
         with self._lock:
-            if self.gpus[index].pids:
+            if self._gpus[index].pids:
                 raise _error(pynvml.NVML_ERROR_IN_USE)
             state = self._mig(index)
             state.current = state.pending
 
     # --- plumbing ------------------------------------------------------------------------------
 
-    def _capable(self, handle: Any) -> tuple[dict[int, MigProfile], _MigState]:
+    def _capable(self, handle: object) -> tuple[dict[int, MigProfile], _MigState]:
         gpu = self._gpu(handle)
         table = mig_geometry(gpu.name)
         if table is None:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        state = self._mig(handle.index)
+        state = self._mig(_handle_index(handle))
         if state.failure is not None:
             raise _error(state.failure)
         return table, state
 
-    def _in_mig_mode(self, handle: Any) -> tuple[dict[int, MigProfile], _MigState]:
+    def _in_mig_mode(self, handle: object) -> tuple[dict[int, MigProfile], _MigState]:
         table, state = self._capable(handle)
         if state.current != pynvml.NVML_DEVICE_MIG_ENABLE:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
@@ -148,12 +154,12 @@ class FakeNvmlMig:
 
     # --- MIG mode ------------------------------------------------------------------------------
 
-    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+    def nvmlDeviceGetMigMode(self, handle: object) -> list[int]:
         with self._lock:
             _, state = self._capable(handle)
             return [state.current, state.pending]
 
-    def nvmlDeviceSetMigMode(self, handle: Any, mode: int) -> int:
+    def nvmlDeviceSetMigMode(self, handle: object, mode: int) -> int:
         mode = _c_uint(mode)
         with self._lock:
             _, state = self._capable(handle)
@@ -170,7 +176,7 @@ class FakeNvmlMig:
 
     # --- GPU instances -------------------------------------------------------------------------
 
-    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: int, version: int = 2) -> Any:
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: object, profile: int, version: int = 2) -> ProfileInfo:
         if version not in (1, 2) or (version == 2 and not self.mig_profile_info_v2):
             raise _error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         profile = _c_uint(profile)
@@ -187,24 +193,26 @@ class FakeNvmlMig:
             info.multiprocessorCount, info.memorySizeMB = 14 * found.slices, found.memory_mb
             if version == 2:
                 info.name = f"MIG {found.name}".encode()
-            return info
+            filled: ProfileInfo = info
+            return filled
 
-    def nvmlDeviceGetGpuInstances(self, handle: Any, profile_id: int, instances_ref: Any, count_ref: Any) -> int:
+    def nvmlDeviceGetGpuInstances(self, handle: object, profile_id: int, instances_ref: InstanceSlots,
+                                  count_ref: object) -> int:
         profile_id = _c_uint(profile_id)
         with self._lock:
             table, state = self._in_mig_mode(handle)
             profile = self._by_id(table, profile_id)
             mine = sorted(gi for gi, (p, _) in state.instances.items() if p.profile_id == profile.profile_id)
-            count = _deref(count_ref)
+            count = _deref(count_ref, ctypes.c_uint)
             if len(instances_ref) < len(mine):
                 count.value = len(mine)
                 raise _error(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
             for slot, gi in enumerate(mine):
-                instances_ref[slot] = _gi_handle(handle.index, gi)
+                instances_ref[slot] = _gi_handle(_handle_index(handle), gi)
             count.value = len(mine)
             return int(pynvml.NVML_SUCCESS)
 
-    def nvmlGpuInstanceGetInfo(self, instance: Any) -> Any:
+    def nvmlGpuInstanceGetInfo(self, instance: object) -> GpuInstanceInfo:
         with self._lock:
             index, gi = _gi_key(instance)
             state = self._mig(index)
@@ -214,21 +222,23 @@ class FakeNvmlMig:
             info = pynvml.c_nvmlGpuInstanceInfo_t()
             info.id, info.profileId = gi, profile.profile_id
             info.placement.start, info.placement.size = start, profile.size
-            return info
+            filled: GpuInstanceInfo = info
+            return filled
 
-    def nvmlDeviceCreateGpuInstanceWithPlacement(self, handle: Any, profile_id: int, placement: Any) -> Any:
+    def nvmlDeviceCreateGpuInstanceWithPlacement(self, handle: object, profile_id: int,
+                                                 placement: object) -> NvmlHandle:
         profile_id = _c_uint(profile_id)
         with self._lock:
             table, state = self._in_mig_mode(handle)
             self._write("nvmlDeviceCreateGpuInstanceWithPlacement", handle)
             profile = self._by_id(table, profile_id)
-            wanted = _deref(placement)
+            wanted = _deref(placement, pynvml.c_nvmlGpuInstancePlacement_t)
             if wanted.start not in profile.starts or wanted.size != profile.size or \
                     not self._fits(state, profile, int(wanted.start)):
                 raise _error(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
-            return self._create(handle.index, state, profile, int(wanted.start))
+            return self._create(_handle_index(handle), state, profile, int(wanted.start))
 
-    def nvmlDeviceCreateGpuInstance(self, handle: Any, profile_id: int) -> Any:
+    def nvmlDeviceCreateGpuInstance(self, handle: object, profile_id: int) -> NvmlHandle:
         profile_id = _c_uint(profile_id)
         with self._lock:
             table, state = self._in_mig_mode(handle)
@@ -237,9 +247,9 @@ class FakeNvmlMig:
             start = next((s for s in profile.starts if self._fits(state, profile, s)), None)
             if start is None:
                 raise _error(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
-            return self._create(handle.index, state, profile, start)
+            return self._create(_handle_index(handle), state, profile, start)
 
-    def nvmlGpuInstanceDestroy(self, instance: Any) -> int:
+    def nvmlGpuInstanceDestroy(self, instance: object) -> int:
         with self._lock:
             index, gi = _gi_key(instance)
             state = self._mig(index)
@@ -258,28 +268,30 @@ class FakeNvmlMig:
         return all(start + profile.size <= s or s + p.size <= start for p, s in state.instances.values())
 
     @staticmethod
-    def _create(index: int, state: _MigState, profile: MigProfile, start: int) -> Any:
+    def _create(index: int, state: _MigState, profile: MigProfile, start: int) -> NvmlHandle:
         gi = state.next_id
         state.next_id += 1
         state.instances[gi] = (profile, start)
         return _gi_handle(index, gi)
 
 
-def _deref(ref: Any) -> Any:
-    """The object behind a `byref(x)` or `pointer(x)` argument, or `x` itself."""
+def _deref(ref: object, kind: type[C]) -> C:
+    """The `kind` behind a `byref(x)` or `pointer(x)` argument, or `x` itself (InvalidArgument otherwise)."""
     inner = getattr(ref, "_obj", None)
-    if inner is not None:
-        return inner
-    return ref.contents if isinstance(ref, ctypes._Pointer) else ref
+    if inner is None:
+        inner = ref.contents if isinstance(ref, ctypes._Pointer) else ref
+    if not isinstance(inner, kind):
+        raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    return inner
 
 
-def _gi_handle(index: int, gi: int) -> Any:
+def _gi_handle(index: int, gi: int) -> NvmlHandle:
     """An opaque GPU-instance handle: a `c_nvmlGpuInstance_t` whose address encodes (GPU, instance)."""
     return ctypes.cast(ctypes.c_void_p(((index + 1) << 16) | gi), pynvml.c_nvmlGpuInstance_t)
 
 
-def _gi_key(instance: Any) -> tuple[int, int]:
-    address = ctypes.cast(instance, ctypes.c_void_p).value if instance is not None else None
+def _gi_key(instance: object) -> tuple[int, int]:
+    address = ctypes.cast(instance, ctypes.c_void_p).value if isinstance(instance, ctypes._Pointer) else None
     if not address:
         raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
     return (address >> 16) - 1, address & 0xFFFF

@@ -17,8 +17,9 @@ waiting out the duration.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 
 from greengpu.backends.kubernetes import KubeApi, KubeError
 
@@ -30,12 +31,29 @@ def _micro_time(now_s: float) -> str:
     return datetime.fromtimestamp(now_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _seconds(value: Any) -> float | None:
+def _seconds(value: datetime | str | None) -> float | None:
     if value is None:
         return None
     if isinstance(value, datetime):
         return value.timestamp()
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+class _LeaseSpec(TypedDict):
+    holderIdentity: str | None
+    leaseDurationSeconds: int
+    acquireTime: str
+    renewTime: str
+    leaseTransitions: int
+
+
+class _LeaseBody(TypedDict):
+    """A coordination.k8s.io/v1 Lease as greengpu writes it."""
+
+    apiVersion: str
+    kind: str
+    metadata: dict[str, str]
+    spec: _LeaseSpec
 
 
 class LeaseElection:
@@ -78,7 +96,7 @@ class LeaseElection:
                                   self.name, self.namespace, retry=NOT_CONFLICTS)
             if getattr(lease.spec, "holder_identity", None) != self.identity:
                 return False
-            body = self._body(now_s, lease.metadata.resource_version, now_s,
+            body = self._body(now_s, lease.metadata.resource_version if lease.metadata else None, now_s,
                               int(getattr(lease.spec, "lease_transitions", None) or 0))
             body["spec"]["holderIdentity"] = None
             body["spec"]["leaseDurationSeconds"] = 1
@@ -87,8 +105,8 @@ class LeaseElection:
         except KubeError:
             return False  # it expires on its own after its duration
 
-    def _body(self, now_s: float, resource_version: str | None, acquire_s: float, transitions: int) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+    def _body(self, now_s: float, resource_version: str | None, acquire_s: float, transitions: int) -> _LeaseBody:
+        metadata: dict[str, str] = {"name": self.name, "namespace": self.namespace}
         if resource_version is not None:
             metadata["resourceVersion"] = resource_version
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata,
@@ -117,7 +135,8 @@ class LeaseElection:
             return self._won(now_s, False)
         transitions = int(getattr(spec, "lease_transitions", None) or 0) + (holder != self.identity)
         acquired_s = _seconds(getattr(spec, "acquire_time", None)) if holder == self.identity else now_s
-        body = self._body(now_s, lease.metadata.resource_version, acquired_s or now_s, transitions)
+        version = lease.metadata.resource_version if lease.metadata else None
+        body = self._body(now_s, version, acquired_s or now_s, transitions)
         return self._won(now_s, self._write(lambda: self.api.call(
             "renew lease", self._coordination.replace_namespaced_lease, self.name, self.namespace, body,
             retry=NOT_CONFLICTS)))
@@ -127,7 +146,7 @@ class LeaseElection:
         return won
 
     @staticmethod
-    def _write(write: Any) -> bool:
+    def _write(write: Callable[[], object]) -> bool:
         try:
             write()
         except KubeError as error:

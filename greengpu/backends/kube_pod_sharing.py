@@ -9,11 +9,14 @@ whole number, or more than one MIG instance or replica is not taken as demand: o
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from greengpu.backends.kube_sharing import MIG_PREFIX, SHARED_GPU, SharingReadError, pod_gpu_profile
+from greengpu.backends.kube_sharing import MIG_PREFIX, SHARED_GPU, Quantities, SharingReadError, pod_gpu_profile
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 log = logging.getLogger("greengpu.kubernetes")
 _WARNED: dict[str, None] = {}
@@ -38,7 +41,7 @@ class _Pod(Protocol):
 P = TypeVar("P", bound=_Pod)
 
 
-def with_profile(info: P, pod: Any) -> P:
+def with_profile(info: P, pod: client.V1Pod) -> P:
     """The pod's info with the `gpu_profile` (or the problem) its containers' limits ask for."""
     containers = pod.spec.containers if pod.spec is not None and pod.spec.containers else []
     profile, problem = sharing_request((c.resources.limits if c.resources else None) or {} for c in containers)
@@ -63,7 +66,7 @@ def modelled(pods: Sequence[P]) -> list[P]:
     return [p for p in pods if (p.gpus > 0 or p.gpu_profile) and not p.gpu_problem]
 
 
-def summed_limits(containers: Iterable[Mapping[str, Any]]) -> dict[str, int | str]:
+def summed_limits(containers: Iterable[Quantities]) -> dict[str, int | str]:
     """The containers' `nvidia.com/` limits added up; a quantity that is not a whole number is kept as written
     (the profile reader names it)."""
     summed: dict[str, int | str] = {}
@@ -81,7 +84,7 @@ def summed_limits(containers: Iterable[Mapping[str, Any]]) -> dict[str, int | st
     return summed
 
 
-def sharing_request(containers: Iterable[Mapping[str, Any]]) -> tuple[str, str]:
+def sharing_request(containers: Iterable[Quantities]) -> tuple[str, str]:
     """(gpu_profile, problem) of a pod whose containers have these limits: ("", "") for whole GPUs or none."""
     summed = summed_limits(containers)
     try:

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from greengpu.backends.gpu_sharing import TIMESLICE, NodeSharing, is_mig_profile
+
+if TYPE_CHECKING:
+    from greengpu.backends.kubernetes import KubeApi
 
 STRATEGY = "nvidia.com/mig.strategy"
 CONFIG = "nvidia.com/mig.config"
@@ -42,11 +45,15 @@ _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 _MAX_COUNT = 1_000_000
 
 
+Quantities: TypeAlias = "Mapping[str, str | int]"
+"""Labels, a node's capacity or a container's limits as the API gives them: names to strings (or counts)."""
+
+
 class SharingReadError(ValueError):
     """A pod's GPU resources name no single `gpu_profile` (one line, naming the resource)."""
 
 
-def sharing_from_node(name: str, labels: Mapping[str, Any] | None, capacity: Mapping[str, Any] | None) -> NodeSharing:
+def sharing_from_node(name: str, labels: Quantities | None, capacity: Quantities | None) -> NodeSharing:
     """Node `name`'s reading from its labels and its capacity (either may be missing). Never raises."""
     labels, capacity = labels or {}, capacity or {}
     unknown: list[str] = []
@@ -73,7 +80,7 @@ def sharing_from_node(name: str, labels: Mapping[str, Any] | None, capacity: Map
                        timeslice_replicas=timeslice_replicas, unknown=tuple(unknown))
 
 
-def pod_gpu_profile(resources: Mapping[str, Any]) -> str | None:
+def pod_gpu_profile(resources: Quantities) -> str | None:
     """The `gpu_profile` of a job that asks for these resources (a container's limits, or the pod's summed):
     `nvidia.com/mig-1g.5gb: 1` -> `1g.5gb`; `nvidia.com/gpu.shared` (time-slicing renamed) -> `timeslice`;
     a whole `nvidia.com/gpu` or no GPU -> None. Raises SharingReadError for a junk quantity or two kinds."""
@@ -102,7 +109,7 @@ def pod_gpu_profile(resources: Mapping[str, Any]) -> str | None:
     return kinds[0][1] if kinds else None
 
 
-def read_nodes_sharing(api: Any) -> list[NodeSharing]:
+def read_nodes_sharing(api: KubeApi) -> list[NodeSharing]:
     """Every node's reading through a `greengpu.backends.kubernetes.KubeApi` (one list of the nodes)."""
     from kubernetes import client
 
@@ -116,7 +123,7 @@ def read_nodes_sharing(api: Any) -> list[NodeSharing]:
     return readings
 
 
-def _label(labels: Mapping[str, Any], key: str, unknown: list[str]) -> str | None:
+def _label(labels: Quantities, key: str, unknown: list[str]) -> str | None:
     if key not in labels:
         return None
     value = str(labels[key])
@@ -126,7 +133,7 @@ def _label(labels: Mapping[str, Any], key: str, unknown: list[str]) -> str | Non
     return value
 
 
-def _choice(labels: Mapping[str, Any], key: str, allowed: tuple[str, ...], unknown: list[str]) -> str | None:
+def _choice(labels: Quantities, key: str, allowed: tuple[str, ...], unknown: list[str]) -> str | None:
     value = _label(labels, key, unknown)
     if value is not None and value not in allowed:
         unknown.append(f"{key}={value!r}: unknown (expected {', '.join(allowed)})")
@@ -134,7 +141,7 @@ def _choice(labels: Mapping[str, Any], key: str, allowed: tuple[str, ...], unkno
     return value
 
 
-def _quantity(value: Any) -> int | None:
+def _quantity(value: str | int) -> int | None:
     """A device count as the API gives it ("7", 7); None for anything else (devices come whole)."""
     text = str(value).strip()
     if not text.isascii() or not text.isdigit() or len(text) > 7:
@@ -142,7 +149,7 @@ def _quantity(value: Any) -> int | None:
     return int(text)
 
 
-def _count(source: Mapping[str, Any], key: str, unknown: list[str], least: int = 0) -> int | None:
+def _count(source: Quantities, key: str, unknown: list[str], least: int = 0) -> int | None:
     if key not in source:
         return None
     amount = _quantity(source[key])
@@ -152,7 +159,7 @@ def _count(source: Mapping[str, Any], key: str, unknown: list[str], least: int =
     return amount
 
 
-def _mig_devices(labels: Mapping[str, Any], capacity: Mapping[str, Any], strategy: str | None,
+def _mig_devices(labels: Quantities, capacity: Quantities, strategy: str | None,
                  unknown: list[str]) -> dict[str, int]:
     devices: dict[str, int] = {}
     for key in sorted(str(k) for k in capacity):
@@ -175,7 +182,7 @@ def _mig_devices(labels: Mapping[str, Any], capacity: Mapping[str, Any], strateg
     return devices
 
 
-def _sliced_gpus(labels: Mapping[str, Any], capacity: Mapping[str, Any], replicas: int | None,
+def _sliced_gpus(labels: Quantities, capacity: Quantities, replicas: int | None,
                  unknown: list[str]) -> int | None:
     """Physical GPUs shared by time-slicing: the advertised devices over the replicas, else the GPU count."""
     key = SHARED_GPU if SHARED_GPU in capacity else GPU

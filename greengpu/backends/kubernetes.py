@@ -20,9 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeVar
 
 from greengpu.backends.kube_pod_sharing import modelled, with_profile
+from greengpu.json_types import JsonObject
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -37,6 +39,7 @@ BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 8.0
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
 CONNECT_TIMEOUT_S = 3.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class KubeMissing(KubeError):
         self.status = None
 
 
-def _client() -> Any:
+def _client() -> ModuleType:
     try:
         from kubernetes import client
     except ImportError:
@@ -128,17 +131,13 @@ class KubeApi:
         self.retries_done = 0
         """Calls sent again after a retryable answer (for tests and logs)."""
 
-    def coordination(self) -> Any:
+    def coordination(self) -> client.CoordinationV1Api:
         """The coordination.k8s.io/v1 API on the same connection (Leases: greengpu.backends.kube_lease)."""
-        return self._kube.CoordinationV1Api(self.api_client)
+        api: client.CoordinationV1Api = self._kube.CoordinationV1Api(self.api_client)
+        return api
 
-    def call(self, what: str, call: Callable[..., Any], *args: Any, retry: frozenset[int] = RETRYABLE,
-             **kwargs: Any) -> Any:
-        """One API call with the timeout, errors as `KubeError`, retryable statuses retried with backoff."""
-        return self._call(what, call, *args, retry=retry, **kwargs)
-
-    def _call(self, what: str, call: Callable[..., Any], *args: Any, retry: frozenset[int] = RETRYABLE,
-              **kwargs: Any) -> Any:
+    def _call(self, what: str, call: Callable[..., T], *args: object, retry: frozenset[int] = RETRYABLE,
+              **kwargs: object) -> T:
         """One API call with the timeout, errors as `KubeError`, retryable statuses retried with backoff."""
         import urllib3
 
@@ -156,6 +155,8 @@ class KubeApi:
                 raise KubeError(None, f"{what}: {_unreachable(error)}") from None
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    call = _call  # the public name: kube_lease and kube_sharing call through it
+
     def pods_on_node(self, node: str) -> list[PodInfo]:
         """Pods scheduled on `node` (all namespaces)."""
         return self._pods(f"spec.nodeName={node}")
@@ -170,7 +171,7 @@ class KubeApi:
     def _pods(self, field_selector: str, from_cache: bool = False) -> list[PodInfo]:
         pods = self._call("list pods", self._core.list_pod_for_all_namespaces, field_selector=field_selector,
                           resource_version="0" if from_cache else None)
-        return [with_profile(_pod_info(p), p) for p in pods.items if p.metadata is not None]
+        return [with_profile(_pod_info(p, p.metadata), p) for p in pods.items if p.metadata is not None]
 
     def pod_gone(self, pod: PodInfo) -> bool:
         """Whether `pod` has terminated and is deleted (404, or a new pod of the same name: another UID)."""
@@ -185,7 +186,7 @@ class KubeApi:
 
     def set_unschedulable(self, node: str, unschedulable: bool, sleep_reason: str | None = None) -> None:
         """Cordon or uncordon `node`; a 409 conflict (another writer got there first) is retried."""
-        body: dict[str, Any] = {"spec": {"unschedulable": unschedulable},
+        body: JsonObject = {"spec": {"unschedulable": unschedulable},
                                 "metadata": {"annotations": {SLEEP_ANNOTATION: sleep_reason}}}
         self._call(f"{'cordon' if unschedulable else 'uncordon'} {node}", self._core.patch_node, node, body,
                    _content_type="application/strategic-merge-patch+json")
@@ -235,8 +236,7 @@ class KubeApi:
         return EvictionResult(tuple(evicted), tuple(blocked))
 
 
-def _pod_info(pod: Any) -> PodInfo:
-    meta = pod.metadata
+def _pod_info(pod: client.V1Pod, meta: client.V1ObjectMeta) -> PodInfo:
     gpus = 0
     for container in (pod.spec.containers if pod.spec and pod.spec.containers else []):
         limits = (container.resources.limits if container.resources else None) or {}
@@ -253,7 +253,7 @@ def _pod_info(pod: Any) -> PodInfo:
                    controller=controller, empty_dir=any(v.empty_dir is not None for v in volumes))
 
 
-def _reason(error: Any) -> str:
+def _reason(error: Exception) -> str:
     """The API server's Status message when there is one, else the HTTP reason."""
     import json
 

@@ -24,18 +24,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar, TypeVarTuple, Unpack
 
 import pynvml
 
 from greengpu.backends.nvml_health import HealthReads
 from greengpu.backends.nvml_mig import MigReads
-from greengpu.backends.nvml_support import _FALLBACKS, NOT_SUPPORTED_MESSAGE, _returns_true
+from greengpu.backends.nvml_support import _FALLBACKS, NOT_SUPPORTED_MESSAGE, NvmlHandle, NvmlLib, _returns_true
 from greengpu.model import LimitConstraints
 
 log = logging.getLogger("greengpu.nvml")
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 SW_POWER_CAP_BIT = 0x4
 """nvmlClocksEventReasonSwPowerCap: the power limit is holding clocks down (the cap binds)."""
@@ -89,18 +90,18 @@ class GpuReading:
 class NvmlBackend(HealthReads, MigReads):
     """One NVML session. Thread-safe: the agent loop and the metrics scrape share it."""
 
-    def __init__(self, lib: Any = pynvml, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, lib: NvmlLib = pynvml, clock: Callable[[], float] = time.monotonic) -> None:
         self._lib = lib
         self._clock = clock
         self._lock = threading.RLock()
-        self._handles: list[Any] = []
+        self._handles: list[NvmlHandle] = []
         self._constraints: dict[int, LimitConstraints] = {}
         self._said: set[tuple[int, str]] = set()
         self._integrated: dict[int, tuple[float, float, float]] = {}
         """index -> (time s, power W, energy J) for GPUs whose energy is integrated from power."""
         self.read_only = False
         self.writes = 0
-        self._event_set: Any = None
+        self._event_set: NvmlHandle | None = None
         self._xid_gpus: set[int] = set()
         """GPUs registered for critical Xid events (the rest do not support them)."""
 
@@ -133,7 +134,7 @@ class NvmlBackend(HealthReads, MigReads):
 
     # --- the one place NVML errors are translated ------------------------------------------
 
-    def _call(self, index: int, what: str, fn: Callable[..., T], *args: Any, write: bool = False,
+    def _call(self, index: int, what: str, fn: Callable[[Unpack[Ts]], T], *args: *Ts, write: bool = False,
               refused: str | None = None) -> T | None:
         """Call NVML; None when the call was refused in a way greengpu carries on from.
 
@@ -167,7 +168,7 @@ class NvmlBackend(HealthReads, MigReads):
             self._said.add((index, what))
             log.warning(message)
 
-    def _handle(self, index: int) -> Any:
+    def _handle(self, index: int) -> NvmlHandle:
         if not 0 <= index < len(self._handles):
             raise IndexError(f"no GPU {index}: this node has {len(self._handles)}")
         return self._handles[index]
@@ -246,7 +247,7 @@ class NvmlBackend(HealthReads, MigReads):
                                    self._handle(index))
             return energy_mj / 1000.0 if energy_mj is not None else None
 
-    def _temperature(self, index: int, handle: Any) -> float | None:
+    def _temperature(self, index: int, handle: NvmlHandle) -> float | None:
         # nvmlDeviceGetTemperatureV is the newer call; drivers before 535 lack it (FunctionNotFound).
         value = None
         if hasattr(self._lib, "nvmlDeviceGetTemperatureV"):

@@ -8,12 +8,20 @@ A mixin: it uses the backend's `_call` (every NVML call goes through it, errors 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
-from typing import Any
 
 import pynvml
 
-from greengpu.backends.nvml_support import _FALLBACKS, _FIELD_MEMBERS, NOT_SUPPORTED_MESSAGE, _returns_true
+from greengpu.backends.nvml_support import (
+    _FALLBACKS,
+    _FIELD_MEMBERS,
+    NOT_SUPPORTED_MESSAGE,
+    NvmlCaller,
+    NvmlHandle,
+    NvmlLib,
+    _returns_true,
+)
 from greengpu.health.signals import GpuHealthSample
 
 log = logging.getLogger("greengpu.nvml")
@@ -22,15 +30,15 @@ log = logging.getLogger("greengpu.nvml")
 class HealthReads:
     """Health signals of the backend's GPUs (mixed into NvmlBackend)."""
 
-    _lib: Any
-    _lock: Any
-    _clock: Any
-    _event_set: Any
+    _lib: NvmlLib
+    _lock: threading.RLock
+    _clock: Callable[[], float]
+    _event_set: NvmlHandle | None
     _xid_gpus: set[int]
-    _handles: list[Any]
-    _call: Callable[..., Any]
-    _handle: Callable[[int], Any]
-    _temperature: Callable[[int, Any], float | None]
+    _handles: list[NvmlHandle]
+    _call: NvmlCaller
+    _handle: Callable[[int], NvmlHandle]
+    _temperature: Callable[[int, NvmlHandle], float | None]
     _say_once: Callable[[int, str, str], None]
 
     def read_health(self, index: int, xids: tuple[int, ...] = ()) -> GpuHealthSample:
@@ -71,7 +79,7 @@ class HealthReads:
                 xids=xids,
             )
 
-    def _memory_temperature(self, index: int, handle: Any) -> float | None:
+    def _memory_temperature(self, index: int, handle: NvmlHandle) -> float | None:
         # The memory (HBM) sensor is a field value; NVML answers NotSupported in the field, not as an error.
         values = self._call(index, "memory temperature", self._lib.nvmlDeviceGetFieldValues, handle,
                             [pynvml.NVML_FI_DEV_MEMORY_TEMP])

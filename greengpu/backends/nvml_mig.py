@@ -12,7 +12,7 @@ How NVML is asked (the calls of `nvidia-ml-py`):
   instance's placement. A driver without the version-2 profile call (`FunctionNotFound`) is asked
   version 1, which has no name: the name is then made from the slices and memory.
 
-Any other NVML error makes that GPU's reading `unreadable` with the error's name: the agent carries on,
+Every other NVML error makes that GPU's reading `unreadable` with the error's name: the agent carries on,
 and whoever compares the reading with the inventory is told the GPU could not be read (fail safe).
 
 A mixin: it uses the backend's `_lib`, `_lock` and `_handle`.
@@ -23,12 +23,13 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+import threading
 from collections.abc import Callable
-from typing import Any
 
 import pynvml
 
 from greengpu.backends.gpu_sharing import GpuSharing, MigInstance, NodeSharing, node_from_gpus
+from greengpu.backends.nvml_support import NvmlHandle, NvmlLib, ProfileInfo
 
 log = logging.getLogger("greengpu.nvml")
 
@@ -36,7 +37,7 @@ _NO_MIG = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
 _NO_PROFILE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument)
 
 
-def gpu_instances(lib: Any, handle: Any, info: Any) -> list[Any]:
+def gpu_instances(lib: NvmlLib, handle: NvmlHandle, info: ProfileInfo) -> list[NvmlHandle]:
     """The GPU instance handles of one profile (`info`, from nvmlDeviceGetGpuInstanceProfileInfo) on a GPU."""
     capacity = int(info.instanceCount)
     if capacity <= 0:
@@ -47,7 +48,7 @@ def gpu_instances(lib: Any, handle: Any, info: Any) -> list[Any]:
     return [array[slot] for slot in range(min(int(count.value), capacity))]
 
 
-def profile_name(info: Any) -> str:
+def profile_name(info: ProfileInfo) -> str:
     """A GPU-instance profile's name (`1g.5gb`) from NVML's profile info: its `name` (`MIG 1g.5gb`) when
     the driver gives one (version 2), else made from its slices and its memory rounded up to GB, as
     NVML names the profiles (4864 MB: `5gb`)."""
@@ -62,10 +63,10 @@ def profile_name(info: Any) -> str:
 class MigReads:
     """MIG state of the backend's GPUs (mixed into NvmlBackend)."""
 
-    _lib: Any
-    _lock: Any
-    _handle: Callable[[int], Any]
-    _handles: list[Any]
+    _lib: NvmlLib
+    _lock: threading.RLock
+    _handle: Callable[[int], NvmlHandle]
+    _handles: list[NvmlHandle]
 
     def read_sharing(self, index: int) -> GpuSharing:
         """GPU `index`'s MIG mode and GPU instances. Never raises an NVML error: an unreadable GPU says why."""
@@ -91,7 +92,7 @@ class MigReads:
         """Every GPU's MIG reading, as the node's."""
         return node_from_gpus(node, [self.read_sharing(i) for i in range(len(self._handles))])
 
-    def _instances(self, handle: Any) -> tuple[MigInstance, ...]:
+    def _instances(self, handle: NvmlHandle) -> tuple[MigInstance, ...]:
         lib = self._lib
         found = []
         for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
@@ -107,7 +108,7 @@ class MigReads:
         return tuple(sorted(found, key=lambda i: (i.start, i.profile)))
 
 
-    def _profile_info(self, handle: Any, profile: int) -> Any:
+    def _profile_info(self, handle: NvmlHandle, profile: int) -> ProfileInfo:
         """The profile's info: version 2 (with its name), or version 1 on a driver without the V call."""
         try:
             return self._lib.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from typing import Any
 
 import pynvml
 
 from greengpu.backends.nvml_mig import gpu_instances, profile_name
+from greengpu.backends.nvml_support import NvmlHandle, NvmlLib, ProfileInfo
 from greengpu.sched.mig import MigFamily, layout_problem, parse_instance
 
 
@@ -25,9 +25,9 @@ class MigLayoutError(ValueError):
     """The wanted instances cannot exist on this GPU (nothing was changed)."""
 
 
-def _profiles(lib: Any, handle: Any) -> dict[str, Any]:
+def _profiles(lib: NvmlLib, handle: NvmlHandle) -> dict[str, ProfileInfo]:
     """The GPU's instance profiles by name (`1g.5gb`) -> NVML profile info."""
-    found: dict[str, Any] = {}
+    found: dict[str, ProfileInfo] = {}
     for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
         try:
             info = lib.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)
@@ -37,7 +37,7 @@ def _profiles(lib: Any, handle: Any) -> dict[str, Any]:
     return found
 
 
-def repartition(lib: Any, index: int, family: MigFamily, instances: Sequence[str]) -> None:
+def repartition(lib: NvmlLib, index: int, family: MigFamily, instances: Sequence[str]) -> None:
     """Make GPU `index`'s GPU instances exactly `instances` (`profile@start` each)."""
     problem = layout_problem(family, instances)
     if problem is not None:

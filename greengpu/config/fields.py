@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from greengpu.config.limits import MAX_NUMBER, finite_number
-from greengpu.config.yamlsource import PathKey, YamlDocument, shown
+from greengpu.config.yamlsource import PathKey, YamlDocument, YamlValue, shown
 
 MAX_INTEGER = 1_000_000_000
 """Largest whole number a key without its own maximum takes (retries, counts, reservations)."""
 
 
-def _type_name(value: Any) -> str:
+def _type_name(value: YamlValue) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -31,12 +30,12 @@ def _type_name(value: Any) -> str:
 class Fields:
     """A mapping at `path` inside a YamlDocument, read key by key with validation."""
 
-    def __init__(self, doc: YamlDocument, path: PathKey, value: Any, what: str = "a mapping") -> None:
+    def __init__(self, doc: YamlDocument, path: PathKey, value: YamlValue, what: str = "a mapping") -> None:
         if not isinstance(value, dict):
             raise doc.error(path, f"expected {what}, got {_type_name(value)}")
         self.doc = doc
         self.path = path
-        self.data: dict[str, Any] = value
+        self.data: dict[str, YamlValue] = value
 
     def error(self, key: str | None, message: str) -> Exception:
         """A ConfigError at this mapping's `key` (or the mapping itself)."""
@@ -54,7 +53,7 @@ class Fields:
         """Whether `key` is present (null counts as absent)."""
         return self.data.get(key) is not None
 
-    def raw(self, key: str) -> Any:
+    def raw(self, key: str) -> YamlValue:
         """The raw value of `key` or None."""
         return self.data.get(key)
 
@@ -97,9 +96,11 @@ class Fields:
             raise self.error(key, f"must be at most {maximum:g}, got {value:g}")
         return float(value)
 
-    def req_number(self, key: str, **kwargs: Any) -> float:
+    def req_number(self, key: str, *, minimum: float | None = None, maximum: float | None = None,
+                   exclusive_minimum: bool = False) -> float:
         """A required finite number."""
-        value = self.number(key, required=True, **kwargs)
+        value = self.number(key, required=True, minimum=minimum, maximum=maximum,
+                            exclusive_minimum=exclusive_minimum)
         assert value is not None
         return value
 
@@ -152,7 +153,7 @@ class Fields:
             raise self.error(key, f"expected true or false, got {_type_name(value)} {shown(value)}")
         return value
 
-    def items(self, key: str, *, required: bool = False) -> list[tuple[PathKey, Any]]:
+    def items(self, key: str, *, required: bool = False) -> list[tuple[PathKey, YamlValue]]:
         """The elements of a list under `key`, each with its path."""
         if not self.has(key):
             if required:

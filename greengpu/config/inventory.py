@@ -5,14 +5,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any
 
 from greengpu.config.cloud_pools import CloudPool, check_cloud_names, parse_pools
 from greengpu.config.fields import Fields
 from greengpu.config.gpu_sharing import SHARING_KEYS, gpu_sharing
 from greengpu.config.node_names import expand_names, shown_path
 from greengpu.config.series import read_series_csv
-from greengpu.config.yamlsource import YamlDocument, load_yaml_file, load_yaml_text
+from greengpu.config.yamlsource import PathKey, YamlDocument, load_yaml_file, load_yaml_text
 from greengpu.errors import ConfigError
 from greengpu.localtime import time_zone_problem
 from greengpu.model import Cluster, Node, NodeType, Site, Tenant, TimeSeries
@@ -185,9 +184,10 @@ def _words(fields: Fields, key: str) -> frozenset[str]:
         return frozenset()
     value = fields.raw(key)
     items = value if isinstance(value, list) else str(value).split(",") if isinstance(value, str) else None
-    if items is None or not all(isinstance(item, str) and item.strip() for item in items):
+    names = [item.strip() for item in items or () if isinstance(item, str)]
+    if items is None or len(names) != len(items) or not all(names):
         raise fields.error(key, f"expected a list of names or a comma-separated string, got {value!r}")
-    return frozenset(item.strip() for item in items)
+    return frozenset(names)
 
 
 def _check_host(fields: Fields, key: str, host: str) -> None:
@@ -201,7 +201,7 @@ def _check_host(fields: Fields, key: str, host: str) -> None:
         raise fields.error(key, f"not an IP address or host name: {host!r}")
 
 
-def _path_text(path: tuple[Any, ...]) -> str:
+def _path_text(path: PathKey) -> str:
     from greengpu.config.yamlsource import format_path
 
     return format_path(path)
@@ -269,7 +269,7 @@ def build_cloud_pools(doc: YamlDocument) -> dict[str, CloudPool]:
     build_cluster(doc)
     root = Fields(doc, (), doc.value)
     types = {name: _node_type(Fields(doc, ("node_types", name), value), name)
-             for name, value in root.data["node_types"].items()}
+             for name, value in Fields(doc, ("node_types",), root.data["node_types"]).data.items()}
     return {cloud.name: cloud for _, cloud in parse_pools(doc, root, types, Path(doc.file).parent)}
 
 

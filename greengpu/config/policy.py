@@ -231,7 +231,7 @@ def _spot(fields: Fields | None) -> SpotPolicy:
     d = SpotPolicy()
     classes: list[str] = []
     for path, item in fields.items("classes"):
-        if item not in JOB_CLASSES:
+        if not isinstance(item, str) or item not in JOB_CLASSES:
             raise fields.doc.error(path, f"unknown job class {item!r} (one of {', '.join(JOB_CLASSES)})")
         classes.append(item)
     return SpotPolicy(

@@ -9,10 +9,11 @@ PyYAML silently keeps the last of, are an error here: in an inventory they are a
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import yaml
 
@@ -20,6 +21,10 @@ from greengpu.config.limits import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODE
 from greengpu.errors import ConfigError
 
 PathKey = tuple[str | int, ...]
+YamlScalar: TypeAlias = str | int | float | bool | None | bytes | dt.date
+"""A YAML scalar as the safe loader builds it (a timestamp is a date or datetime, !!binary bytes)."""
+YamlValue: TypeAlias = "YamlScalar | list[YamlValue] | dict[str, YamlValue]"
+"""A loaded YAML value (keys are made strings): what readers receive before they check it."""
 
 
 def format_path(path: PathKey) -> str:
@@ -35,7 +40,7 @@ def format_path(path: PathKey) -> str:
     return out
 
 
-def shown(value: Any, limit: int = 40) -> str:
+def shown(value: object, limit: int = 40) -> str:
     """`repr(value)` cut to `limit` characters, so an error about a huge value stays a short line."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]} ({len(text)} characters)"
@@ -46,7 +51,7 @@ class YamlDocument:
     """A loaded YAML document: plain values plus the line (1-based) of every key path."""
 
     file: str
-    value: Any
+    value: YamlValue
     lines: dict[PathKey, int] = field(default_factory=dict)
 
     def line_of(self, path: PathKey) -> int | None:
@@ -99,10 +104,11 @@ class _Converter:
             raise ConfigError(self.doc.file, node.start_mark.line + 1, "",
                               f"nested more than {MAX_YAML_DEPTH} levels deep")
 
-    def scalar(self, node: yaml.Node, path: PathKey) -> Any:
+    def scalar(self, node: yaml.Node, path: PathKey) -> YamlScalar:
         """A scalar's value; one that YAML recognises but cannot build (2024-02-30) is a located error."""
         try:
-            return self.loader.construct_object(node, deep=True)
+            value: YamlScalar = self.loader.construct_object(node, deep=True)
+            return value
         except (ValueError, OverflowError):
             what = "date" if node.tag == _TIMESTAMP_TAG else "value"
             raise ConfigError(self.doc.file, node.start_mark.line + 1, format_path(path),
@@ -127,12 +133,12 @@ class _Converter:
                     merged.append((pair[0], pair[1], True))
         return own + merged
 
-    def convert(self, node: yaml.Node, path: PathKey) -> Any:
+    def convert(self, node: yaml.Node, path: PathKey) -> YamlValue:
         self._spend(node, path)
         doc = self.doc
         doc.lines.setdefault(path, node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
-            result: dict[str, Any] = {}
+            result: dict[str, YamlValue] = {}
             for key_node, value_node, merged in self._pairs(node, path):
                 line = key_node.start_mark.line + 1
                 if not isinstance(key_node, yaml.ScalarNode):
@@ -150,7 +156,7 @@ class _Converter:
                 result[key_str] = self.convert(value_node, child)
             return result
         if isinstance(node, yaml.SequenceNode):
-            items = []
+            items: list[YamlValue] = []
             for index, item in enumerate(node.value):
                 child = (*path, index)
                 doc.lines[child] = item.start_mark.line + 1

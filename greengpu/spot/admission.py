@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from greengpu.spot.pod_facts import BadAnnotation, CapacityKind, Decide, pod_facts, pod_gpus
+from greengpu.json_types import JsonArray, JsonObject, JsonValue
+from greengpu.spot.pod_facts import BadAnnotation, CapacityKind, Decide, json_get, json_items, pod_facts, pod_gpus
 
 CAPACITY_LABEL = "karpenter.sh/capacity-type"
 CAPACITY_LABELS = frozenset({CAPACITY_LABEL, "eks.amazonaws.com/capacityType", "cloud.google.com/gke-spot",
@@ -31,48 +31,64 @@ DECISION_ANNOTATION = "greengpu.io/capacity-type"
 class Verdict:
     """What the webhook did with one pod and why (for the log)."""
 
-    patch: tuple[dict[str, Any], ...]
+    patch: tuple[JsonObject, ...]
     capacity: CapacityKind | None
     reason: str
     warning: str | None = None
 
 
-def capacity_constrained(pod: Mapping[str, Any]) -> bool:
+def capacity_constrained(pod: JsonValue) -> bool:
     """Whether the pod already names a capacity-type label in its node selector or node affinity."""
-    spec = pod.get("spec") or {}
-    if CAPACITY_LABELS & set(spec.get("nodeSelector") or {}):
+    spec = json_get(pod, "spec") or {}
+    if CAPACITY_LABELS & set(json_items(json_get(spec, "nodeSelector") or {})):
         return True
-    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    terms = list(((node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-                  .get("nodeSelectorTerms")) or [])
-    terms += [p.get("preference") or {} for p in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution")
-              or []]
-    return any(expression.get("key") in CAPACITY_LABELS for term in terms
-               for expression in (term.get("matchExpressions") or []) + (term.get("matchFields") or []))
+    node_affinity = json_get(json_get(spec, "affinity") or {}, "nodeAffinity") or {}
+    terms = list(json_items(json_get(json_get(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution") or {},
+                                     "nodeSelectorTerms") or []))
+    terms += [json_get(p, "preference") or {} for p in json_items(
+        json_get(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution") or [])]
+    return any(json_get(expression, "key") in CAPACITY_LABELS for term in terms
+               for expression in _joined(json_get(term, "matchExpressions") or [], json_get(term, "matchFields") or []))
 
 
-def _shape(value: Any, kind: type, where: str) -> Any:
-    """`value` when it is of `kind` (or absent: None); BadAnnotation naming `where` otherwise, so the pod is
+def _joined(first: JsonValue, second: JsonValue) -> Iterable[JsonValue]:
+    """`first + second` walked, for two lists (or two strings); TypeError, as `+` raises, for other pairs."""
+    if isinstance(first, list) and isinstance(second, list):
+        return first + second
+    if isinstance(first, str) and isinstance(second, str):
+        return first + second
+    raise TypeError(f"cannot add {type(first).__name__!r} and {type(second).__name__!r}")
+
+
+def _mapping(value: JsonValue, where: str) -> JsonObject | None:
+    """`value` when it is a mapping (or absent: None); BadAnnotation naming `where` otherwise, so the pod is
     left unchanged rather than answered with a patch that would not apply."""
-    if value is not None and not isinstance(value, kind):
-        raise BadAnnotation(f"{where}: expected a {'list' if kind is list else 'mapping'}")
+    if value is not None and not isinstance(value, dict):
+        raise BadAnnotation(f"{where}: expected a mapping")
     return value
 
 
-def affinity_patch(pod: Mapping[str, Any], capacity: CapacityKind) -> list[dict[str, Any]]:
+def _list(value: JsonValue, where: str) -> JsonArray | None:
+    """`value` when it is a list (or absent: None); BadAnnotation naming `where` otherwise."""
+    if value is not None and not isinstance(value, list):
+        raise BadAnnotation(f"{where}: expected a list")
+    return value
+
+
+def affinity_patch(pod: JsonValue, capacity: CapacityKind) -> list[JsonObject]:
     """JSONPatch operations that require nodes labelled `karpenter.sh/capacity-type: capacity`, keeping
     whatever affinity the pod has, and record the decision in an annotation. BadAnnotation when the
     pod's affinity or metadata is not shaped as a pod's (the API server has not validated it yet)."""
-    expression = {"key": CAPACITY_LABEL, "operator": "In", "values": [capacity]}
-    spec = _shape(pod.get("spec"), dict, "spec") or {}
-    affinity = _shape(spec.get("affinity"), dict, "spec.affinity")
-    node_affinity = _shape((affinity or {}).get("nodeAffinity"), dict, "spec.affinity.nodeAffinity")
-    required = _shape((node_affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution"), dict,
-                      "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
-    terms = _shape((required or {}).get("nodeSelectorTerms"), list, "nodeSelectorTerms") or []
+    expression: JsonObject = {"key": CAPACITY_LABEL, "operator": "In", "values": [capacity]}
+    spec = _mapping(json_get(pod, "spec"), "spec") or {}
+    affinity = _mapping(spec.get("affinity"), "spec.affinity")
+    node_affinity = _mapping((affinity or {}).get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    required = _mapping((node_affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution"),
+                        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
+    terms = _list((required or {}).get("nodeSelectorTerms"), "nodeSelectorTerms") or []
     base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
-    new_required = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
-    ops: list[dict[str, Any]]
+    new_required: JsonObject = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+    ops: list[JsonObject]
     if not affinity:
         ops = [{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": new_required}}}]
@@ -84,15 +100,15 @@ def affinity_patch(pod: Mapping[str, Any], capacity: CapacityKind) -> list[dict[
     else:
         ops = []
         for index, term in enumerate(terms):
-            _shape(term, dict, f"nodeSelectorTerms[{index}]")
-            if _shape(term.get("matchExpressions"), list, f"nodeSelectorTerms[{index}].matchExpressions"):
+            _mapping(term, f"nodeSelectorTerms[{index}]")
+            if _list(json_get(term, "matchExpressions"), f"nodeSelectorTerms[{index}].matchExpressions"):
                 ops.append({"op": "add", "path": f"{base}/nodeSelectorTerms/{index}/matchExpressions/-",
                             "value": expression})
             else:
                 ops.append({"op": "add", "path": f"{base}/nodeSelectorTerms/{index}/matchExpressions",
                             "value": [expression]})
-    metadata = _shape(pod.get("metadata"), dict, "metadata")
-    annotations = _shape((metadata or {}).get("annotations"), dict, "metadata.annotations")
+    metadata = _mapping(json_get(pod, "metadata"), "metadata")
+    annotations = _mapping((metadata or {}).get("annotations"), "metadata.annotations")
     if metadata is None:
         ops.append({"op": "add", "path": "/metadata", "value": {"annotations": {DECISION_ANNOTATION: capacity}}})
     elif annotations:
@@ -107,9 +123,9 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def decide_pod(request: Mapping[str, Any], decide: Decide, now_s: float) -> Verdict:
+def decide_pod(request: JsonObject, decide: Decide, now_s: float) -> Verdict:
     """The verdict on one admission request (`AdmissionReview.request`)."""
-    kind = (request.get("kind") or {}).get("kind")
+    kind = json_get(request.get("kind") or {}, "kind")
     if kind != "Pod" or request.get("operation") != "CREATE":
         return Verdict((), None, f"not a pod creation ({kind} {request.get('operation')})")
     pod = request.get("object") or {}
@@ -137,10 +153,10 @@ def decide_pod(request: Mapping[str, Any], decide: Decide, now_s: float) -> Verd
                    f"interruptible {str(facts.interruptible).lower()}, {facts.gpus:g} GPUs)")
 
 
-def review_response(review: Mapping[str, Any], verdict: Verdict | None) -> dict[str, Any]:
+def review_response(review: JsonObject, verdict: Verdict | None) -> JsonObject:
     """The AdmissionReview answer: always allowed; the patch when there is one (None: unchanged)."""
     request = review.get("request") or {}
-    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    response: JsonObject = {"uid": json_get(request, "uid", ""), "allowed": True}
     if verdict is not None and verdict.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(list(verdict.patch)).encode()).decode()

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
 
+from greengpu.json_types import JsonValue
 from greengpu.spot.decide import CapacityKind, SpotJobFacts
 
 __all__ = ["CapacityKind", "Decide", "SpotJobFacts", "pod_facts"]
@@ -54,15 +54,31 @@ class BadAnnotation(ValueError):
     """An annotation greengpu reads holds something it cannot use; the message names the key."""
 
 
-def pod_gpus(pod: Mapping[str, Any]) -> float:
+def json_get(value: JsonValue, key: str, default: JsonValue = None) -> JsonValue:
+    """`value.get(key, default)` of a JSON object; AttributeError, as `.get` raises, for any other value
+    (a pod the API server has not validated yet may hold anything)."""
+    if not isinstance(value, dict):
+        raise AttributeError(f"{type(value).__name__!r} object has no attribute 'get'")
+    return value.get(key, default)
+
+
+def json_items(value: JsonValue) -> Iterable[JsonValue]:
+    """What `for item in value` walks in a JSON value (a list's items, an object's keys, a string's
+    characters); TypeError, as Python's, for a number, a boolean or null."""
+    if not isinstance(value, list | dict | str):
+        raise TypeError(f"{type(value).__name__!r} object is not iterable")
+    return value
+
+
+def pod_gpus(pod: JsonValue) -> float:
     """GPUs the pod asks for, as the scheduler counts them: the containers' limits (requests when no limit)
     added up, or the largest init container's, whichever is more."""
-    spec = pod.get("spec") or {}
+    spec = json_get(pod, "spec") or {}
 
-    def gpus(container: Any) -> float:
+    def gpus(container: JsonValue) -> float:
         resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
         for section in ("limits", "requests"):
-            value = (resources.get(section) or {}).get(GPU_RESOURCE)
+            value = json_get(json_get(resources, section) or {}, GPU_RESOURCE)
             if value is not None:
                 try:
                     number = float(str(value))
@@ -73,15 +89,15 @@ def pod_gpus(pod: Mapping[str, Any]) -> float:
                 return number
         return 0.0
 
-    running = sum(gpus(c) for c in spec.get("containers") or [])
-    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0.0)
+    running = sum(gpus(c) for c in json_items(json_get(spec, "containers") or []))
+    init = max((gpus(c) for c in json_items(json_get(spec, "initContainers") or [])), default=0.0)
     return max(running, init)
 
 
-def _metadata_value(pod: Mapping[str, Any], key: str) -> str | None:
-    metadata = pod.get("metadata") or {}
+def _metadata_value(pod: JsonValue, key: str) -> str | None:
+    metadata = json_get(pod, "metadata") or {}
     for section in ("annotations", "labels"):
-        value = (metadata.get(section) or {}).get(key)
+        value = json_get(json_get(metadata, section) or {}, key)
         if value is not None:
             return str(value)
     return None
@@ -118,14 +134,14 @@ def _deadline_remaining_s(text: str, now_s: float) -> float:
     return max(0.0, stamp.timestamp() - now_s)
 
 
-def pod_facts(pod: Mapping[str, Any], now_s: float) -> SpotJobFacts:
+def pod_facts(pod: JsonValue, now_s: float) -> SpotJobFacts:
     """The pod's facts; BadAnnotation (naming the key) when an annotation cannot be read."""
     interruptible = _metadata_value(pod, INTERRUPTIBLE_KEY)
     interval = _metadata_value(pod, CHECKPOINT_INTERVAL_KEY)
     cost = _metadata_value(pod, CHECKPOINT_COST_KEY)
     runtime = _metadata_value(pod, EXPECTED_RUNTIME_KEY)
     deadline = _metadata_value(pod, DEADLINE_KEY)
-    active_deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    active_deadline = json_get(json_get(pod, "spec") or {}, "activeDeadlineSeconds")
     if runtime is not None:
         remaining_s = parse_duration_s(EXPECTED_RUNTIME_KEY, runtime)
     elif isinstance(active_deadline, int) and not isinstance(active_deadline, bool) and active_deadline > 0:

@@ -20,12 +20,11 @@ Several keys share one comment, separated by spaces or commas
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from greengpu import slurm_json
 from greengpu.model import JOB_CLASSES
+from greengpu.slurm_json import JobRecord
 from greengpu.slurm_json import json_number as number
 from greengpu.spot.decide import CapacityKind, SpotJobFacts
 from greengpu.spot.pod_facts import (
@@ -77,7 +76,7 @@ class PendingSlurmJob:
         return f"{rest} greengpu.steered={capacity}".strip()
 
 
-def pending_job(record: Mapping[str, Any]) -> PendingSlurmJob | None:
+def pending_job(record: JobRecord) -> PendingSlurmJob | None:
     """The pending GPU job in one `squeue --json` record; None for any other job."""
     if "PENDING" not in slurm_json.job_states(record):
         return None
@@ -104,7 +103,7 @@ def comment_keys(comment: str) -> dict[str, str]:
     return found
 
 
-def job_facts(record: Mapping[str, Any], job: PendingSlurmJob, now_s: float,
+def job_facts(record: JobRecord, job: PendingSlurmJob, now_s: float,
               default_checkpoint_cost_s: float) -> SpotJobFacts:
     """The spot decision's facts for a pending job (docstring of this module: where each comes from);
     BadAnnotation, naming the comment key, when the comment says something greengpu cannot use."""

@@ -133,3 +133,25 @@ def test_a_driver_without_the_v2_profile_call_still_names_the_profiles() -> None
     with pytest.raises(pynvml.NVMLError_FunctionNotFound):
         fake.nvmlDeviceGetGpuInstanceProfileInfo(handle, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
     assert sorted(i.profile for i in backend.read_sharing(0).instances) == ["1g.5gb", "2g.10gb", "3g.20gb"]
+
+
+def test_the_fake_refuses_handles_and_references_it_did_not_give_out() -> None:
+    # NVML answers InvalidArgument for a handle or an out-parameter it cannot use; so does the fake, for
+    # anything other than the handles it made and the ctypes references pynvml passes.
+    fake, _ = _setup()
+    handle = _enable(fake, 0)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlDeviceGetMigMode(object())
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlGpuInstanceDestroy(12345)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlGpuInstanceGetInfo(None)
+    array = (pynvml.c_nvmlGpuInstance_t * 7)()
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlDeviceGetGpuInstances(handle, 19, array, ctypes.byref(ctypes.c_int(0)))
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlDeviceCreateGpuInstanceWithPlacement(handle, 9, ctypes.byref(ctypes.c_uint(4)))
+    count = ctypes.c_uint(0)
+    fake.nvmlDeviceCreateGpuInstanceWithPlacement(handle, 9, _placement(4, 4))
+    fake.nvmlDeviceGetGpuInstances(handle, 9, array, ctypes.pointer(count))  # pointer() works as byref() does
+    assert count.value == 1
