@@ -6,13 +6,14 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from greengpu.config.plan_settings import PHILLY_CREDIT, PlanFile, PlanFileValues, load_plan_file
 from greengpu.errors import BadInput
 from greengpu.forecast.demand import (
     ANY_MODEL,
@@ -24,7 +25,9 @@ from greengpu.forecast.demand import (
 )
 from greengpu.forecast.models import BASELINES
 from greengpu.forecast.plan import make_plan, size_by_model
-from greengpu.forecast.plan_types import PlanInputs, PlanResult, PlanSettings
+from greengpu.forecast.plan_types import PlanResult, PlanSettings
+from greengpu.model import Cluster, Job
+from greengpu.plan_inputs import PlanInputs
 
 
 @dataclass(frozen=True)
@@ -131,9 +134,9 @@ class LoadedInputs:
     settings: PlanSettings
     inputs: PlanInputs
     settings_file: str | None
-    jobs: list[Any] | None
+    jobs: list[Job] | None
     history: pd.DataFrame | None
-    cluster: Any | None
+    cluster: Cluster | None
     installed_gpus: int | None
     installed_by_model: dict[str, int]
     credit: str = ""
@@ -150,31 +153,59 @@ class Demand:
 
 
 def load_inputs(options: PlanOptions) -> LoadedInputs:
-    """Read and check every input (settings file, flags, history or trace, cluster): bad input fails here."""
-    from greengpu.config.plan_settings import PHILLY_CREDIT, load_plan_file
+    """Read and check every input (settings file, flags, history or trace, cluster): bad input fails here,
+    in this order, one step per input."""
+    settings_file, plan_file = _read_settings_file(options)
+    given = plan_file.values if plan_file is not None else PlanFileValues()
+    inputs = _plan_inputs(options, plan_file)
+    history_file, trace_file = _history_or_trace(options, given, settings_file)
+    jobs, frame, source = _read_usage(options, given, history_file, trace_file)
+    cluster = _read_cluster(options.cluster_file or given.cluster, jobs, source)
+    settings = _plan_settings(options, given)
+    credit = given.credit or (PHILLY_CREDIT if "philly" in source.lower() else "")
+    return LoadedInputs(source, settings, inputs, settings_file, jobs, frame, cluster.cluster, cluster.installed_gpus,
+                        cluster.installed_by_model, credit)
 
+
+def _read_settings_file(options: PlanOptions) -> tuple[str | None, PlanFile | None]:
+    """The settings file given, or the bundled example when no history, trace or settings is given."""
     settings_file = options.settings_file
     if settings_file is None and options.history_file is None and options.trace_file is None:
         settings_file = str(bundled_example())
-    plan_file = load_plan_file(settings_file) if settings_file is not None else None
-    given = plan_file.values if plan_file is not None else {}
+    return settings_file, load_plan_file(settings_file) if settings_file is not None else None
+
+
+def _plan_inputs(options: PlanOptions, plan_file: PlanFile | None) -> PlanInputs:
+    """The file's projects, efficiency gains, buffer and growth, the flags overriding the last two."""
     inputs = plan_file.inputs if plan_file is not None else PlanInputs()
     if options.buffer_factor is not None:
         inputs = replace(inputs, buffer_factor=options.buffer_factor)
     if options.growth_gpus_per_month is not None:
         inputs = replace(inputs, growth_gpus_per_month=options.growth_gpus_per_month)
+    return inputs
+
+
+def _history_or_trace(options: PlanOptions, given: PlanFileValues,
+                      settings_file: str | None) -> tuple[str | None, str | None]:
+    """(history file, trace file), exactly one of them set: the flags', else the settings file's."""
     if options.history_file is not None and options.trace_file is not None:
         raise BadInput("give --history or --trace, not both")
     history_file, trace_file = options.history_file, options.trace_file
     if history_file is None and trace_file is None:
-        history_file, trace_file = given.get("history"), given.get("trace")
+        history_file, trace_file = given.history, given.trace
     if history_file is None and trace_file is None:
         raise BadInput(f"{settings_file}: no history or trace: give --history FILE or --trace FILE")
+    return history_file, trace_file
+
+
+def _read_usage(options: PlanOptions, given: PlanFileValues, history_file: str | None,
+                trace_file: str | None) -> tuple[list[Job] | None, pd.DataFrame | None, str]:
+    """The trace's jobs or the history's rows, and their source, checked to hold the backtest's 15 days."""
     jobs, frame = None, None
     if trace_file is not None:
         from greengpu.sim.traces import REPLAY_SPAN_S, read_trace
 
-        trace_format = options.trace_format if options.trace_file is not None else given.get("trace_format", "csv")
+        trace_format = options.trace_format if options.trace_file is not None else given.trace_format or "csv"
         jobs = read_trace(trace_file, trace_format, max_span_s=REPLAY_SPAN_S).jobs
         span = demand_from_jobs(jobs)
     else:
@@ -186,38 +217,54 @@ def load_inputs(options: PlanOptions) -> LoadedInputs:
     if days < 15:
         raise BadInput(f"{source}: {days:.1f} days of history; the backtest needs at least 15 (14 to train, 1 to "
                        "test)")
-    cluster, installed = None, None
+    return jobs, frame, source
+
+
+@dataclass(frozen=True)
+class InstalledGpus:
+    """The inventory the plan sizes against (all None or empty without a cluster file)."""
+    cluster: Cluster | None = None
+    installed_gpus: int | None = None
+    installed_by_model: dict[str, int] = field(default_factory=dict)
+
+
+def _read_cluster(cluster_file: str | None, jobs: list[Job] | None, source: str) -> InstalledGpus:
+    """The inventory's GPUs, in all and per GPU model; with a trace, no job may be one it can never run."""
+    if cluster_file is None:
+        return InstalledGpus()
+    from greengpu.config.inventory import load_cluster
+
+    cluster = load_cluster(cluster_file)
+    installed = sum(cluster.node_types[n.type_name].gpus for n in cluster.nodes)
     by_model: dict[str, int] = {}
-    cluster_file = options.cluster_file or given.get("cluster")
-    if cluster_file is not None:
-        from greengpu.config.inventory import load_cluster
+    for node in cluster.nodes:
+        node_type = cluster.node_types[node.type_name]
+        by_model[node_type.gpu_model] = by_model.get(node_type.gpu_model, 0) + node_type.gpus
+    if jobs is not None:  # a job the cluster can never run would wait forever in the replays
+        from greengpu.sim.feasibility import split_never_fitting
 
-        cluster = load_cluster(cluster_file)
-        installed = sum(cluster.node_types[n.type_name].gpus for n in cluster.nodes)
-        for node in cluster.nodes:
-            node_type = cluster.node_types[node.type_name]
-            by_model[node_type.gpu_model] = by_model.get(node_type.gpu_model, 0) + node_type.gpus
-        if jobs is not None:  # a job the cluster can never run would wait forever in the replays
-            from greengpu.sim.feasibility import split_never_fitting
+        _, never = split_never_fitting(jobs, cluster)
+        if never:
+            more = f" (and {len(never) - 1} more such jobs)" if len(never) > 1 else ""
+            raise BadInput(f"{source}: {never[0]} ({cluster_file}){more}")
+    return InstalledGpus(cluster, installed, by_model)
 
-            _, never = split_never_fitting(jobs, cluster)
-            if never:
-                more = f" (and {len(never) - 1} more such jobs)" if len(never) > 1 else ""
-                raise BadInput(f"{source}: {never[0]} ({cluster_file}){more}")
+
+def _plan_settings(options: PlanOptions, given: PlanFileValues) -> PlanSettings:
+    """Horizon, lead time, sizing and growth window: the flags', else the settings file's, else the defaults."""
     settings = PlanSettings(
-        horizon_days=parse_days(options.horizon or given.get("horizon") or "90d", "--horizon"),
-        lead_time_days=parse_days(options.lead_time or given.get("lead_time") or "12w", "--lead-time"),
-        target_utilisation=options.target_utilisation or given.get("target_utilisation") or 0.65,
+        horizon_days=parse_days(options.horizon or given.horizon or "90d", "--horizon"),
+        lead_time_days=parse_days(options.lead_time or given.lead_time or "12w", "--lead-time"),
+        target_utilisation=options.target_utilisation or given.target_utilisation or 0.65,
         redundancy_gpus=(options.redundancy_gpus if options.redundancy_gpus is not None
-                         else given.get("redundancy_gpus") or 0),
-        max_wait_probability=given.get("max_wait_probability") or 0.10,
-        growth_window_days=parse_days(given.get("growth_window") or "4w", "growth_window"),
+                         else given.redundancy_gpus or 0),
+        max_wait_probability=given.max_wait_probability or 0.10,
+        growth_window_days=parse_days(given.growth_window or "4w", "growth_window"),
         origins=options.origins,
     )
     if options.baselines_only:
         settings = replace(settings, models=BASELINES, daily_candidates=False)
-    credit = given.get("credit") or (PHILLY_CREDIT if "philly" in source.lower() else "")
-    return LoadedInputs(source, settings, inputs, settings_file, jobs, frame, cluster, installed, by_model, credit)
+    return settings
 
 
 def hourly_demand(loaded: LoadedInputs) -> Demand:

@@ -42,7 +42,8 @@ from greengpu.forecast.demand import ANY_MODEL
 from greengpu.forecast.gate import choose, gate_summary
 from greengpu.forecast.models import DAY_H
 from greengpu.forecast.plan_summary import daily_summary, day_ahead, iso_date, rounded
-from greengpu.forecast.plan_types import EfficiencyGain, PlanInputs, PlanResult, PlanSettings, Project
+from greengpu.forecast.plan_types import PlanResult, PlanSettings
+from greengpu.plan_inputs import EfficiencyGain, PlanInputs, Project
 
 SCENARIO_QUANTILES = (0.5, 0.8, 0.95)
 SCENARIO_UTILISATIONS = (0.5, 0.65, 0.8)

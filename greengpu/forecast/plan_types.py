@@ -1,12 +1,10 @@
-"""The capacity plan's inputs and result as typed objects (greengpu.forecast.plan): the settings, the planned
-projects and efficiency gains beyond history, and what the plan found."""
+"""The capacity plan's settings and result as typed objects (greengpu.forecast.plan); the projects and efficiency
+gains beyond history are in greengpu.plan_inputs, below config and forecast both."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-import pandas as pd
 
 from greengpu.forecast.models import BASELINES, CANDIDATES, ModelSpec
 
@@ -27,32 +25,6 @@ class PlanSettings:
     models: tuple[ModelSpec, ...] = BASELINES + CANDIDATES
     daily_candidates: bool = True
     """Backtest the statsmodels candidates on daily peaks too (greengpu.forecast.daily)."""
-
-
-@dataclass(frozen=True)
-class Project:
-    """A planned project: `gpus` more busy GPUs at peak from `start` (inclusive) to `end` (exclusive)."""
-    name: str
-    gpus: float
-    start: pd.Timestamp
-    end: pd.Timestamp | None = None
-
-
-@dataclass(frozen=True)
-class EfficiencyGain:
-    """An expected change in the organic workload's GPU-hours from `start`: -0.15 is 15% fewer."""
-    name: str
-    change: float
-    start: pd.Timestamp
-
-
-@dataclass(frozen=True)
-class PlanInputs:
-    projects: tuple[Project, ...] = ()
-    efficiency: tuple[EfficiencyGain, ...] = ()
-    buffer_factor: float = 1.0
-    growth_gpus_per_month: float | None = None
-    """Expected growth of daily peaks; None uses the measured Theil-Sen growth."""
 
 
 @dataclass(frozen=True)
