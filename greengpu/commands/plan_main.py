@@ -6,9 +6,9 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +25,14 @@ from greengpu.forecast.demand import (
 )
 from greengpu.forecast.models import BASELINES
 from greengpu.forecast.plan import make_plan, size_by_model
-from greengpu.forecast.plan_types import PlanResult, PlanSettings
+from greengpu.forecast.plan_types import (
+    PlanPayload,
+    PlanResult,
+    PlanSettings,
+    ReplayFigures,
+    Savings,
+    settings_shown,
+)
 from greengpu.model import Cluster, Job
 from greengpu.plan_inputs import PlanInputs
 
@@ -148,7 +155,7 @@ class Demand:
     series: pd.Series
     kind: str
     by_model: dict[str, pd.Series]
-    replays: tuple[Any, dict[str, Any]] | None
+    replays: SavingsReplays | None
     """The savings replays in flight (with a trace and a cluster)."""
 
 
@@ -281,12 +288,12 @@ def hourly_demand(loaded: LoadedInputs) -> Demand:
     # inventory (a job that waits is pending, then runs). The default replay for the savings runs
     # beside it and then beside the backtest.
     replays = _start_savings(loaded.cluster, jobs)
-    finish_s = replays[1][DEMAND_POLICY].result()["finish_s"]
+    finish_s = replays.futures[DEMAND_POLICY].result()["finish_s"]
     return Demand(demand_from_replay(jobs, finish_s), "running + pending, always-on replay",
                   demand_by_model_from_jobs(jobs, finish_s), replays)
 
 
-def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any], PlanResult]:
+def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None) -> tuple[PlanPayload, PlanResult]:
     """Read the inputs, plan, and (with a trace and a cluster) replay the savings: the JSON payload.
 
     `progress` (when given) hears the name of each phase as it starts, for a display on a terminal."""
@@ -300,15 +307,13 @@ def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None
     started = time.perf_counter()
     result = make_plan(series, loaded.installed_gpus, settings, loaded.inputs, progress=phase)
     plan_s = time.perf_counter() - started
-    payload: dict[str, Any] = {"forecast": result.forecast, "capacity": result.capacity, "months": result.months,
-                               "growth": result.growth, "flags": result.flags, "inputs": result.inputs,
-                               "scenarios": result.scenarios, "days": result.days, "day_ahead": result.day_ahead,
-                               "settings": {k: v for k, v in asdict(settings).items() if k != "models"},
-                               "history": {"source": loaded.source, "demand": demand.kind, "hours": len(series),
-                                           "first": series.index[0].isoformat(),
-                                           "last": series.index[-1].isoformat(),
-                                           "recent": _recent_history(series),
-                                           "daily_peaks": _daily_peaks(series), "credit": loaded.credit}}
+    payload: PlanPayload = {
+        "forecast": result.forecast, "capacity": result.capacity, "months": result.months, "growth": result.growth,
+        "flags": result.flags, "inputs": result.inputs, "scenarios": result.scenarios, "days": result.days,
+        "day_ahead": result.day_ahead, "settings": settings_shown(settings),
+        "history": {"source": loaded.source, "demand": demand.kind, "hours": len(series),
+                    "first": series.index[0].isoformat(), "last": series.index[-1].isoformat(),
+                    "recent": _recent_history(series), "daily_peaks": _daily_peaks(series), "credit": loaded.credit}}
     if loaded.settings_file is not None:
         payload["settings"]["file"] = loaded.settings_file
     if set(demand.by_model) - {ANY_MODEL}:  # some demand is pinned to a GPU model: size each model's pool
@@ -325,55 +330,60 @@ def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None
 RECENT_DAYS = 14
 
 
-def _daily_peaks(series: pd.Series) -> list[list[Any]]:
+def _daily_peaks(series: pd.Series) -> list[tuple[str, float]]:
     peaks = series.astype(float).resample("D").max().dropna()
-    return [[when.date().isoformat(), round(float(value), 1)]
+    return [(when.date().isoformat(), round(float(value), 1))
             for when, value in zip(pd.DatetimeIndex(peaks.index), peaks.to_numpy(dtype=float), strict=True)]
 
 
-def _recent_history(series: pd.Series) -> list[list[Any]]:
+def _recent_history(series: pd.Series) -> list[tuple[str, float]]:
     """The last two weeks, hourly, for the chart beside the day-ahead forecast."""
     hourly = series.astype(float).resample("h").mean().interpolate().iloc[-RECENT_DAYS * 24:]
-    return [[when.isoformat(), round(float(value), 1)]
+    return [(when.isoformat(), round(float(value), 1))
             for when, value in zip(pd.DatetimeIndex(hourly.index), hourly.to_numpy(dtype=float), strict=True)]
 
 
 SAVINGS_POLICIES = ("always-on", "default")
 DEMAND_POLICY = "always-on"
 """The replay whose running + pending GPUs are a trace's demand: the cluster as it is, without greengpu's levers."""
-SAVINGS_KEYS = ("energy_kwh", "gpu_energy_kwh", "cost", "co2_kg", "wait_s", "node_sleep_hours", "wakes")
 
 
-def _replay(cluster: Any, policy_name: str, jobs: Any, keep_finish_s: bool) -> dict[str, Any]:
+def _replay(cluster: Cluster, policy_name: str, jobs: list[Job], keep_finish_s: bool) -> ReplayFigures:
     from greengpu.config.policy import load_policy
     from greengpu.sim.engine import Simulation
 
     simulation = Simulation(cluster, load_policy(policy_name), jobs, attribute=True)
-    result = simulation.run().to_json()
-    out = {k: result[k] for k in SAVINGS_KEYS}
+    result = simulation.run()
     assert simulation.attribution is not None
-    out["tenants"] = simulation.attribution.tenant_totals()
+    out: ReplayFigures = {"energy_kwh": result.energy_kwh, "gpu_energy_kwh": result.gpu_energy_kwh,
+                          "cost": result.cost, "co2_kg": result.co2_kg, "wait_s": result.wait_s.to_json(),
+                          "node_sleep_hours": result.node_sleep_hours, "wakes": result.wakes,
+                          "tenants": simulation.attribution.tenant_totals()}
     if keep_finish_s:  # per-job finish times, for the always-on demand; not sent back otherwise
         out["finish_s"] = simulation.finish_s
     return out
 
 
-def _start_savings(cluster: Any, jobs: Any) -> tuple[Any, dict[str, Any]]:
-    from concurrent.futures import ProcessPoolExecutor
+@dataclass(frozen=True)
+class SavingsReplays:
+    """The savings replays running in worker processes, one per policy of SAVINGS_POLICIES."""
+    pool: ProcessPoolExecutor
+    futures: dict[str, Future[ReplayFigures]]
 
+
+def _start_savings(cluster: Cluster, jobs: list[Job]) -> SavingsReplays:
     # fork: a worker starts with greengpu and its libraries already imported (the jobs are still pickled
     # to it, about a second for Philly's 64,483).
     pool = ProcessPoolExecutor(max_workers=len(SAVINGS_POLICIES), mp_context=multiprocessing.get_context("fork"))
-    return pool, {name: pool.submit(_replay, cluster, name, jobs, name == DEMAND_POLICY) for name in SAVINGS_POLICIES}
+    return SavingsReplays(pool, {name: pool.submit(_replay, cluster, name, jobs, name == DEMAND_POLICY)
+                                 for name in SAVINGS_POLICIES})
 
 
-def _finish_savings(replays: tuple[Any, dict[str, Any]]) -> dict[str, Any]:
-    pool, futures = replays
+def _finish_savings(replays: SavingsReplays) -> Savings:
     try:
-        out: dict[str, Any] = {name: future.result() for name, future in futures.items()}
+        base, ours = (replays.futures[name].result() for name in SAVINGS_POLICIES)
     finally:
-        pool.shutdown()
-    out[DEMAND_POLICY].pop("finish_s", None)  # per-job times: for the demand, not for the report
-    base, ours = out["always-on"], out["default"]
-    out["saved"] = {k: base[k] - ours[k] for k in ("energy_kwh", "cost", "co2_kg")}
-    return out
+        replays.pool.shutdown()
+    base.pop("finish_s", None)  # per-job times: for the demand, not for the report
+    return {"always-on": base, "default": ours,
+            "saved": {k: base[k] - ours[k] for k in ("energy_kwh", "cost", "co2_kg")}}

@@ -233,3 +233,14 @@ def test_the_data_credit_comes_from_the_settings_and_reaches_every_report(tmp_pa
     (philly / "demand.csv").write_text((tmp_path / "demand.csv").read_text())
     path.write_text("history: philly-2017/demand.csv\n")
     assert "Philly trace (Microsoft, CC BY 4.0" in load_inputs(options).credit
+
+
+def test_the_payload_shows_every_plan_setting_but_the_models() -> None:
+    from dataclasses import asdict
+
+    from greengpu.forecast.plan_types import settings_shown
+
+    settings = PlanSettings(horizon_days=30, origins=7, workers=2, allow_decline=True)
+    expected = {k: v for k, v in asdict(settings).items() if k != "models"}
+    assert settings_shown(settings) == expected  # a new PlanSettings field must reach the JSON too
+    assert list(settings_shown(settings)) == list(expected)
