@@ -11,7 +11,6 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -64,7 +63,8 @@ class PlanFile:
     inputs: PlanInputs
 
 
-def _date(doc: YamlDocument, path: PathKey, value: Any) -> pd.Timestamp:
+def _date(doc: YamlDocument, path: PathKey, value: object) -> pd.Timestamp:
+    """A YAML date (or ISO date string) as a day; `value` is the file's raw value, checked here."""
     day: dt.date | None = None
     if isinstance(value, dt.datetime):
         day = value.date()

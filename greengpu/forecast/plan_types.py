@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from greengpu.forecast.models import BASELINES, CANDIDATES, ModelSpec
+from greengpu.json_types import JsonObject
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,7 @@ class ReplayFigures(TypedDict, total=False):
     gpu_energy_kwh: float
     cost: float
     co2_kg: float
-    wait_s: dict[str, float | None]
+    wait_s: JsonObject
     node_sleep_hours: float
     wakes: int
     tenants: dict[str, dict[str, float]]
