@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import TypeAlias
 
 import click
 
@@ -59,12 +59,16 @@ for _command in (check, report, simulate, sweep, agent, daemon, plan, slurm, kub
     cli.add_command(_command)
 
 
+OptionValue: TypeAlias = "float | int | str | tuple[float | int | str, ...] | None"
+"""A parsed click option: numeric ones are checked, the rest pass through."""
+
+
 def _option_variable(path: str, option: click.Option) -> str:
     longest = max(option.opts, key=len).lstrip("-")
     return f"{path}_{longest}".upper().replace("-", "_")
 
 
-def _check_bounded(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+def _check_bounded(ctx: click.Context, param: click.Parameter, value: OptionValue) -> OptionValue:
     """Refuse nan, inf and numbers beyond the input limits in a numeric option.
 
     click's FloatRange compares, and every comparison with nan is false, so `--target-utilisation nan`

@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from greengpu.errors import BadInput
+from greengpu.json_types import JsonObject
+
+if TYPE_CHECKING:
+    from greengpu.model import Cluster
+    from greengpu.policy import Policy
+    from greengpu.report.check import CheckSummary
 
 
 @click.command()
@@ -59,14 +65,14 @@ def check(cluster_file: str, policy_name: str | None, slurm_conf: str | None, sl
         summary = replace(summary, warnings=[*summary.warnings,
                                              *live_sharing_warnings(cluster, sharing_live, kube_host)])
     if as_json:
-        payload: dict[str, Any] = asdict(summary)
+        payload: JsonObject = asdict(summary)
         payload["policy"] = policy.name if policy else None
         click.echo(json.dumps(payload, indent=2, sort_keys=True))
         return
     _print_check(cluster_file, summary, policy_lines(policy) if policy else [])
 
 
-def _exclusion_warnings(cluster: Any, policy: Any, slurm_conf: str | None, live: bool) -> list[str]:
+def _exclusion_warnings(cluster: Cluster, policy: Policy | None, slurm_conf: str | None, live: bool) -> list[str]:
     """Where the inventory and Slurm's power-save exclusions (from slurm.conf, or the running slurmctld) disagree."""
     from greengpu.backends import slurm
     from greengpu.backends.slurm_config import conf_nodes, disagreements, exclusions_from, read_exclusions
@@ -105,7 +111,7 @@ def _resume_timeout_s(slurm_conf: str) -> float:
         raise BadInput(f"{slurm_conf}: {error}") from None
 
 
-def _print_check(cluster_file: str, summary: Any, policy_text: list[str]) -> None:
+def _print_check(cluster_file: str, summary: CheckSummary, policy_text: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
 

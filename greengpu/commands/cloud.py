@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from greengpu.commands.common import HelpFirstGroup
+
+if TYPE_CHECKING:
+    from greengpu.control.cloud_nodes import CloudContext
 
 
 @click.group(cls=HelpFirstGroup)
@@ -92,7 +95,7 @@ def _cloud_step(name: str) -> Iterator[None]:
 @cloud.command("resume")
 @click.argument("hostlist")
 @click.pass_obj
-def cloud_resume(context: Any, hostlist: str) -> None:
+def cloud_resume(context: CloudContext, hostlist: str) -> None:
     """ResumeProgram: launch each cloud node's instance and tell Slurm its address (exit 1 if any failed)."""
     from greengpu.control.cloud.cloud_nodes import jobs_by_node, resume
     from greengpu.control.hooks.slurm_hooks import resume_file_from_env
@@ -107,7 +110,7 @@ def cloud_resume(context: Any, hostlist: str) -> None:
 @cloud.command("suspend")
 @click.argument("hostlist")
 @click.pass_obj
-def cloud_suspend(context: Any, hostlist: str) -> None:
+def cloud_suspend(context: CloudContext, hostlist: str) -> None:
     """SuspendProgram: release each idle cloud node's instance (busy nodes refused, exit 1)."""
     from greengpu.control.cloud.cloud_nodes import suspend
 
@@ -121,7 +124,7 @@ def cloud_suspend(context: Any, hostlist: str) -> None:
 @cloud.command("resume-failed")
 @click.argument("hostlist")
 @click.pass_obj
-def cloud_resume_failed(context: Any, hostlist: str) -> None:
+def cloud_resume_failed(context: CloudContext, hostlist: str) -> None:
     """ResumeFailProgram: Slurm gave up on these nodes; release their instances and raise the alert."""
     from greengpu.control.cloud.cloud_nodes import resume_failed
 

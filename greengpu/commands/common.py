@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import click
 
 from greengpu.errors import BadInput
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from greengpu.accounting.ledger_url import Ledger
 
 EXIT_OK = 0
@@ -30,7 +34,7 @@ class HelpFirstGroup(click.Group):
 
     group_class = type  # subgroups (slurm, kube) are of this class too
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         protected = getattr(ctx, "_protected_args", None)
         args = [*(protected if protected is not None else ctx.protected_args), *ctx.args]
         rest = args[1:]
@@ -56,6 +60,28 @@ def note(message: str) -> None:
         click.echo(f"greengpu: {message}", err=True)
 
 
+@dataclass
+class _LineState:
+    """What `phases` printed last on a pipe: the phase, when, and the line held back within the phase."""
+    phase: str | None = None
+    printed_s: float = 0.0
+    first: bool = True
+    pending: str | None = None
+
+
+class ReportedEvent(Protocol):
+    """A wake-verification event as the commands print it (greengpu's WakeEvent)."""
+
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+
 class phases:
     """Progress on stderr (never on stdout, so --json output stays clean; never with -q); yields a callback
     taking what is being done, as `phase` or `phase: detail`.
@@ -68,10 +94,10 @@ class phases:
     def __init__(self, label: str, every_s: float = 5.0) -> None:
         self.label = label
         self.every_s = every_s
-        self.bar: Any = None
-        self.flush: Any = None
+        self.bar: Progress | None = None
+        self.flush: Callable[[], None] | None = None
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Callable[[str], None] | None:
         if verbosity() < 0:
             return None
         if not sys.stderr.isatty():
@@ -79,40 +105,44 @@ class phases:
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                            console=Console(stderr=True), transient=True)
-        self.bar.start()
-        task = self.bar.add_task(self.label, total=None)
+        bar = self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                  console=Console(stderr=True), transient=True)
+        bar.start()
+        task = bar.add_task(self.label, total=None)
 
         def phase(name: str) -> None:
-            self.bar.update(task, description=f"{self.label}: {name}")
+            bar.update(task, description=f"{self.label}: {name}")
 
         return phase
 
-    def _lines(self) -> Any:
+    def _lines(self) -> Callable[[str], None]:
         import time
 
-        state: dict[str, Any] = {"phase": None, "printed_s": 0.0, "first": True, "pending": None}
+        state = _LineState()
 
         def say(text: str) -> None:
-            state["printed_s"], state["pending"] = time.monotonic(), None
+            state.printed_s, state.pending = time.monotonic(), None
             click.echo(f"{self.label}: {text}", err=True)
 
         def phase(text: str) -> None:
             key = text.split(":", 1)[0]
-            changed = key != state["phase"]
-            state["phase"] = key
-            if state["first"]:  # reading the inputs: a bad one fails with its own line, alone
-                state["first"] = False
+            changed = key != state.phase
+            state.phase = key
+            if state.first:  # reading the inputs: a bad one fails with its own line, alone
+                state.first = False
                 return
-            if changed and state["pending"] is not None:
-                say(state["pending"])  # where the phase ended (the last count of its tasks)
-            if changed or time.monotonic() - state["printed_s"] >= self.every_s:
+            if changed and state.pending is not None:
+                say(state.pending)  # where the phase ended (the last count of its tasks)
+            if changed or time.monotonic() - state.printed_s >= self.every_s:
                 say(text)
             else:
-                state["pending"] = text
+                state.pending = text
 
-        self.flush = lambda: say(state["pending"]) if state["pending"] is not None else None
+        def flush() -> None:
+            if state.pending is not None:
+                say(state.pending)
+
+        self.flush = flush
         return phase
 
     def __exit__(self, *exc: object) -> None:
@@ -122,7 +152,7 @@ class phases:
             self.flush()
 
 
-def echo_events(events: list[Any], as_json: bool) -> None:
+def echo_events(events: Sequence[ReportedEvent], as_json: bool) -> None:
     """Wake-verification events: one JSON array, or one line each for people."""
     if as_json:
         click.echo(json.dumps([{"node": e.node, "event": e.kind, "message": e.message} for e in events]))

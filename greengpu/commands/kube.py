@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from greengpu.commands.common import EXIT_FAILURE, HelpFirstGroup, echo_events
+
+if TYPE_CHECKING:
+    from greengpu.control.kube_sleep import KubeSleep
 
 
 @click.group(cls=HelpFirstGroup)
@@ -69,7 +72,7 @@ def _kube_step() -> Iterator[None]:
               help="How long evicted pods may take to terminate before the sleep is called off (uncordoned).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: node, slept, message.")
 @click.pass_obj
-def kube_sleep(sleeper: Any, node: str, reason: str, force: bool, drain_timeout_s: float, as_json: bool) -> None:
+def kube_sleep(sleeper: KubeSleep, node: str, reason: str, force: bool, drain_timeout_s: float, as_json: bool) -> None:
     """Cordon, drain and suspend NODE; refuses (exit 1) when GPU pods run there, a PDB blocks the drain,
     bare or emptyDir pods are there (without --force) or pods do not terminate in time."""
     sleeper.drain_timeout_s = drain_timeout_s
@@ -88,7 +91,7 @@ def kube_sleep(sleeper: Any, node: str, reason: str, force: bool, drain_timeout_
               help="How long evicted pods may take to terminate before a sleep is called off (uncordoned).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array: node, slept, message per node chosen.")
 @click.pass_obj
-def kube_sleep_idle(sleeper: Any, drain_timeout_s: float, as_json: bool) -> None:
+def kube_sleep_idle(sleeper: KubeSleep, drain_timeout_s: float, as_json: bool) -> None:
     """Put to sleep the idle nodes the policy's sleep lever chooses now: idle past the timeout, inside a
     window, beyond the warm reserve, within the suspend rate; none while GPU pods wait. Run it every
     minute (a systemd timer or cron line, docs/SLEEP.md); it remembers when each node went idle."""
@@ -107,7 +110,7 @@ def kube_sleep_idle(sleeper: Any, drain_timeout_s: float, as_json: bool) -> None
 @kube.command("wake-pending")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: woken (the nodes a wake-up went to).")
 @click.pass_obj
-def kube_wake_pending(sleeper: Any, as_json: bool) -> None:
+def kube_wake_pending(sleeper: KubeSleep, as_json: bool) -> None:
     """Wake the fewest sleeping nodes that let pending GPU pods run, and any the warm reserve lacks (within
     the policy's wake rate and minimum time asleep)."""
     import time
@@ -125,7 +128,7 @@ def kube_wake_pending(sleeper: Any, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON array: node, event (send, up, timeout, failed, "
               "uncordoned), message.")
 @click.pass_obj
-def kube_verify(sleeper: Any, as_json: bool) -> None:
+def kube_verify(sleeper: KubeSleep, as_json: bool) -> None:
     """Close wake-ups of Ready nodes (and uncordon them), retry late ones, fail the lost ones."""
     with _kube_step():
         events = sleeper.verify_events()

@@ -6,13 +6,14 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from greengpu.config.plan_settings import PHILLY_CREDIT, PlanFile, PlanFileValues, load_plan_file
 from greengpu.errors import BadInput
 from greengpu.forecast.demand import (
     ANY_MODEL,
@@ -24,7 +25,16 @@ from greengpu.forecast.demand import (
 )
 from greengpu.forecast.models import BASELINES
 from greengpu.forecast.plan import make_plan, size_by_model
-from greengpu.forecast.plan_types import PlanInputs, PlanResult, PlanSettings
+from greengpu.forecast.plan_types import (
+    PlanPayload,
+    PlanResult,
+    PlanSettings,
+    ReplayFigures,
+    Savings,
+    settings_shown,
+)
+from greengpu.model import Cluster, Job
+from greengpu.plan_inputs import PlanInputs
 
 
 @dataclass(frozen=True)
@@ -131,9 +141,9 @@ class LoadedInputs:
     settings: PlanSettings
     inputs: PlanInputs
     settings_file: str | None
-    jobs: list[Any] | None
+    jobs: list[Job] | None
     history: pd.DataFrame | None
-    cluster: Any | None
+    cluster: Cluster | None
     installed_gpus: int | None
     installed_by_model: dict[str, int]
     credit: str = ""
@@ -145,36 +155,64 @@ class Demand:
     series: pd.Series
     kind: str
     by_model: dict[str, pd.Series]
-    replays: tuple[Any, dict[str, Any]] | None
+    replays: SavingsReplays | None
     """The savings replays in flight (with a trace and a cluster)."""
 
 
 def load_inputs(options: PlanOptions) -> LoadedInputs:
-    """Read and check every input (settings file, flags, history or trace, cluster): bad input fails here."""
-    from greengpu.config.plan_settings import PHILLY_CREDIT, load_plan_file
+    """Read and check every input (settings file, flags, history or trace, cluster): bad input fails here,
+    in this order, one step per input."""
+    settings_file, plan_file = _read_settings_file(options)
+    given = plan_file.values if plan_file is not None else PlanFileValues()
+    inputs = _plan_inputs(options, plan_file)
+    history_file, trace_file = _history_or_trace(options, given, settings_file)
+    jobs, frame, source = _read_usage(options, given, history_file, trace_file)
+    cluster = _read_cluster(options.cluster_file or given.cluster, jobs, source)
+    settings = _plan_settings(options, given)
+    credit = given.credit or (PHILLY_CREDIT if "philly" in source.lower() else "")
+    return LoadedInputs(source, settings, inputs, settings_file, jobs, frame, cluster.cluster, cluster.installed_gpus,
+                        cluster.installed_by_model, credit)
 
+
+def _read_settings_file(options: PlanOptions) -> tuple[str | None, PlanFile | None]:
+    """The settings file given, or the bundled example when no history, trace or settings is given."""
     settings_file = options.settings_file
     if settings_file is None and options.history_file is None and options.trace_file is None:
         settings_file = str(bundled_example())
-    plan_file = load_plan_file(settings_file) if settings_file is not None else None
-    given = plan_file.values if plan_file is not None else {}
+    return settings_file, load_plan_file(settings_file) if settings_file is not None else None
+
+
+def _plan_inputs(options: PlanOptions, plan_file: PlanFile | None) -> PlanInputs:
+    """The file's projects, efficiency gains, buffer and growth, the flags overriding the last two."""
     inputs = plan_file.inputs if plan_file is not None else PlanInputs()
     if options.buffer_factor is not None:
         inputs = replace(inputs, buffer_factor=options.buffer_factor)
     if options.growth_gpus_per_month is not None:
         inputs = replace(inputs, growth_gpus_per_month=options.growth_gpus_per_month)
+    return inputs
+
+
+def _history_or_trace(options: PlanOptions, given: PlanFileValues,
+                      settings_file: str | None) -> tuple[str | None, str | None]:
+    """(history file, trace file), exactly one of them set: the flags', else the settings file's."""
     if options.history_file is not None and options.trace_file is not None:
         raise BadInput("give --history or --trace, not both")
     history_file, trace_file = options.history_file, options.trace_file
     if history_file is None and trace_file is None:
-        history_file, trace_file = given.get("history"), given.get("trace")
+        history_file, trace_file = given.history, given.trace
     if history_file is None and trace_file is None:
         raise BadInput(f"{settings_file}: no history or trace: give --history FILE or --trace FILE")
+    return history_file, trace_file
+
+
+def _read_usage(options: PlanOptions, given: PlanFileValues, history_file: str | None,
+                trace_file: str | None) -> tuple[list[Job] | None, pd.DataFrame | None, str]:
+    """The trace's jobs or the history's rows, and their source, checked to hold the backtest's 15 days."""
     jobs, frame = None, None
     if trace_file is not None:
         from greengpu.sim.traces import REPLAY_SPAN_S, read_trace
 
-        trace_format = options.trace_format if options.trace_file is not None else given.get("trace_format", "csv")
+        trace_format = options.trace_format if options.trace_file is not None else given.trace_format or "csv"
         jobs = read_trace(trace_file, trace_format, max_span_s=REPLAY_SPAN_S).jobs
         span = demand_from_jobs(jobs)
     else:
@@ -186,38 +224,54 @@ def load_inputs(options: PlanOptions) -> LoadedInputs:
     if days < 15:
         raise BadInput(f"{source}: {days:.1f} days of history; the backtest needs at least 15 (14 to train, 1 to "
                        "test)")
-    cluster, installed = None, None
+    return jobs, frame, source
+
+
+@dataclass(frozen=True)
+class InstalledGpus:
+    """The inventory the plan sizes against (all None or empty without a cluster file)."""
+    cluster: Cluster | None = None
+    installed_gpus: int | None = None
+    installed_by_model: dict[str, int] = field(default_factory=dict)
+
+
+def _read_cluster(cluster_file: str | None, jobs: list[Job] | None, source: str) -> InstalledGpus:
+    """The inventory's GPUs, in all and per GPU model; with a trace, no job may be one it can never run."""
+    if cluster_file is None:
+        return InstalledGpus()
+    from greengpu.config.inventory import load_cluster
+
+    cluster = load_cluster(cluster_file)
+    installed = sum(cluster.node_types[n.type_name].gpus for n in cluster.nodes)
     by_model: dict[str, int] = {}
-    cluster_file = options.cluster_file or given.get("cluster")
-    if cluster_file is not None:
-        from greengpu.config.inventory import load_cluster
+    for node in cluster.nodes:
+        node_type = cluster.node_types[node.type_name]
+        by_model[node_type.gpu_model] = by_model.get(node_type.gpu_model, 0) + node_type.gpus
+    if jobs is not None:  # a job the cluster can never run would wait forever in the replays
+        from greengpu.sim.feasibility import split_never_fitting
 
-        cluster = load_cluster(cluster_file)
-        installed = sum(cluster.node_types[n.type_name].gpus for n in cluster.nodes)
-        for node in cluster.nodes:
-            node_type = cluster.node_types[node.type_name]
-            by_model[node_type.gpu_model] = by_model.get(node_type.gpu_model, 0) + node_type.gpus
-        if jobs is not None:  # a job the cluster can never run would wait forever in the replays
-            from greengpu.sim.feasibility import split_never_fitting
+        _, never = split_never_fitting(jobs, cluster)
+        if never:
+            more = f" (and {len(never) - 1} more such jobs)" if len(never) > 1 else ""
+            raise BadInput(f"{source}: {never[0]} ({cluster_file}){more}")
+    return InstalledGpus(cluster, installed, by_model)
 
-            _, never = split_never_fitting(jobs, cluster)
-            if never:
-                more = f" (and {len(never) - 1} more such jobs)" if len(never) > 1 else ""
-                raise BadInput(f"{source}: {never[0]} ({cluster_file}){more}")
+
+def _plan_settings(options: PlanOptions, given: PlanFileValues) -> PlanSettings:
+    """Horizon, lead time, sizing and growth window: the flags', else the settings file's, else the defaults."""
     settings = PlanSettings(
-        horizon_days=parse_days(options.horizon or given.get("horizon") or "90d", "--horizon"),
-        lead_time_days=parse_days(options.lead_time or given.get("lead_time") or "12w", "--lead-time"),
-        target_utilisation=options.target_utilisation or given.get("target_utilisation") or 0.65,
+        horizon_days=parse_days(options.horizon or given.horizon or "90d", "--horizon"),
+        lead_time_days=parse_days(options.lead_time or given.lead_time or "12w", "--lead-time"),
+        target_utilisation=options.target_utilisation or given.target_utilisation or 0.65,
         redundancy_gpus=(options.redundancy_gpus if options.redundancy_gpus is not None
-                         else given.get("redundancy_gpus") or 0),
-        max_wait_probability=given.get("max_wait_probability") or 0.10,
-        growth_window_days=parse_days(given.get("growth_window") or "4w", "growth_window"),
+                         else given.redundancy_gpus or 0),
+        max_wait_probability=given.max_wait_probability or 0.10,
+        growth_window_days=parse_days(given.growth_window or "4w", "growth_window"),
         origins=options.origins,
     )
     if options.baselines_only:
         settings = replace(settings, models=BASELINES, daily_candidates=False)
-    credit = given.get("credit") or (PHILLY_CREDIT if "philly" in source.lower() else "")
-    return LoadedInputs(source, settings, inputs, settings_file, jobs, frame, cluster, installed, by_model, credit)
+    return settings
 
 
 def hourly_demand(loaded: LoadedInputs) -> Demand:
@@ -234,12 +288,12 @@ def hourly_demand(loaded: LoadedInputs) -> Demand:
     # inventory (a job that waits is pending, then runs). The default replay for the savings runs
     # beside it and then beside the backtest.
     replays = _start_savings(loaded.cluster, jobs)
-    finish_s = replays[1][DEMAND_POLICY].result()["finish_s"]
+    finish_s = replays.futures[DEMAND_POLICY].result()["finish_s"]
     return Demand(demand_from_replay(jobs, finish_s), "running + pending, always-on replay",
                   demand_by_model_from_jobs(jobs, finish_s), replays)
 
 
-def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any], PlanResult]:
+def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None) -> tuple[PlanPayload, PlanResult]:
     """Read the inputs, plan, and (with a trace and a cluster) replay the savings: the JSON payload.
 
     `progress` (when given) hears the name of each phase as it starts, for a display on a terminal."""
@@ -253,15 +307,13 @@ def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None
     started = time.perf_counter()
     result = make_plan(series, loaded.installed_gpus, settings, loaded.inputs, progress=phase)
     plan_s = time.perf_counter() - started
-    payload: dict[str, Any] = {"forecast": result.forecast, "capacity": result.capacity, "months": result.months,
-                               "growth": result.growth, "flags": result.flags, "inputs": result.inputs,
-                               "scenarios": result.scenarios, "days": result.days, "day_ahead": result.day_ahead,
-                               "settings": {k: v for k, v in asdict(settings).items() if k != "models"},
-                               "history": {"source": loaded.source, "demand": demand.kind, "hours": len(series),
-                                           "first": series.index[0].isoformat(),
-                                           "last": series.index[-1].isoformat(),
-                                           "recent": _recent_history(series),
-                                           "daily_peaks": _daily_peaks(series), "credit": loaded.credit}}
+    payload: PlanPayload = {
+        "forecast": result.forecast, "capacity": result.capacity, "months": result.months, "growth": result.growth,
+        "flags": result.flags, "inputs": result.inputs, "scenarios": result.scenarios, "days": result.days,
+        "day_ahead": result.day_ahead, "settings": settings_shown(settings),
+        "history": {"source": loaded.source, "demand": demand.kind, "hours": len(series),
+                    "first": series.index[0].isoformat(), "last": series.index[-1].isoformat(),
+                    "recent": _recent_history(series), "daily_peaks": _daily_peaks(series), "credit": loaded.credit}}
     if loaded.settings_file is not None:
         payload["settings"]["file"] = loaded.settings_file
     if set(demand.by_model) - {ANY_MODEL}:  # some demand is pinned to a GPU model: size each model's pool
@@ -278,55 +330,60 @@ def run_plan(options: PlanOptions, progress: Callable[[str], None] | None = None
 RECENT_DAYS = 14
 
 
-def _daily_peaks(series: pd.Series) -> list[list[Any]]:
+def _daily_peaks(series: pd.Series) -> list[tuple[str, float]]:
     peaks = series.astype(float).resample("D").max().dropna()
-    return [[when.date().isoformat(), round(float(value), 1)]
+    return [(when.date().isoformat(), round(float(value), 1))
             for when, value in zip(pd.DatetimeIndex(peaks.index), peaks.to_numpy(dtype=float), strict=True)]
 
 
-def _recent_history(series: pd.Series) -> list[list[Any]]:
+def _recent_history(series: pd.Series) -> list[tuple[str, float]]:
     """The last two weeks, hourly, for the chart beside the day-ahead forecast."""
     hourly = series.astype(float).resample("h").mean().interpolate().iloc[-RECENT_DAYS * 24:]
-    return [[when.isoformat(), round(float(value), 1)]
+    return [(when.isoformat(), round(float(value), 1))
             for when, value in zip(pd.DatetimeIndex(hourly.index), hourly.to_numpy(dtype=float), strict=True)]
 
 
 SAVINGS_POLICIES = ("always-on", "default")
 DEMAND_POLICY = "always-on"
 """The replay whose running + pending GPUs are a trace's demand: the cluster as it is, without greengpu's levers."""
-SAVINGS_KEYS = ("energy_kwh", "gpu_energy_kwh", "cost", "co2_kg", "wait_s", "node_sleep_hours", "wakes")
 
 
-def _replay(cluster: Any, policy_name: str, jobs: Any, keep_finish_s: bool) -> dict[str, Any]:
+def _replay(cluster: Cluster, policy_name: str, jobs: list[Job], keep_finish_s: bool) -> ReplayFigures:
     from greengpu.config.policy import load_policy
     from greengpu.sim.engine import Simulation
 
     simulation = Simulation(cluster, load_policy(policy_name), jobs, attribute=True)
-    result = simulation.run().to_json()
-    out = {k: result[k] for k in SAVINGS_KEYS}
+    result = simulation.run()
     assert simulation.attribution is not None
-    out["tenants"] = simulation.attribution.tenant_totals()
+    out: ReplayFigures = {"energy_kwh": result.energy_kwh, "gpu_energy_kwh": result.gpu_energy_kwh,
+                          "cost": result.cost, "co2_kg": result.co2_kg, "wait_s": result.wait_s.to_json(),
+                          "node_sleep_hours": result.node_sleep_hours, "wakes": result.wakes,
+                          "tenants": simulation.attribution.tenant_totals()}
     if keep_finish_s:  # per-job finish times, for the always-on demand; not sent back otherwise
         out["finish_s"] = simulation.finish_s
     return out
 
 
-def _start_savings(cluster: Any, jobs: Any) -> tuple[Any, dict[str, Any]]:
-    from concurrent.futures import ProcessPoolExecutor
+@dataclass(frozen=True)
+class SavingsReplays:
+    """The savings replays running in worker processes, one per policy of SAVINGS_POLICIES."""
+    pool: ProcessPoolExecutor
+    futures: dict[str, Future[ReplayFigures]]
 
+
+def _start_savings(cluster: Cluster, jobs: list[Job]) -> SavingsReplays:
     # fork: a worker starts with greengpu and its libraries already imported (the jobs are still pickled
     # to it, about a second for Philly's 64,483).
     pool = ProcessPoolExecutor(max_workers=len(SAVINGS_POLICIES), mp_context=multiprocessing.get_context("fork"))
-    return pool, {name: pool.submit(_replay, cluster, name, jobs, name == DEMAND_POLICY) for name in SAVINGS_POLICIES}
+    return SavingsReplays(pool, {name: pool.submit(_replay, cluster, name, jobs, name == DEMAND_POLICY)
+                                 for name in SAVINGS_POLICIES})
 
 
-def _finish_savings(replays: tuple[Any, dict[str, Any]]) -> dict[str, Any]:
-    pool, futures = replays
+def _finish_savings(replays: SavingsReplays) -> Savings:
     try:
-        out: dict[str, Any] = {name: future.result() for name, future in futures.items()}
+        base, ours = (replays.futures[name].result() for name in SAVINGS_POLICIES)
     finally:
-        pool.shutdown()
-    out[DEMAND_POLICY].pop("finish_s", None)  # per-job times: for the demand, not for the report
-    base, ours = out["always-on"], out["default"]
-    out["saved"] = {k: base[k] - ours[k] for k in ("energy_kwh", "cost", "co2_kg")}
-    return out
+        replays.pool.shutdown()
+    base.pop("finish_s", None)  # per-job times: for the demand, not for the report
+    return {"always-on": base, "default": ours,
+            "saved": {k: base[k] - ours[k] for k in ("energy_kwh", "cost", "co2_kg")}}

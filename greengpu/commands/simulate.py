@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 
 from greengpu.accounting.ledger_url import cluster_name as name_of_cluster
 from greengpu.commands.common import checked_ledger_path, note, verbosity
 from greengpu.errors import BadInput
+from greengpu.json_types import JsonObject
+from greengpu.sim.results import SimResult
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @click.command()
@@ -63,36 +70,52 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
         note(f"left out {len(never)} job(s) that can never start on {cluster_file}; first: {never[0]}")
     if not jobs:
         raise BadInput(f"{trace_file}: no GPU jobs in the trace")
-    results = []
+    runs: list[SimulateRun] = []
     ledger_path = checked_ledger_path(ledger_file) if ledger_file is not None else None
     written: list[str] = []
     for policy in loaded:
         with _progress(f"simulating {policy.name}", len(jobs)) as report:
             simulation = Simulation(cluster, policy, jobs, until_s=until_s, progress=report,
                                     attribute=ledger_path is not None, seed=seed)
-            result = simulation.run().to_json()
-        if result["unplaceable_jobs"]:
-            note(f"{policy.name}: {len(result['unplaceable_jobs'])} job(s) never started, no placement exists "
-                 f"for them on this cluster (first: {result['unplaceable_jobs'][0]})")
+            result = simulation.run()
+        if result.unplaceable_jobs:
+            note(f"{policy.name}: {len(result.unplaceable_jobs)} job(s) never started, no placement exists "
+                 f"for them on this cluster (first: {result.unplaceable_jobs[0]})")
+        run_id = None
         if ledger_path is not None and simulation.attribution is not None:
             from greengpu.accounting.ledger_write import write_run
             from greengpu.sim.ledger_rows import ledger_extras
 
             cloud_rows = ledger_extras(simulation, cluster_file, policy)
-            result["ledger_run_id"] = write_run(ledger_path, simulation.attribution, kind="simulate",
-                                                policy=policy.name, source=str(trace_file),
-                                                cluster=recorded_cluster, cloud=cloud_rows)
-            written.append(f"{result['ledger_run_id']} ({policy.name})")
-        result["skipped_rows"] = trace.skipped + len(never)
-        result["seed"] = seed
-        results.append(result)
+            run_id = write_run(ledger_path, simulation.attribution, kind="simulate", policy=policy.name,
+                               source=str(trace_file), cluster=recorded_cluster, cloud=cloud_rows)
+            written.append(f"{run_id} ({policy.name})")
+        runs.append(SimulateRun(result, run_id, trace.skipped + len(never), seed))
     if ledger_path is not None:
         note(f"wrote run{'s' if len(written) > 1 else ''} {', '.join(written)} to {ledger_path}; read one with "
              f"greengpu report --ledger {ledger_path} --run N --month YYYY-MM")
     if as_json:
-        click.echo(json.dumps({"results": results}, sort_keys=False))
+        click.echo(json.dumps({"results": [run.to_json() for run in runs]}, sort_keys=False))
         return
-    _print_simulation(results)
+    _print_simulation([run.result for run in runs])
+
+
+@dataclass(frozen=True)
+class SimulateRun:
+    """One policy's replay as `greengpu simulate` reports it: the figures, where the ledger put them, and the
+    trace rows left out and the seed (JSON only when printed)."""
+    result: SimResult
+    ledger_run_id: int | None
+    skipped_rows: int
+    seed: int
+
+    def to_json(self) -> JsonObject:
+        out = self.result.to_json()
+        if self.ledger_run_id is not None:
+            out["ledger_run_id"] = self.ledger_run_id
+        out["skipped_rows"] = self.skipped_rows
+        out["seed"] = self.seed
+        return out
 
 
 class _progress:
@@ -101,20 +124,20 @@ class _progress:
     def __init__(self, label: str, total: int) -> None:
         self.label = label
         self.total = total
-        self.bar: Any = None
+        self.bar: Progress | None = None
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Callable[[int, int], None] | None:
         if not sys.stderr.isatty() or verbosity() < 0:
             return None
         from rich.console import Console
         from rich.progress import Progress
 
-        self.bar = Progress(console=Console(stderr=True), transient=True)
-        self.bar.start()
-        task = self.bar.add_task(self.label, total=self.total)
+        bar = self.bar = Progress(console=Console(stderr=True), transient=True)
+        bar.start()
+        task = bar.add_task(self.label, total=self.total)
 
         def report(done: int, total: int) -> None:
-            self.bar.update(task, completed=done)
+            bar.update(task, completed=done)
 
         return report
 
@@ -123,54 +146,67 @@ class _progress:
             self.bar.stop()
 
 
-def _print_simulation(results: list[dict[str, Any]]) -> None:
+def fmt(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def _print_simulation(results: list[SimResult]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="Simulated policies")
     table.add_column("figure")
     for result in results:
-        table.add_column(str(result["policy"]), justify="right")
-    currency = results[0].get("currency", "")
-
-    def fmt(value: Any, digits: int = 1) -> str:
-        if value is None:
-            return "-"
-        if isinstance(value, float):
-            return f"{value:,.{digits}f}"
-        return f"{value:,}"
-
-    rows: list[tuple[str, Any]] = [
-        ("jobs completed", lambda r: f"{r['jobs_completed']:,} / {r['jobs']:,}"),
-        ("facility energy (kWh)", lambda r: fmt(r["energy_kwh"])),
-        ("GPU energy (kWh)", lambda r: fmt(r["gpu_energy_kwh"])),
-        (f"cost ({currency})", lambda r: fmt(r["cost"], 2)),
-        ("CO2 (kg)", lambda r: fmt(r["co2_kg"])),
-        ("wait p50 / p95 (s)", lambda r: f"{fmt(r['wait_s']['p50'], 0)} / {fmt(r['wait_s']['p95'], 0)}"),
-        ("wait mean (s)", lambda r: fmt(r["wait_s"]["mean"])),
-        ("GPU utilisation", lambda r: f"{r['gpu_hours_allocated'] / r['gpu_hours_capacity']:.1%}"
-         if r["gpu_hours_capacity"] else "-"),
-        (f"cloud cost ({currency})", lambda r: fmt(r["cloud_cost"], 2)),
-        ("spot share", lambda r: f"{r['spot_share']:.1%}"),
-        ("spot interruptions", lambda r: fmt(r["interruptions"])),
-        ("deadline misses", lambda r: fmt(r["deadline_misses"])),
-        ("preemptions", lambda r: fmt(r["preemptions"])),
-        ("lost GPU-hours", lambda r: fmt(r["lost_gpu_hours"])),
-        ("node sleep hours", lambda r: fmt(r["node_sleep_hours"])),
-        ("wakes", lambda r: fmt(r["wakes"])),
-        ("SLA violations", lambda r: fmt(r["sla_violations"])),
-        ("invariant violations", lambda r: fmt(r["invariant_violations"])),
-        ("simulation wall time (s)", lambda r: fmt(r["sim_wall_s"])),
+        table.add_column(str(result.policy), justify="right")
+    currency = results[0].currency
+    rows: list[tuple[str, Callable[[SimResult], str]]] = [
+        ("jobs completed", lambda r: f"{r.jobs_completed:,} / {r.jobs:,}"),
+        ("facility energy (kWh)", lambda r: fmt(r.energy_kwh)),
+        ("GPU energy (kWh)", lambda r: fmt(r.gpu_energy_kwh)),
+        (f"cost ({currency})", lambda r: fmt(r.cost, 2)),
+        ("CO2 (kg)", lambda r: fmt(r.co2_kg)),
+        ("wait p50 / p95 (s)", lambda r: f"{fmt(r.wait_s.p50, 0)} / {fmt(r.wait_s.p95, 0)}"),
+        ("wait mean (s)", lambda r: fmt(r.wait_s.mean)),
+        ("GPU utilisation", lambda r: f"{r.gpu_hours_allocated / r.gpu_hours_capacity:.1%}"
+         if r.gpu_hours_capacity else "-"),
+        (f"cloud cost ({currency})", lambda r: fmt(r.cloud_cost, 2)),
+        ("spot share", lambda r: f"{r.spot_share:.1%}"),
+        ("spot interruptions", lambda r: fmt(r.interruptions)),
+        ("deadline misses", lambda r: fmt(r.deadline_misses)),
+        ("preemptions", lambda r: fmt(r.preemptions)),
+        ("lost GPU-hours", lambda r: fmt(r.lost_gpu_hours)),
+        ("node sleep hours", lambda r: fmt(r.node_sleep_hours)),
+        ("wakes", lambda r: fmt(r.wakes)),
+        ("SLA violations", lambda r: fmt(r.sla_violations)),
+        ("invariant violations", lambda r: fmt(r.invariant_violations)),
+        ("simulation wall time (s)", lambda r: fmt(r.sim_wall_s)),
     ]
-    if any("mig_reconfigurations" in r for r in results):  # only with MIG GPUs (docs/GPU-SHARING.md)
-        rows.insert(len(rows) - 2, ("MIG reconfigurations", lambda r: fmt(r.get("mig_reconfigurations"))))
+    if any(r.mig_reconfigurations is not None for r in results):  # only with MIG GPUs (docs/GPU-SHARING.md)
+        rows.insert(len(rows) - 2, ("MIG reconfigurations", lambda r: fmt(r.mig_reconfigurations)))
     for label, render in rows:
         table.add_row(label, *[render(r) for r in results])
     Console().print(table)
     base = results[0]
     for other in results[1:]:
-        if base["energy_kwh"]:
-            Console().print(headline(other, base))
+        if base.energy_kwh:
+            Console().print(headline(headline_figures(other), headline_figures(base)))
+
+
+class HeadlineFigures(TypedDict):
+    policy: str
+    energy_kwh: float
+    co2_kg: float
+    cost: float
+    currency: str
+
+
+def headline_figures(result: SimResult) -> HeadlineFigures:
+    return {"policy": result.policy, "energy_kwh": result.energy_kwh, "co2_kg": result.co2_kg, "cost": result.cost,
+            "currency": result.currency}
 
 
 def _change(value: float, base: float) -> str:
@@ -183,9 +219,9 @@ def _change(value: float, base: float) -> str:
     return f"{share:.1%} {'more' if value > base else 'less'}"
 
 
-def headline(other: dict[str, Any], base: dict[str, Any]) -> str:
+def headline(other: HeadlineFigures, base: HeadlineFigures) -> str:
     """One line: facility energy, CO2 and total cost (energy plus cloud) of `other` against `base`."""
-    currency = other.get("currency", "")
+    currency = other["currency"]
     return (f"{other['policy']} vs {base['policy']}: {_change(other['energy_kwh'], base['energy_kwh'])} facility "
             f"energy, {_change(other['co2_kg'], base['co2_kg'])} CO2, total cost (energy plus cloud) "
             f"{other['cost']:,.2f} {currency} against {base['cost']:,.2f}: {_change(other['cost'], base['cost'])}")

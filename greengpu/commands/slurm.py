@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from greengpu.commands.common import HelpFirstGroup, echo_events, echo_lines
+
+if TYPE_CHECKING:
+    from greengpu.control.slurm_hooks import HookContext
 
 
 @click.group(cls=HelpFirstGroup)
@@ -68,7 +71,7 @@ def _slurm_step(name: str) -> Iterator[None]:
 @slurm.command("suspend")
 @click.argument("hostlist")
 @click.pass_obj
-def slurm_suspend(context: Any, hostlist: str) -> None:
+def slurm_suspend(context: HookContext, hostlist: str) -> None:
     """SuspendProgram: record why each node sleeps and start its suspend command (detached).
 
     Refuses (exit 1, logged) nodes Slurm reports busy, and everything when scontrol fails.
@@ -85,7 +88,7 @@ def slurm_suspend(context: Any, hostlist: str) -> None:
 @slurm.command("resume")
 @click.argument("hostlist")
 @click.pass_obj
-def slurm_resume(context: Any, hostlist: str) -> None:
+def slurm_resume(context: HookContext, hostlist: str) -> None:
     """ResumeProgram: send wake-on-LAN (or IPMI power-on) to each node; `verify` follows them up."""
     from greengpu.control.hooks.slurm_hooks import resume, resume_file_from_env
 
@@ -99,7 +102,7 @@ def slurm_resume(context: Any, hostlist: str) -> None:
 @click.argument("hostlist")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of the alerts raised (strings).")
 @click.pass_obj
-def slurm_resume_failed(context: Any, hostlist: str, as_json: bool) -> None:
+def slurm_resume_failed(context: HookContext, hostlist: str, as_json: bool) -> None:
     """ResumeFailProgram: Slurm gave up on these nodes; close their wake-ups as failed and log an ALERT."""
     from greengpu.control.hooks.slurm_hooks import resume_failed
 
@@ -112,7 +115,7 @@ def slurm_resume_failed(context: Any, hostlist: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON array: node, event (send, up, timeout, failed), "
               "message.")
 @click.pass_obj
-def slurm_verify(context: Any, as_json: bool) -> None:
+def slurm_verify(context: HookContext, as_json: bool) -> None:
     """One verification pass: nodes up are done; late ones get another wake-up; failed ones go DOWN."""
     from greengpu.control.hooks.slurm_hooks import verify_events
 
@@ -124,7 +127,7 @@ def slurm_verify(context: Any, as_json: bool) -> None:
 @slurm.command("power-down")
 @click.argument("hostlist")
 @click.pass_obj
-def slurm_power_down(context: Any, hostlist: str) -> None:
+def slurm_power_down(context: HookContext, hostlist: str) -> None:
     """Ask Slurm to power idle nodes down now (greengpu's planner deciding, not SuspendTime)."""
     from greengpu.control.hooks.slurm_hooks import power_down
 
@@ -135,7 +138,7 @@ def slurm_power_down(context: Any, hostlist: str) -> None:
 @slurm.command("power-up")
 @click.argument("hostlist")
 @click.pass_obj
-def slurm_power_up(context: Any, hostlist: str) -> None:
+def slurm_power_up(context: HookContext, hostlist: str) -> None:
     """Ask Slurm to power nodes up now (it runs the ResumeProgram)."""
     from greengpu.control.hooks.slurm_hooks import power_up
 
@@ -146,7 +149,7 @@ def slurm_power_up(context: Any, hostlist: str) -> None:
 @slurm.command("status")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array: node, state, since_s (epoch), reason.")
 @click.pass_obj
-def slurm_status(context: Any, as_json: bool) -> None:
+def slurm_status(context: HookContext, as_json: bool) -> None:
     """Nodes greengpu put to sleep or is waking, with why and since when (UTC)."""
     import time
 

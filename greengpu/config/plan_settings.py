@@ -11,14 +11,13 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from greengpu.config.fields import Fields
 from greengpu.config.limits import MAX_GPUS, MAX_PLAN_DAYS, MAX_YEAR, MIN_YEAR, finite_number
 from greengpu.config.yamlsource import PathKey, YamlDocument, load_yaml_file, shown
-from greengpu.forecast.plan_types import EfficiencyGain, PlanInputs, Project
+from greengpu.plan_inputs import EfficiencyGain, PlanInputs, Project
 
 KEYS = ("history", "trace", "trace_format", "cluster", "horizon", "lead_time", "target_utilisation",
         "redundancy_gpus", "max_wait_probability", "growth_window", "growth_gpus_per_month", "buffer_factor",
@@ -43,13 +42,29 @@ def days_of(text: str) -> int:
 
 
 @dataclass(frozen=True)
+class PlanFileValues:
+    """A plan file's plain settings, checked (paths resolved); None where the file does not set the key."""
+    history: str | None = None
+    trace: str | None = None
+    cluster: str | None = None
+    credit: str | None = None
+    trace_format: str | None = None
+    horizon: str | None = None
+    lead_time: str | None = None
+    growth_window: str | None = None
+    target_utilisation: float | None = None
+    redundancy_gpus: int | None = None
+    max_wait_probability: float | None = None
+
+
+@dataclass(frozen=True)
 class PlanFile:
-    values: dict[str, Any]
-    """Plain settings (paths resolved); absent keys are absent."""
+    values: PlanFileValues
     inputs: PlanInputs
 
 
-def _date(doc: YamlDocument, path: PathKey, value: Any) -> pd.Timestamp:
+def _date(doc: YamlDocument, path: PathKey, value: object) -> pd.Timestamp:
+    """A YAML date (or ISO date string) as a day; `value` is the file's raw value, checked here."""
     day: dt.date | None = None
     if isinstance(value, dt.datetime):
         day = value.date()
@@ -108,33 +123,36 @@ def _efficiency(fields: Fields) -> tuple[EfficiencyGain, ...]:
     return tuple(gains)
 
 
+def _duration(fields: Fields, key: str) -> str | None:
+    if not fields.has(key):
+        return None
+    text = fields.string(key) or ""
+    try:
+        days_of(text)
+    except ValueError as exc:
+        raise fields.error(key, f"{exc}: {shown(text)}") from None
+    return text
+
+
 def load_plan_file(path: str | Path) -> PlanFile:
     document = load_yaml_file(path)
     fields = Fields(document, (), document.value)
     fields.reject_unknown(KEYS)
     base = Path(path).parent
-    values: dict[str, Any] = {}
-    for key in ("history", "trace", "cluster"):
-        if fields.has(key):
-            values[key] = str(base / (fields.string(key) or ""))
-    if fields.has("credit"):  # where the data comes from, shown with the report (CC BY asks for it)
-        values["credit"] = fields.string("credit")
-    if fields.has("trace_format"):
-        values["trace_format"] = fields.string("trace_format", choices=("csv", "philly", "sacct"))
-    for key in ("horizon", "lead_time", "growth_window"):
-        if fields.has(key):
-            text = fields.string(key) or ""
-            try:
-                days_of(text)
-            except ValueError as exc:
-                raise fields.error(key, f"{exc}: {shown(text)}") from None
-            values[key] = text
-    if fields.has("target_utilisation"):
-        values["target_utilisation"] = fields.number("target_utilisation", minimum=0.05, maximum=1.0)
-    if fields.has("redundancy_gpus"):
-        values["redundancy_gpus"] = fields.integer("redundancy_gpus", minimum=0)
-    if fields.has("max_wait_probability"):
-        values["max_wait_probability"] = fields.number("max_wait_probability", minimum=0.0001, maximum=1.0)
+    paths = {key: str(base / (fields.string(key) or "")) if fields.has(key) else None
+             for key in ("history", "trace", "cluster")}
+    # credit: where the data comes from, shown with the report (CC BY asks for it)
+    credit = fields.string("credit") if fields.has("credit") else None
+    trace_format = fields.string("trace_format", choices=("csv", "philly", "sacct")) if fields.has(
+        "trace_format") else None
+    durations = {key: _duration(fields, key) for key in ("horizon", "lead_time", "growth_window")}
+    values = PlanFileValues(
+        history=paths["history"], trace=paths["trace"], cluster=paths["cluster"], credit=credit,
+        trace_format=trace_format, horizon=durations["horizon"], lead_time=durations["lead_time"],
+        growth_window=durations["growth_window"],
+        target_utilisation=fields.number("target_utilisation", minimum=0.05, maximum=1.0),
+        redundancy_gpus=fields.integer("redundancy_gpus", minimum=0),
+        max_wait_probability=fields.number("max_wait_probability", minimum=0.0001, maximum=1.0))
     if fields.has("history") and fields.has("trace"):
         raise fields.error("trace", "give history or trace, not both")
     growth = fields.number("growth_gpus_per_month", minimum=-MAX_GPUS, maximum=MAX_GPUS)

@@ -10,35 +10,37 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 
-def _limiter() -> Any:
+def _limits_available() -> bool:
+    """threadpoolctl is importable, and the BLAS libraries to limit are loaded."""
     try:
-        from threadpoolctl import threadpool_limits
+        import threadpoolctl  # noqa: F401
     except ImportError:  # an install without the planning extra's threadpoolctl: fits are only slower
-        return None
+        return False
     # A limit reaches only the libraries loaded when it is set: scipy brings its own OpenBLAS, which
     # statsmodels' first fit would load after the limit, with its default threads.
     import scipy.linalg  # noqa: F401
     import scipy.optimize  # noqa: F401
 
-    return threadpool_limits
+    return True
 
 
 @contextmanager
 def one_blas_thread() -> Iterator[None]:
     """BLAS libraries loaded in this process use one thread inside the block."""
-    limits = _limiter()
-    if limits is None:
+    if not _limits_available():
         yield
         return
-    with limits(limits=1, user_api="blas"):
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
         yield
 
 
 def one_blas_thread_for_good() -> None:
     """BLAS libraries loaded in this process use one thread from now on (a worker process's start)."""
-    limits = _limiter()
-    if limits is not None:
-        limits(limits=1, user_api="blas")
+    if _limits_available():
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")

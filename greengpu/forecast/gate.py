@@ -20,11 +20,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from greengpu.forecast.backtest import Backtest
+from greengpu.forecast.plan_types import GateSummary
 
 GATE_RATIO = 0.95
 GATE_ALPHA = 0.05
@@ -255,18 +255,17 @@ def choose(backtest: Backtest) -> Choice:
                   f"sign test p <= {GATE_ALPHA})", top, what_would_change(top, False))
 
 
-def gate_summary(choice: Choice | None) -> dict[str, Any] | None:
+def gate_summary(choice: Choice | None) -> GateSummary | None:
     """The gate's verdict with its evidence: the shipped candidate's, or the best candidate's when a
     baseline ships."""
     if choice is None:
         return None
-    summary: dict[str, Any] = {"max_ratio": GATE_RATIO, "alpha": GATE_ALPHA, "test": "one-sided sign test",
-                               "interval_level": INTERVAL_LEVEL, "shipped_candidate": choice.shipped_candidate,
-                               "to_change": choice.to_change}
     power = choice.power
-    summary.update({"can_pass": power.can_pass, "power": {
-        "level": GATE_POWER, "untied_origins": power.trials, "wins_needed": power.wins_needed,
-        "detectable_win_rate": power.detectable_win_rate, "text": power.text()}})
+    summary: GateSummary = {
+        "max_ratio": GATE_RATIO, "alpha": GATE_ALPHA, "test": "one-sided sign test", "interval_level": INTERVAL_LEVEL,
+        "shipped_candidate": choice.shipped_candidate, "to_change": choice.to_change, "can_pass": power.can_pass,
+        "power": {"level": GATE_POWER, "untied_origins": power.trials, "wins_needed": power.wins_needed,
+                  "detectable_win_rate": power.detectable_win_rate, "text": power.text()}}
     evidence = choice.evidence
     if evidence is not None:
         summary.update({"candidate": evidence.model, "baseline": evidence.baseline,

@@ -26,10 +26,16 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:  # statsmodels is the planning extra's: imported where a fit runs
+    from statsmodels.base.wrapper import ResultsWrapper
+    from statsmodels.tsa.base.tsa_model import TimeSeriesModel
+
+Fit = TypeVar("Fit")
 
 DAY_H = 24
 WEEK_H = 168
@@ -84,13 +90,13 @@ def drift(history: pd.Series, horizon: int) -> np.ndarray:
     return np.asarray(values[-1] + slope * np.arange(1, horizon + 1), dtype=float)
 
 
-def _quiet(fit: Callable[[], Any]) -> Any:
+def _quiet(fit: Callable[[], Fit]) -> Fit:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence chatter; the guard judges the result
         return fit()
 
 
-def _ets_model(history: pd.Series, season: int | None) -> Any:
+def _ets_model(history: pd.Series, season: int | None) -> TimeSeriesModel:
     from statsmodels.tsa.exponential_smoothing.ets import ETSModel
 
     # The heuristic needs two full seasons and ten points; shorter series estimate their initial states.
@@ -104,8 +110,8 @@ def _ets_model(history: pd.Series, season: int | None) -> Any:
 class KeptFit:
     """A statsmodels results object behind the `Fitted` protocol: `build` makes the same model on another
     window, which `extend` runs with these parameters (a filter pass) and `refit` estimates from them."""
-    results: Any
-    build: Callable[[pd.Series], Any]
+    results: ResultsWrapper
+    build: Callable[[pd.Series], TimeSeriesModel]
     maxiter: int
     run_with: str = "filter"
     """The model's method that runs fixed parameters over a window: a state-space model's `filter` (the
@@ -122,8 +128,8 @@ class KeptFit:
         return _fitted(self.build, history, self.maxiter, self.run_with, start_params=self.results.params)
 
 
-def _fitted(build: Callable[[pd.Series], Any], history: pd.Series, maxiter: int, run_with: str = "filter",
-            start_params: Any = None) -> KeptFit:
+def _fitted(build: Callable[[pd.Series], TimeSeriesModel], history: pd.Series, maxiter: int, run_with: str = "filter",
+            start_params: pd.Series | None = None) -> KeptFit:
     model = build(history)
     results = _quiet(lambda: model.fit(disp=False, maxiter=maxiter, start_params=start_params))
     return KeptFit(results, build, maxiter, run_with)
@@ -143,7 +149,7 @@ def uc_fit(history: pd.Series, level: str, seasons: list[dict[str, int]]) -> Kep
     """UnobservedComponents with `level` and Fourier seasons (`{"period", "harmonics"}` each)."""
     from statsmodels.tsa.statespace.structural import UnobservedComponents
 
-    def build(window: pd.Series) -> Any:
+    def build(window: pd.Series) -> TimeSeriesModel:
         return UnobservedComponents(window.astype(float), level=level, freq_seasonal=seasons)
 
     return _fitted(build, history, 100)
@@ -179,7 +185,7 @@ def unobserved_components(history: pd.Series, horizon: int) -> np.ndarray:
 def sarimax_fit(history: pd.Series) -> KeptFit:
     from statsmodels.tsa.statespace.sarimax import SARIMAX
 
-    def build(window: pd.Series) -> Any:
+    def build(window: pd.Series) -> TimeSeriesModel:
         # concentrate_scale: the variance is solved for, not searched, which halves the fit time.
         return SARIMAX(window.astype(float), order=(1, 0, 1), seasonal_order=(1, 0, 0, DAY_H), trend="c",
                        enforce_stationarity=False, enforce_invertibility=False, concentrate_scale=True)

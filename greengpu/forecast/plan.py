@@ -28,7 +28,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,7 +41,15 @@ from greengpu.forecast.demand import ANY_MODEL
 from greengpu.forecast.gate import choose, gate_summary
 from greengpu.forecast.models import DAY_H
 from greengpu.forecast.plan_summary import daily_summary, day_ahead, iso_date, rounded
-from greengpu.forecast.plan_types import EfficiencyGain, PlanInputs, PlanResult, PlanSettings, Project
+from greengpu.forecast.plan_types import (
+    InputsSummary,
+    ModelPoolRow,
+    MonthRow,
+    PlanResult,
+    PlanSettings,
+    ScenarioRow,
+)
+from greengpu.plan_inputs import EfficiencyGain, PlanInputs, Project
 
 SCENARIO_QUANTILES = (0.5, 0.8, 0.95)
 SCENARIO_UTILISATIONS = (0.5, 0.65, 0.8)
@@ -286,11 +293,11 @@ def _make_plan(history: pd.Series, installed_gpus: int | None, settings: PlanSet
 
 
 def size_by_model(demand_by_model: dict[str, pd.Series], installed_by_model: dict[str, int],
-                  settings: PlanSettings) -> list[dict[str, Any]]:
+                  settings: PlanSettings) -> list[ModelPoolRow]:
     """Per GPU model jobs are pinned to: the same peak rule as the cluster (level, Theil-Sen growth,
     calibrated upper rise), sized against that model's installed GPUs. Planning inputs are the
     cluster's and are not split by model; the demand that accepts any model is reported, not sized."""
-    rows = []
+    rows: list[ModelPoolRow] = []
     for model, series in demand_by_model.items():
         if series.dropna().empty:
             continue
@@ -302,20 +309,18 @@ def size_by_model(demand_by_model: dict[str, pd.Series], installed_by_model: dic
         days = horizon_days(series, settings)
         # A model the cluster lacks has 0 installed: its pinned jobs can never run, and it says so.
         installed = installed_by_model.get(model, 0) if installed_by_model and model != ANY_MODEL else None
-        row: dict[str, Any] = {"gpu_model": model, "installed_gpus": installed, "peak_gpus": round(level, 1),
-                               "growth_gpus_per_day": round(slope, 3), "upper_offset_gpus": round(offset, 1)}
+        required, run_out = None, None  # accepts any model: it shares every pool
         if model != ANY_MODEL or not installed_by_model:
             planned = plan_days(days, peaks, offset, settings.target_utilisation, settings, PlanInputs())
-            row["required_gpus"] = max((d.required for d in planned), default=0)
-            row["run_out_date"] = iso_date(run_out_day(planned, installed))
-        else:
-            row["required_gpus"] = None  # accepts any model: it shares every pool
-            row["run_out_date"] = None
-        rows.append(row)
+            required = max((d.required for d in planned), default=0)
+            run_out = iso_date(run_out_day(planned, installed))
+        rows.append({"gpu_model": model, "installed_gpus": installed, "peak_gpus": round(level, 1),
+                     "growth_gpus_per_day": round(slope, 3), "upper_offset_gpus": round(offset, 1),
+                     "required_gpus": required, "run_out_date": run_out})
     return rows
 
 
-def _months(planned: list[PlannedDay]) -> list[dict[str, Any]]:
+def _months(planned: list[PlannedDay]) -> list[MonthRow]:
     if not planned:
         return []
     frame = pd.DataFrame([(d.day, d.peak, d.upper, d.required) for d in planned],
@@ -328,10 +333,10 @@ def _months(planned: list[PlannedDay]) -> list[dict[str, Any]]:
 
 
 def _scenarios(days: pd.DatetimeIndex, peaks: PeakModel, offsets: dict[float, float], settings: PlanSettings,
-               inputs: PlanInputs, installed_gpus: int | None) -> list[dict[str, Any]]:
+               inputs: PlanInputs, installed_gpus: int | None) -> list[ScenarioRow]:
     """Required GPUs and run-out date for each peak quantile x utilisation target."""
     utilisations = sorted({*SCENARIO_UTILISATIONS, settings.target_utilisation})
-    rows = []
+    rows: list[ScenarioRow] = []
     for quantile in SCENARIO_QUANTILES:
         for utilisation in utilisations:
             planned = plan_days(days, peaks, offsets[quantile], utilisation, settings, inputs)
@@ -341,7 +346,7 @@ def _scenarios(days: pd.DatetimeIndex, peaks: PeakModel, offsets: dict[float, fl
     return rows
 
 
-def _inputs_summary(inputs: PlanInputs, measured_slope: float, used_slope: float) -> dict[str, Any]:
+def _inputs_summary(inputs: PlanInputs, measured_slope: float, used_slope: float) -> InputsSummary:
     return {
         "projects": [{"name": p.name, "gpus": p.gpus, "start": iso_date(p.start), "end": iso_date(p.end)}
                      for p in inputs.projects],

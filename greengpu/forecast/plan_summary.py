@@ -4,8 +4,8 @@ the shipped model's next 24 hours with its calibrated bands, dates and rounded f
 from __future__ import annotations
 
 import math
-from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from greengpu.forecast.backtest import CANDIDATE_WINDOW_H
@@ -13,9 +13,10 @@ from greengpu.forecast.calibration import Calibration
 from greengpu.forecast.daily import DailyForecast
 from greengpu.forecast.gate import gate_summary
 from greengpu.forecast.models import DAY_H, ModelSpec, guarded
+from greengpu.forecast.plan_types import DailySummary, DayAheadRow
 
 
-def daily_summary(daily: DailyForecast, used: bool) -> dict[str, Any]:
+def daily_summary(daily: DailyForecast, used: bool) -> DailySummary:
     choice = daily.choice
     return {"model": choice.model if choice else "peak_trend", "shipped_candidate": used,
             "mase": rounded(choice.mase) if choice else None,
@@ -29,22 +30,21 @@ def daily_summary(daily: DailyForecast, used: bool) -> dict[str, Any]:
 
 
 def day_ahead(series: pd.Series, model: str, models: tuple[ModelSpec, ...],
-               calibration: Calibration) -> list[dict[str, Any]]:
+               calibration: Calibration) -> list[DayAheadRow]:
     """The shipped model's next 24 hours from the whole history, with the calibrated bands."""
     spec = next(m for m in models if m.name == model)
     history = series.iloc[-CANDIDATE_WINDOW_H:] if spec.kind == "candidate" else series
     point = guarded(spec, history, DAY_H).values
-    bands = {level: calibration.band(point, level) for level in calibration.levels}
+    low_80, up_80 = calibration.band(point, 0.8)
+    low_95, up_95 = calibration.band(point, 0.95)
     times = pd.date_range(series.index[-1] + pd.Timedelta(hours=1), periods=DAY_H, freq="h")
-    rows = []
-    for step, when in enumerate(times):
-        row: dict[str, Any] = {"time": when.isoformat(), "gpus": round(max(0.0, float(point[step])), 1)}
-        for level, (lower, upper) in bands.items():
-            tag = int(round(level * 100))
-            row[f"lower_{tag}"] = round(max(0.0, float(lower[step])), 1)
-            row[f"upper_{tag}"] = round(max(0.0, float(upper[step])), 1)
-        rows.append(row)
-    return rows
+
+    def gpus(values: np.ndarray, step: int) -> float:
+        return round(max(0.0, float(values[step])), 1)
+
+    return [{"time": when.isoformat(), "gpus": gpus(point, step), "lower_80": gpus(low_80, step),
+             "upper_80": gpus(up_80, step), "lower_95": gpus(low_95, step), "upper_95": gpus(up_95, step)}
+            for step, when in enumerate(times)]
 
 
 def iso_date(day: pd.Timestamp | None) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from greengpu.backends.sharing_live import declared_layout
 from greengpu.model import Cluster
@@ -28,6 +28,22 @@ class ModelSummary:
     sleep_w: float = 0.0
 
 
+class TenantRow(TypedDict):
+    tenant: str
+    quota_gpus: float
+    weight: float
+    borrow_limit_gpus: float | None
+    quota_share: float
+
+
+class PoolRow(TypedDict):
+    pool: str
+    type: str
+    spot: bool
+    price_per_hour: float
+    max_nodes: int
+
+
 @dataclass
 class CheckSummary:
     """The facts `greengpu check` prints."""
@@ -39,9 +55,9 @@ class CheckSummary:
     peak_kw: float
     facility_idle_kw: float
     facility_peak_kw: float
-    tenants: list[dict[str, Any]]
+    tenants: list[TenantRow]
     quota_total_gpus: float
-    pools: list[dict[str, Any]]
+    pools: list[PoolRow]
     warnings: list[str] = field(default_factory=list)
     sharing: list[str] = field(default_factory=list)
     """Per node type with MIG or time-slicing, its declared layout (docs/GPU-SHARING.md)."""
@@ -81,7 +97,7 @@ def summarize(cluster: Cluster) -> CheckSummary:
     missing_mac = sum(1 for n in cluster.nodes if n.mac is None)
     if missing_mac:
         warnings.append(f"{missing_mac} node(s) have no MAC address: they can be suspended only if IPMI wakes them")
-    tenants = [
+    tenants: list[TenantRow] = [
         {
             "tenant": t.name,
             "quota_gpus": t.quota_gpus,
@@ -91,7 +107,7 @@ def summarize(cluster: Cluster) -> CheckSummary:
         }
         for t in cluster.tenants.values()
     ]
-    pools = [
+    pools: list[PoolRow] = [
         {"pool": p.name, "type": p.type_name, "spot": p.spot, "price_per_hour": p.price_per_hour,
          "max_nodes": p.max_nodes}
         for p in cluster.pools.values()

@@ -11,13 +11,17 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 from greengpu.accounting.bill import UNITS
 from greengpu.accounting.ledger import choose_run, month_bounds_s, runs, shared_hour
 from greengpu.accounting.ledger_url import Ledger
 from greengpu.accounting.ledger_v3 import basis_label
 from greengpu.errors import BadInput
+from greengpu.report.month_types import DayFigures, Figures, MonthFigures, MonthReport, number
+
+if TYPE_CHECKING:
+    from greengpu.report.monthly_main import ReportRequest
 
 UNNAMED = "(unnamed)"
 
@@ -74,31 +78,39 @@ def _from_units(units: int, key: str) -> float:
     return round(units * UNITS[key], digits)
 
 
-def _add_figures(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def _added(parts: list[Figures | MonthFigures], key: str) -> float | None:
+    """`key` summed in whole units over the parts that have it; None when every one is null."""
+    if all(p[key] is None for p in parts):
+        return None
+    return _from_units(sum(_units(number(p, key) if p[key] is not None else None, key) for p in parts), key)
+
+
+def _add_figures(parts: Iterable[Figures | MonthFigures]) -> Figures:
     """Figures added in whole units; efficiency and idle share recomputed from the sums."""
     parts = list(parts)
-    out: dict[str, Any] = {}
+    out: Figures = {}
     for key in UNITS:
-        values = [p.get(key) for p in parts if key in p]
-        if not values:
-            continue
-        out[key] = None if all(v is None for v in values) else _from_units(sum(_units(v, key) for v in values), key)
+        present = [p for p in parts if key in p]
+        if present:
+            out[key] = _added(present, key)
     if "gpu_hours" in out and "gpu_hours_allocated" in out:
-        out["efficiency"] = round(out["gpu_hours_allocated"] / out["gpu_hours"], 4) if out["gpu_hours"] else None
+        hours = number(out, "gpu_hours")
+        out["efficiency"] = round(number(out, "gpu_hours_allocated") / hours, 4) if hours else None
     if "energy_kwh" in out and "idle_energy_kwh" in out:
-        out["idle_share"] = round(out["idle_energy_kwh"] / out["energy_kwh"], 4) if out["energy_kwh"] else None
-    jobs = [p["jobs"] for p in parts if isinstance(p.get("jobs"), dict)]
+        energy = number(out, "energy_kwh")
+        out["idle_share"] = round(number(out, "idle_energy_kwh") / energy, 4) if energy else None
+    jobs = [j for j in (p.get("jobs") for p in parts) if isinstance(j, dict)]
     if jobs:
         out["jobs"] = {state: sum(j.get(state, 0) for j in jobs) for state in jobs[0]}
     return out
 
 
-def _merged_rows(named: list[tuple[str, str, dict[str, Any]]], name_key: str) -> list[dict[str, Any]]:
+def _merged_rows(named: list[tuple[str, str, Figures]], name_key: str) -> list[Figures]:
     """Rows (cluster, name, row) of several runs merged by name, each saying its clusters and basis."""
-    groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    groups: dict[str, list[tuple[str, Figures]]] = {}
     for cluster, name, row in named:
         groups.setdefault(name, []).append((cluster, row))
-    out = []
+    out: list[Figures] = []
     for name in sorted(groups):
         members = groups[name]
         clusters = sorted({c for c, _ in members})
@@ -110,8 +122,8 @@ def _merged_rows(named: list[tuple[str, str, dict[str, Any]]], name_key: str) ->
     return out
 
 
-def _rows(payloads: list[tuple[dict[str, object], dict[str, Any]]], aggregate: str, key: str,
-          name_key: str) -> list[dict[str, Any]]:
+def _rows(payloads: list[tuple[dict[str, object], MonthReport]], aggregate: str, key: Literal["tenants", "rows"],
+          name_key: str) -> list[Figures]:
     clusters = {str(run["cluster"]) for run, _ in payloads}
     named = []
     for run, payload in payloads:
@@ -126,24 +138,25 @@ def _rows(payloads: list[tuple[dict[str, object], dict[str, Any]]], aggregate: s
     return _merged_rows(named, name_key)
 
 
-def _days(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by_day: dict[str, list[dict[str, Any]]] = {}
+def _days(payloads: list[MonthReport]) -> list[DayFigures]:
+    by_day: dict[str, list[DayFigures]] = {}
     for payload in payloads:
         for day in payload["days"]:
-            by_day.setdefault(day["day"], []).append(day)
-    out = []
-    for day in sorted(by_day):
-        parts = by_day[day]
-        energy = sum(p["energy_kwh"] for p in parts)
-        idle = sum(p["energy_kwh"] * p["idle_share"] for p in parts)
-        out.append({"day": day, "energy_kwh": round(energy, 3), "cost": round(sum(p["cost"] for p in parts), 2),
-                    "co2_kg": round(sum(p["co2_kg"] for p in parts), 3),
+            by_day.setdefault(str(day["day"]), []).append(day)
+    out: list[DayFigures] = []
+    for label in sorted(by_day):
+        parts = by_day[label]
+        energy = sum(number(p, "energy_kwh") for p in parts)
+        idle = sum(number(p, "energy_kwh") * number(p, "idle_share") for p in parts)
+        out.append({"day": label, "energy_kwh": round(energy, 3),
+                    "cost": round(sum(number(p, "cost") for p in parts), 2),
+                    "co2_kg": round(sum(number(p, "co2_kg") for p in parts), 3),
                     "idle_share": round(idle / energy, 4) if energy > 0 else 0.0})
     return out
 
 
-def _trend(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by_period: dict[str, list[dict[str, Any]]] = {}
+def _trend(payloads: list[MonthReport]) -> list[MonthFigures]:
+    by_period: dict[str, list[MonthFigures]] = {}
     for payload in payloads:
         for month in payload["trend"]:
             by_period.setdefault(str(month["period"]), []).append(month)
@@ -152,8 +165,8 @@ def _trend(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for period in sorted(by_period)]
 
 
-def build_fleet_report(request: Any, chosen: list[dict[str, object]],
-                       build_report: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+def build_fleet_report(request: ReportRequest, chosen: list[dict[str, object]],
+                       build_report: Callable[[ReportRequest], MonthReport]) -> MonthReport:
     """The report of several runs added up (`request` a monthly_main.ReportRequest; `build_report` bills one)."""
     if request.baseline_run is not None:
         raise BadInput("--baseline compares two runs: give one --run with it, not a fleet")
@@ -163,13 +176,14 @@ def build_fleet_report(request: Any, chosen: list[dict[str, object]],
     first = payloads[0][1]
     bare = [p for _, p in payloads]
     # Measured share of the fleet: each run's share weighted by its energy (a run with none metered adds nothing).
-    weighted = [(p["measured_share"], p["totals"]["energy_kwh"]) for p in bare if p.get("measured_share") is not None]
+    weighted = [(share, number(p["totals"], "energy_kwh")) for p in bare
+                if (share := p.get("measured_share")) is not None]
     energy = sum(e for _, e in weighted)
     share = sum(s * e for s, e in weighted) / energy if energy > 0 else None
-    pricing = dict(first["pricing"])
+    pricing = first["pricing"].copy()
     if len({float(str(run["pue"])) for run in chosen}) > 1 and request.settings.pue is None:
         pricing["pue"] = {"value": None, "source": "the inventory's site.pue of each run when it was written"}
-    payload: dict[str, Any] = {
+    payload: MonthReport = {
         **first,
         "run_id": None, "runs": [int(str(run["run_id"])) for run in chosen],
         "clusters": sorted({str(run["cluster"]) for run in chosen}),
@@ -185,6 +199,7 @@ def build_fleet_report(request: Any, chosen: list[dict[str, object]],
         "node_sleep_hours": round(sum(p["node_sleep_hours"] for p in bare), 3),
         "pricing": pricing, "days": _days(bare), "trend": _trend(bare), "baseline": None,
     }
-    for key in ("totals", "idle"):  # the shape of a one-run report's
-        payload[key] = {k: v for k, v in payload[key].items() if k in first[key]}
+    # The shape of a one-run report's totals and idle.
+    payload["totals"] = {k: v for k, v in payload["totals"].items() if k in first["totals"]}
+    payload["idle"] = {k: v for k, v in payload["idle"].items() if k in first["idle"]}
     return payload

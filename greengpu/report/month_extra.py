@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
 
 from greengpu.accounting.bill import MonthInput
 from greengpu.accounting.chargeback import NoRate, chargeback
 from greengpu.accounting.ledger_url import Ledger
 from greengpu.accounting.ledger_v3 import JobFacts, charge_segments, cloud_hours, job_facts
 from greengpu.errors import BadInput
+from greengpu.report.month_types import CloudCarbon, Queue, QueueFigures
 from greengpu.report.settings import ReportSettings
 
 FAILED = ("failed", "killed")
@@ -42,7 +42,7 @@ def percentile(values: list[float], share: float) -> float | None:
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
-def _queue_row(facts: list[JobFacts]) -> dict[str, Any]:
+def _queue_row(facts: list[JobFacts]) -> QueueFigures:
     waits = [f.first_start_s - f.submit_s for f in facts if f.submit_s is not None]
     ended = [f for f in facts if f.outcome in ("completed", *FAILED)]
     checkpoints = [f.checkpoint_s for f in facts if f.checkpoint_s is not None]
@@ -54,7 +54,7 @@ def _queue_row(facts: list[JobFacts]) -> dict[str, Any]:
             "checkpoint_mean_s": round(math.fsum(checkpoints) / len(checkpoints), 1) if checkpoints else None}
 
 
-def queue_rows(ledger: Ledger, run_id: int, start_s: float, end_s: float) -> dict[str, Any]:
+def queue_rows(ledger: Ledger, run_id: int, start_s: float, end_s: float) -> Queue:
     """Per tenant and in total, over the jobs that first started in the month: wait P50 and P95 (submit to
     first start), failure rate (failed or killed over the jobs that ended) and mean checkpoint time."""
     facts = job_facts(ledger, run_id, start_s, end_s)
@@ -64,7 +64,7 @@ def queue_rows(ledger: Ledger, run_id: int, start_s: float, end_s: float) -> dic
 
 
 def cloud_carbon_payload(ledger: Ledger, run_id: int, start_s: float, end_s: float, settings: ReportSettings
-                         ) -> dict[str, Any]:
+                         ) -> CloudCarbon:
     """Where the cloud's CO2 comes from: the settings' region intensities, and the regions (or pools that name
     none) charged at the site's intensity when the replay wrote them, because no series was known."""
     rows = cloud_hours(ledger, run_id, start_s, end_s)

@@ -4,9 +4,9 @@ renderers."""
 from __future__ import annotations
 
 import calendar
-from typing import Any
 
 from greengpu.accounting.bill import IDLE
+from greengpu.report.month_types import Figures, MonthReport
 
 
 def month_seconds(period: str) -> int:
@@ -15,9 +15,9 @@ def month_seconds(period: str) -> int:
     return calendar.monthrange(year, month)[1] * 86_400
 
 
-def all_rows(payload: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+def all_rows(payload: MonthReport) -> list[tuple[str, str, Figures]]:
     """(kind, name, figures) of the rows, then idle (when any is left) and the total."""
-    rows = [("row", r["name"], r) for r in payload["rows"]]
+    rows = [("row", str(r["name"]), r) for r in payload["rows"]]
     idle = payload["idle"]
     if payload["share_idle"] == "none" and payload["aggregate"] != "node" or any(
             v for k, v in idle.items() if isinstance(v, float)):

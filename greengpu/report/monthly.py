@@ -11,9 +11,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any
 
+from greengpu.json_types import JsonValue
 from greengpu.report.month_rows import all_rows, month_seconds
+from greengpu.report.month_types import CloudCarbon, FigureValue, MonthReport, QueueFigures, maybe_number, number
 
 FORMATS = ("text", "json", "csv", "html")
 CODECARBON = ("duration", "energy_consumed", "gpu_energy", "emissions", "emissions_rate", "country_iso_code",
@@ -25,7 +26,7 @@ EXTRA = ("kind", "basis", "gpu_hours_allocated", "efficiency", "gpu_energy_kwh",
 QUEUE = ("jobs_started", "wait_p50_s", "wait_p95_s", "failure_rate", "checkpoint_mean_s")
 
 
-def _cell(value: Any) -> str:
+def _cell(value: FigureValue | JsonValue) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -33,27 +34,27 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _saved(payload: dict[str, Any]) -> dict[str, dict[str, float]]:
+def _saved(payload: MonthReport) -> dict[str, dict[str, float | str]]:
     baseline = payload.get("baseline")
     if not baseline:
         return {}
-    out = {r["name"]: r for r in baseline["rows"]}
-    out["TOTAL"] = baseline["totals"]
+    out = {str(r["name"]): r for r in baseline["rows"]}
+    out["TOTAL"] = dict(baseline["totals"])
     return out
 
 
-def _queue_by_name(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _queue_by_name(payload: MonthReport) -> dict[str, QueueFigures]:
     """The queue figures for the CSV: on each tenant's row (rows by tenant) and on TOTAL."""
     queue = payload.get("queue")
     if not queue:
         return {}
-    out = {"TOTAL": queue["total"]}
+    out: dict[str, QueueFigures] = {"TOTAL": queue["total"]}
     if payload["aggregate"] == "tenant":
         out.update({q["tenant"]: q for q in queue["tenants"]})
     return out
 
 
-def render_csv(payload: dict[str, Any]) -> str:
+def render_csv(payload: MonthReport) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["period", payload["aggregate"], "gpu_hours", "energy_kwh", "cost", "co2_kg", "currency",
@@ -63,9 +64,10 @@ def render_csv(payload: dict[str, Any]) -> str:
     pue = payload["pricing"]["pue"]["value"]
     queue = _queue_by_name(payload)
     for kind, name, figures in all_rows(payload):
-        jobs = figures.get("jobs", {})
+        jobs = figures.get("jobs")
+        jobs = jobs if isinstance(jobs, dict) else {}
         savings = saved.get(name, {})
-        emissions = figures["co2_kg"]
+        emissions = number(figures, "co2_kg")
         writer.writerow([payload["period"], name, *(_cell(figures[k]) for k in ("gpu_hours", "energy_kwh", "cost",
                                                                                    "co2_kg")),
                          payload["currency"], duration, _cell(figures["energy_kwh"]), _cell(figures["gpu_energy_kwh"]),
@@ -80,19 +82,27 @@ def render_csv(payload: dict[str, Any]) -> str:
                          *(_cell(figures.get(k)) for k in ("cloud_node_hours", "cloud_cost", "cloud_co2_kg",
                                                            "total_cost", "chargeback")),
                          *(_cell(savings.get(k)) for k in ("cloud_cost", "total_cost")),
-                         *(_cell(queue.get(name, {}).get(k)) for k in QUEUE)])
+                         *_queue_cells(queue.get(name))])
     return buffer.getvalue()
 
 
-def _num(value: Any, digits: int) -> str:
+def _queue_cells(row: QueueFigures | None) -> list[str]:
+    """The QUEUE columns of a row (empty without queue figures)."""
+    if row is None:
+        return [""] * len(QUEUE)
+    return [_cell(v) for v in (row["jobs_started"], row["wait_p50_s"], row["wait_p95_s"], row["failure_rate"],
+                               row["checkpoint_mean_s"])]
+
+
+def _num(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def _pct(value: Any) -> str:
+def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def _cloud_source(cloud: dict[str, Any] | None) -> str:
+def _cloud_source(cloud: CloudCarbon | None) -> str:
     if not cloud:
         return "as recorded in the ledger"
     parts = [f"{cloud['source']} ({', '.join(cloud['g_per_kwh_by_region'])})"] if cloud["source"] else []
@@ -101,7 +111,7 @@ def _cloud_source(cloud: dict[str, Any] | None) -> str:
     return "; ".join(parts) or "no cloud rows"
 
 
-def render_text(payload: dict[str, Any]) -> str:
+def render_text(payload: MonthReport) -> str:
     currency = payload["currency"]
     pricing = payload["pricing"]
     market = pricing["carbon_market"]
@@ -123,12 +133,13 @@ def render_text(payload: dict[str, Any]) -> str:
     for kind, name, figures in all_rows(payload):
         if kind == "total":
             lines.append("-" * len(head))
-        lines.append(f"{name[:20]:<20} {figures['gpu_hours']:>11,.1f} {_pct(figures.get('efficiency')):>5} "
+        lines.append(f"{name[:20]:<20} {figures['gpu_hours']:>11,.1f} {_pct(maybe_number(figures, 'efficiency')):>5} "
                      f"{figures['energy_kwh']:>11,.1f} {figures['cost']:>12,.2f} {figures['co2_kg']:>11,.3f} "
-                     f"{_num(figures['co2_market_kg'], 3):>11} {_pct(figures.get('idle_share')):>5} "
+                     f"{_num(maybe_number(figures, 'co2_market_kg'), 3):>11} "
+                     f"{_pct(maybe_number(figures, 'idle_share')):>5} "
                      f"{figures['cloud_cost']:>12,.2f} {figures['cloud_co2_kg']:>12,.3f} "
                      f"{figures['total_cost']:>12,.2f} "
-                     f"{_num(figures.get('chargeback'), 2):>11}")
+                     f"{_num(maybe_number(figures, 'chargeback'), 2):>11}")
     jobs = payload["jobs"]
     lines.append(f"jobs: {jobs['ran']} ran, {jobs['ended']} ended, {jobs['preempted']} preempted, "
                  f"{jobs['running']} running at the month's end; node sleep: {payload['node_sleep_hours']:,.1f} "
@@ -141,24 +152,27 @@ def render_text(payload: dict[str, Any]) -> str:
     if baseline:
         lines.append(f"savings against run {baseline['run_id']} ({baseline['policy']}): {baseline['method']}")
         lines.append(f"  {baseline['headline']}")
-        for row in [*baseline["rows"], {"name": "TOTAL", **baseline["totals"]}]:
-            lines.append(f"  {row['name'][:20]:<20} {row['energy_kwh']:>11,.1f} kWh {row['cost']:>12,.2f} {currency} "
-                         f"energy {row['cloud_cost']:>12,.2f} {currency} cloud {row['total_cost']:>12,.2f} {currency} "
-                         f"total {row['co2_kg']:>11,.3f} kg")
+        total: dict[str, float | str] = {"name": "TOTAL", **baseline["totals"]}
+        for saved in [*baseline["rows"], total]:
+            lines.append(f"  {str(saved['name'])[:20]:<20} {saved['energy_kwh']:>11,.1f} kWh "
+                         f"{saved['cost']:>12,.2f} {currency} energy {saved['cloud_cost']:>12,.2f} {currency} cloud "
+                         f"{saved['total_cost']:>12,.2f} {currency} total {saved['co2_kg']:>11,.3f} kg")
     queue = payload.get("queue")
     if queue and queue["total"]["jobs_started"]:
         lines.append("queue (jobs that first started this month): wait P50 / P95, failure rate, mean checkpoint")
-        for name, row in [*((q["tenant"], q) for q in queue["tenants"]), ("TOTAL", queue["total"])]:
-            lines.append(f"  {name[:20]:<20} {row['jobs_started']:>6} jobs {_num(row['wait_p50_s'], 0):>9} s "
-                         f"{_num(row['wait_p95_s'], 0):>9} s {_pct(row['failure_rate']):>5} "
-                         f"{_num(row['checkpoint_mean_s'], 0):>7} s")
+        queue_rows: list[tuple[str, QueueFigures]] = [*((q["tenant"], q) for q in queue["tenants"]),
+                                                      ("TOTAL", queue["total"])]
+        for name, counts in queue_rows:
+            lines.append(f"  {name[:20]:<20} {counts['jobs_started']:>6} jobs {_num(counts['wait_p50_s'], 0):>9} s "
+                         f"{_num(counts['wait_p95_s'], 0):>9} s {_pct(counts['failure_rate']):>5} "
+                         f"{_num(counts['checkpoint_mean_s'], 0):>7} s")
     if len(payload["trend"]) > 1:
         lines.append("trend: " + "; ".join(f"{t['period']} {t['energy_kwh']:,.0f} kWh {t['cost']:,.2f} {currency} "
                                            f"{t['co2_kg']:,.0f} kg" for t in payload["trend"]))
     return "\n".join(lines) + "\n"
 
 
-def render(payload: dict[str, Any], output_format: str) -> str:
+def render(payload: MonthReport, output_format: str) -> str:
     """The report as `text` (a table), `json` (docs/REPORT.md), `csv` or `html` (a self-contained page)."""
     if output_format == "json":
         return json.dumps(payload, allow_nan=False) + "\n"

@@ -11,7 +11,6 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from greengpu.accounting.bill import IDLE, Bill, Pricing, make_bill, month_site_totals
 from greengpu.accounting.carbon import market_parts
@@ -21,6 +20,17 @@ from greengpu.accounting.ledger_v3 import basis_label, measured_share, node_base
 from greengpu.accounting.tariffs import FlatRate, HourlyRate, TimeOfUse
 from greengpu.errors import BadInput
 from greengpu.report.month_extra import add_month_extras, cloud_carbon_payload, queue_rows
+from greengpu.report.month_types import (
+    CarbonSource,
+    Embodied,
+    Figures,
+    MarketCarbon,
+    MonthReport,
+    PricingShown,
+    PueShown,
+    Savings,
+    Tariff,
+)
 from greengpu.report.settings import ReportSettings
 
 TREND_MONTHS = 12
@@ -69,8 +79,16 @@ def _earlier_months(month: str, count: int) -> list[tuple[str, float, float]]:
     return out[::-1]
 
 
+def _run_pue(run: dict[str, object]) -> float:
+    """The run's PUE as the ledger recorded it (a REAL column)."""
+    value = run["pue"]
+    if not isinstance(value, (int, float)):
+        raise BadInput(f"ledger run {run['run_id']}: pue is not a number: {value!r}")
+    return value
+
+
 def _pricing(run: dict[str, object], settings: ReportSettings) -> Pricing:
-    return Pricing(run_pue=float(run["pue"]), price=settings.price, carbon=settings.carbon,  # type: ignore[arg-type]
+    return Pricing(run_pue=float(_run_pue(run)), price=settings.price, carbon=settings.carbon,
                    pue=settings.pue, market=settings.market, embodied=settings.embodied)
 
 
@@ -88,10 +106,11 @@ def _uncovered(settings: ReportSettings, hours: list[float]) -> str | None:
 
 
 def _pricing_payload(run: dict[str, object], settings: ReportSettings, bill: Bill, energy_kwh: float
-                     ) -> dict[str, Any]:
+                     ) -> PricingShown:
     price = settings.price
+    tariff: Tariff
     if price is None:
-        tariff: dict[str, Any] = {"kind": "ledger", "source": RECORDED}
+        tariff = {"kind": "ledger", "source": RECORDED}
     else:
         kind = {FlatRate: "flat", HourlyRate: "hourly", TimeOfUse: "time-of-use"}.get(type(price), "other")
         tariff = {"kind": kind, "source": price.source}
@@ -99,17 +118,18 @@ def _pricing_payload(run: dict[str, object], settings: ReportSettings, bill: Bil
             tariff.update({"timezone": price.timezone, "period_rates_per_kwh": list(price.period_rates),
                            "holidays": sorted(d.isoformat() for d in price.holidays)})
     tariff["fixed_charge_per_month"] = settings.fixed_charge_per_month
-    location = {"method": "location-based", "source": settings.carbon.source if settings.carbon else RECORDED}
-    market: dict[str, Any] | None = None
+    location: CarbonSource = {"method": "location-based",
+                              "source": settings.carbon.source if settings.carbon else RECORDED}
+    market: MarketCarbon | None = None
     if settings.market is not None:
         market = {"method": "market-based", "source": settings.market.source,
                   "factor_g_per_kwh": bill.market_factor_g_per_kwh,
                   "parts": [{"instrument": p.instrument, "energy_kwh": round(p.energy_kwh, 3), "g_per_kwh": p.g_per_kwh,
                              "co2_kg": round(p.co2_kg, 3)} for p in market_parts(energy_kwh, settings.market)]}
-    pue = {"value": settings.pue if settings.pue is not None else run["pue"],
+    pue: PueShown = {"value": settings.pue if settings.pue is not None else _run_pue(run),
            "source": settings.pue_source if settings.pue is not None else f"ledger run {run['run_id']} (the "
            "inventory's site.pue)"}
-    embodied = None
+    embodied: Embodied | None = None
     if settings.embodied is not None:
         e = settings.embodied
         embodied = {"method": "SCI amortisation: kg per GPU x GPU-hours / (lifetime years x 8760)",
@@ -117,10 +137,10 @@ def _pricing_payload(run: dict[str, object], settings: ReportSettings, bill: Bil
     return {"tariff": tariff, "carbon_location": location, "carbon_market": market, "pue": pue, "embodied": embodied}
 
 
-def _figures(bill: Bill, figures: dict[str, float]) -> dict[str, Any]:
-    out: dict[str, Any] = dict(figures)
+def _figures(bill: Bill, figures: dict[str, float]) -> Figures:
+    out: Figures = dict(figures)
     # Total cost: the energy's and the cloud's, both conserved to the cent, so the sums add up too.
-    out["total_cost"] = round(out.get("cost", 0.0) + out.get("cloud_cost", 0.0), 2)
+    out["total_cost"] = round(figures.get("cost", 0.0) + figures.get("cloud_cost", 0.0), 2)
     out.setdefault("chargeback", None)
     if "co2_market_kg" not in out:
         out["co2_market_kg"] = None
@@ -129,7 +149,7 @@ def _figures(bill: Bill, figures: dict[str, float]) -> dict[str, Any]:
     return out
 
 
-def _rows(bill: Bill, basis: str, name_key: str, own: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def _rows(bill: Bill, basis: str, name_key: str, own: dict[str, str] | None = None) -> list[Figures]:
     """The bill's rows; `own`: a row's own basis where it has one (a node's), else the run's."""
     return [{name_key: row.name, **_figures(bill, row.figures), "efficiency": row.efficiency,
              "idle_share": row.idle_share, "jobs": row.jobs, "basis": (own or {}).get(row.name, basis)}
@@ -154,14 +174,14 @@ def total_headline(saved: dict[str, float], currency: str) -> str:
     return f"total cost (energy plus cloud) ROSE by {-total:,.2f} {currency} against the baseline{also}"
 
 
-def _savings(this: Bill, base: Bill, base_run: dict[str, object], share_idle: str, currency: str) -> dict[str, Any]:
+def _savings(this: Bill, base: Bill, base_run: dict[str, object], share_idle: str, currency: str) -> Savings:
     """Baseline less this run, per row (matched by name; a row missing on one side counts as zero) and in
     total. Both bills are rounded to their units first, so the savings add up exactly too."""
     keys = [k for k in SAVED_KEYS if k in this.keys or k == "total_cost"]
     mine = {r.name: _with_total(r.figures) for r in this.rows}
     theirs = {r.name: _with_total(r.figures) for r in base.rows}
     mine[IDLE], theirs[IDLE] = _with_total(this.idle), _with_total(base.idle)
-    rows = []
+    rows: list[dict[str, float | str]] = []
     for name in sorted(set(mine) | set(theirs)):
         saved = {k: round(theirs.get(name, {}).get(k, 0.0) - mine.get(name, {}).get(k, 0.0), 2 if k in _MONEY else 3)
                  for k in keys}
@@ -179,7 +199,7 @@ def _savings(this: Bill, base: Bill, base_run: dict[str, object], share_idle: st
             "rows": rows}
 
 
-def build_report(request: ReportRequest) -> dict[str, Any]:
+def build_report(request: ReportRequest) -> MonthReport:
     """The report's JSON payload (keys in docs/REPORT.md)."""
     run = choose_run(request.ledger, request.run_id)
     run_id = int(str(run["run_id"]))
@@ -206,10 +226,11 @@ def build_report(request: ReportRequest) -> dict[str, Any]:
         if bill.totals["energy_kwh"] > 0 else None
     jobs = {state: sum(r.jobs.get(state, 0) for r in tenant_bill.rows) for state in ("ran", "ended", "preempted",
                                                                                        "running")}
-    payload: dict[str, Any] = {
-        "period": month, "run_id": run_id, "policy": run["policy"], "kind": run["kind"], "source": run["source"],
+    payload: MonthReport = {
+        "period": month, "run_id": run_id, "policy": str(run["policy"]), "kind": str(run["kind"]),
+        "source": str(run["source"]),
         "basis": basis, "measured_share": None if share is None else round(share, 4),
-        "currency": settings.currency or run["currency"], "aggregate": request.aggregate,
+        "currency": settings.currency or str(run["currency"]), "aggregate": request.aggregate,
         "share_idle": bill.share_idle, "country_iso_code": settings.country_iso_code, "region": settings.region,
         "totals": totals, "idle": _figures(bill, bill.idle), "tenants": _rows(tenant_bill, basis, "tenant"),
         "rows": _rows(bill, basis, "name", node_bases(request.ledger, run_id, start_s, end_s)
@@ -278,7 +299,7 @@ def report_main(ledger_file: str, month: str, run_id: int | None | tuple[int, ..
     chosen = select_runs(ledger, run_ids, cluster, fleet, aggregate, month)
     payload = build_report(request) if chosen is None else build_fleet_report(request, chosen, build_report)
     if not payload["totals"]["gpu_hours"] and chosen is None:
-        note(_empty_month(ledger, int(payload["run_id"]), month))
+        note(_empty_month(ledger, int(str(payload["run_id"])), month))
     elif not payload["totals"]["gpu_hours"]:
         note(f"runs {', '.join(map(str, payload['runs']))} of {ledger} have no hours in {month}: the bill is empty")
     text = render(payload, output_format)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from greengpu.errors import BadInput
+from greengpu.forecast.plan_types import ForecastSummary, PlanPayload, Savings
 from greengpu.report.plan_text import (
     bands_line,
     gate_line,
@@ -27,15 +28,22 @@ from greengpu.report.plan_text import (
     tenant_rows,
 )
 
-# Typed Any: matplotlib's stubs want literal rc keys, and these are literal rc keys.
-SVG_RC: Any = {"svg.hashsalt": "greengpu-plan", "svg.fonttype": "none", "font.family": "DejaVu Sans",
-          "font.size": 9.0, "axes.spines.top": False, "axes.spines.right": False}
+if TYPE_CHECKING:  # matplotlib is imported where a chart is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.typing import RcKeyType
+
+SVG_RC: dict[RcKeyType, str | float | bool] = {
+    "svg.hashsalt": "greengpu-plan", "svg.fonttype": "none", "font.family": "DejaVu Sans", "font.size": 9.0,
+    "axes.spines.top": False, "axes.spines.right": False}
+EPOCH = pd.Timestamp("1970-01-01")
+"""matplotlib's default date epoch (rcParams["date.epoch"])."""
 COLOURS = {"history": "#4a4a4a", "forecast": "#1f6fb4", "band95": "#cfe2f3", "band80": "#9fc5e8",
            "upper": "#e69138", "required": "#cc0000", "installed": "#38761d", "default": "#38761d",
            "always-on": "#999999", "candidate": "#674ea7", "baseline": "#4a4a4a"}
 
 
-def _svg(figure: Any) -> str:
+def _svg(figure: Figure) -> str:
     import matplotlib.pyplot as plt
 
     buffer = io.StringIO()
@@ -45,7 +53,7 @@ def _svg(figure: Any) -> str:
     return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG sits inside HTML
 
 
-def _finish(figure: Any, axes: Any) -> None:
+def _finish(figure: Figure, axes: Axes) -> None:
     """GPUs from zero with headroom, so a line at the top is not lost in the frame; the legend above."""
     axes.set_ylabel("GPUs")
     axes.set_ylim(0, axes.get_ylim()[1] * 1.08)
@@ -53,7 +61,7 @@ def _finish(figure: Any, axes: Any) -> None:
     figure.autofmt_xdate()
 
 
-def demand_chart(payload: dict[str, Any]) -> str:
+def demand_chart(payload: PlanPayload) -> str:
     """The last two weeks of hourly demand and the next 24 hours with calibrated 80% and 95% bands."""
     import matplotlib.pyplot as plt
 
@@ -75,7 +83,7 @@ def demand_chart(payload: dict[str, Any]) -> str:
     return _svg(figure)
 
 
-def capacity_figure(payload: dict[str, Any]) -> Any:
+def capacity_figure(payload: PlanPayload) -> Figure:
     """Daily peaks so far, the planned peak and upper peak, GPUs required, and the installed line; the time
     axis runs from the first day of data to the last planned day, whatever the dates to mark."""
     import matplotlib.pyplot as plt
@@ -87,8 +95,8 @@ def capacity_figure(payload: dict[str, Any]) -> Any:
     peak_days = pd.to_datetime([d for d, _ in peaks])
     axes.plot(peak_days, [v for _, v in peaks], color=COLOURS["history"],
               linewidth=1.0, marker=".", markersize=3, label="daily peak demand")
-    first: Any = peak_days.min() if len(peak_days) else None
-    last: Any = peak_days.max() if len(peak_days) else None
+    first: pd.Timestamp | None = peak_days.min() if len(peak_days) else None
+    last: pd.Timestamp | None = peak_days.max() if len(peak_days) else None
     if len(days):
         when = pd.to_datetime(days["day"])
         axes.plot(when, days["peak_gpus"], color=COLOURS["forecast"], linewidth=1.2, label="planned peak")
@@ -101,15 +109,17 @@ def capacity_figure(payload: dict[str, Any]) -> Any:
     if capacity["installed_gpus"]:
         axes.axhline(capacity["installed_gpus"], color=COLOURS["installed"], linestyle="--", linewidth=1.0,
                      label="installed GPUs")
-    for key, label in (("run_out_date", "run out"), ("order_by_date", "order by")):
-        if capacity[key]:
-            when_line: Any = pd.Timestamp(capacity[key])  # matplotlib's date converter takes it; its stubs say float
+    for key, label, date in (("run_out_date", "run out", capacity["run_out_date"]),
+                             ("order_by_date", "order by", capacity["order_by_date"])):
+        if date:
+            # In matplotlib's date unit (days since its 1970 epoch): its stubs take a float here.
+            when_line = (pd.Timestamp(date) - EPOCH) / pd.Timedelta(days=1)
             if key == "order_by_date" and capacity.get("late_days"):
                 label = "order now"  # the lead-time date has passed (it may lie before the data): say so, at today
             axes.axvline(when_line, color="#666666", linestyle=":", linewidth=1.0)
             # Run-out on the line's left, order-by on its right: on the same day (already short) both read.
             before = key == "run_out_date"
-            axes.annotate(f"{label} {capacity[key]}", (when_line, 0), rotation=90, fontsize=7, va="bottom",
+            axes.annotate(f"{label} {date}", (when_line, 0), rotation=90, fontsize=7, va="bottom",
                           ha="right" if before else "left", xytext=(-2 if before else 2, 4),
                           textcoords="offset points")
     if first is not None and last is not None:
@@ -118,20 +128,22 @@ def capacity_figure(payload: dict[str, Any]) -> Any:
     return figure
 
 
-def capacity_chart(payload: dict[str, Any]) -> str:
+def capacity_chart(payload: PlanPayload) -> str:
     """The capacity figure as inline SVG."""
     return _svg(capacity_figure(payload))
 
 
-def savings_chart(savings: dict[str, Any]) -> str:
+def savings_chart(savings: Savings) -> str:
     """always-on against default: facility energy, cost and CO2, side by side."""
     import matplotlib.pyplot as plt
 
     figure, all_axes = plt.subplots(1, 3, figsize=(9.0, 2.6))
-    for axes, (key, label) in zip(all_axes, (("energy_kwh", "energy (kWh)"), ("cost", "cost"),
-                                             ("co2_kg", "CO2 (kg)")), strict=True):
+    base, ours = savings["always-on"], savings["default"]
+    figures = (("energy (kWh)", base["energy_kwh"], ours["energy_kwh"]), ("cost", base["cost"], ours["cost"]),
+               ("CO2 (kg)", base["co2_kg"], ours["co2_kg"]))
+    for axes, (label, base_value, our_value) in zip(all_axes, figures, strict=True):
         names = ["always-on", "default"]
-        values = [float(savings[name][key]) for name in names]
+        values = [float(base_value), float(our_value)]
         bars = axes.bar(names, values, color=[COLOURS[n] for n in names])
         axes.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=7)
         axes.set_title(label, fontsize=9)
@@ -141,18 +153,19 @@ def savings_chart(savings: dict[str, Any]) -> str:
     return _svg(figure)
 
 
-def origins_chart(forecast: dict[str, Any]) -> str:
+def origins_chart(forecast: ForecastSummary) -> str:
     """Per origin of the day-ahead backtest, the MASE of the shipped model and, when a candidate was judged,
     of that candidate and the baseline it was judged against: where it won, where it lost, by how much."""
     import matplotlib.pyplot as plt
 
-    gate, per_origin = forecast.get("gate") or {}, forecast["per_origin"]
-    shown = dict.fromkeys(name for name in (forecast["model"], gate.get("baseline"), gate.get("candidate"))
-                          if name in per_origin["mase"])
+    gate, per_origin = forecast["gate"], forecast["per_origin"]
+    baseline, candidate = (gate.get("baseline"), gate.get("candidate")) if gate else (None, None)
+    shown = dict.fromkeys(name for name in (forecast["model"], baseline, candidate)
+                          if name is not None and name in per_origin["mase"])
     figure, axes = plt.subplots(figsize=(9.0, 2.6))
     when = pd.to_datetime(per_origin["times"])
     for name in shown:
-        role = "candidate" if name == gate.get("candidate") else "baseline"
+        role = "candidate" if name == candidate else "baseline"
         values = [math.nan if v is None else v for v in per_origin["mase"][name]]
         axes.plot(when, values, color=COLOURS[role], linewidth=1.0, marker="o", markersize=3,
                   label=f"{name} ({role}{', shipped' if name == forecast['model'] else ''})")
@@ -165,7 +178,7 @@ def origins_chart(forecast: dict[str, Any]) -> str:
 
 TEMPLATE = "plan.html.j2"
 
-def render_plan_html(payload: dict[str, Any]) -> str:
+def render_plan_html(payload: PlanPayload) -> str:
     import jinja2
     import matplotlib
 
@@ -194,7 +207,7 @@ def render_plan_html(payload: dict[str, Any]) -> str:
     )
 
 
-def write_plan_html(payload: dict[str, Any], path: str) -> None:
+def write_plan_html(payload: PlanPayload, path: str) -> None:
     text = render_plan_html(payload)
     try:
         Path(path).write_text(text, encoding="utf-8")

@@ -7,7 +7,20 @@ one format (`gpus`), a clamped trend and a passed order-by date are said as such
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+from greengpu.forecast.plan_types import (
+    GateSummary,
+    InputsSummary,
+    ModelPoolRow,
+    PlanPayload,
+    Savings,
+    ScenarioRow,
+)
+
+if TYPE_CHECKING:  # rich is imported where a report is printed
+    from rich.console import Console
+    from rich.table import Table
 
 SCALE_WORDS = {"additive": "demand itself", "sqrt": "the square root of demand", "log1p": "the log of demand"}
 
@@ -25,7 +38,7 @@ def signed(value: float) -> str:
     return ("-" if value < 0 else "+") + gpus(abs(value))
 
 
-def headline(payload: dict[str, Any]) -> str:
+def headline(payload: PlanPayload) -> str:
     """Installed against needed, run-out and when to order, in one or two sentences."""
     capacity = payload["capacity"]
     installed, required, horizon = capacity["installed_gpus"], capacity["required_gpus"], capacity["horizon_days"]
@@ -50,7 +63,7 @@ def headline(payload: dict[str, Any]) -> str:
     return f"{text} Order by {capacity['order_by_date']} (a lead time of {lead} days)."
 
 
-def growth_line(payload: dict[str, Any]) -> str:
+def growth_line(payload: PlanPayload) -> str:
     """Where daily peaks stand and which growth the plan uses, with units and what was clamped."""
     growth, inputs = payload["growth"], payload["inputs"]
     window = f"{growth['window_days']:g}"
@@ -73,15 +86,15 @@ def growth_line(payload: dict[str, Any]) -> str:
     return f"{text}; the 95% upper peak adds {gpus(growth['upper_offset_gpus'])} GPUs."
 
 
-def bands_line(payload: dict[str, Any]) -> str:
+def bands_line(payload: PlanPayload) -> str:
     """The next 24 hours: the forecast and the range of its calibrated bands over the day."""
     ahead, forecast = payload["day_ahead"], payload["forecast"]
     if not ahead:
         return "Next 24 hours: no forecast."
     bands = forecast.get("bands") or {}
     scale = SCALE_WORDS.get(bands.get("scale", "additive"), "demand itself")
-    low = {tag: min(row[f"lower_{tag}"] for row in ahead) for tag in (80, 95)}
-    high = {tag: max(row[f"upper_{tag}"] for row in ahead) for tag in (80, 95)}
+    low = {80: min(row["lower_80"] for row in ahead), 95: min(row["lower_95"] for row in ahead)}
+    high = {80: max(row["upper_80"] for row in ahead), 95: max(row["upper_95"] for row in ahead)}
     coverage = ("n/a" if forecast["coverage_80"] is None else f"{forecast['coverage_80']:.0%}",
                 "n/a" if forecast["coverage_95"] is None else f"{forecast['coverage_95']:.0%}")
     return (f"Next 24 hours ({forecast['model']}): {gpus(ahead[0]['gpus'])} GPUs in the first hour; over the day "
@@ -90,7 +103,7 @@ def bands_line(payload: dict[str, Any]) -> str:
             f"{coverage[1]} of backtest hours).")
 
 
-def gate_line(gate: dict[str, Any] | None) -> str:
+def gate_line(gate: GateSummary | None) -> str:
     """The gate's power over the origins it judged: what it takes to ship, what it would catch."""
     if not gate or "power" not in gate:
         return ""
@@ -98,7 +111,7 @@ def gate_line(gate: dict[str, Any] | None) -> str:
     return f"Gate power: {text[0].lower()}{text[1:]}."
 
 
-def render_text(payload: dict[str, Any], console: Any = None) -> None:
+def render_text(payload: PlanPayload, console: Console | None = None) -> None:
     """The terminal report (rich tables)."""
     from rich.console import Console
     from rich.table import Table
@@ -117,10 +130,11 @@ def render_text(payload: dict[str, Any], console: Any = None) -> None:
         models.add_row(name + mark, f"{mase:.3f}" if mase is not None else "n/a")
     console.print(models)
     console.print(forecast["reason"])
-    if forecast.get("gate") and forecast["gate"].get("to_change"):
-        console.print(f"What would change it: {forecast['gate']['to_change']}.")
-    if gate_line(forecast.get("gate")):
-        console.print(gate_line(forecast.get("gate")))
+    gate = forecast.get("gate")
+    if gate and gate.get("to_change"):
+        console.print(f"What would change it: {gate['to_change']}.")
+    if gate_line(gate):
+        console.print(gate_line(gate))
     console.print(bands_line(payload))
     console.print(growth_line(payload))
     console.print(f"Long horizon: {forecast['daily']['note']}.")
@@ -134,7 +148,7 @@ def render_text(payload: dict[str, Any], console: Any = None) -> None:
         months.add_row(month["month"], gpus(month["peak_gpus"]), gpus(month["upper_peak_gpus"]),
                        gpus(month["required_gpus"]))
     console.print(months)
-    console.print(_scenario_table(payload["scenarios"], capacity))
+    console.print(_scenario_table(payload["scenarios"], capacity["horizon_days"]))
     if payload.get("gpu_models"):
         console.print(_model_table(payload["gpu_models"]))
     if "savings" in payload:
@@ -147,7 +161,7 @@ def render_text(payload: dict[str, Any], console: Any = None) -> None:
         console.print(f"Data: {history['credit']}", markup=False)
 
 
-def _inputs_table(inputs: dict[str, Any], growth: dict[str, Any]) -> Any:
+def _inputs_table(inputs: InputsSummary, growth: dict[str, float]) -> Table:
     from rich.table import Table
 
     table = Table(title="Planning inputs beyond history")
@@ -163,11 +177,11 @@ def _inputs_table(inputs: dict[str, Any], growth: dict[str, Any]) -> Any:
     return table
 
 
-def _scenario_table(scenarios: list[dict[str, Any]], capacity: dict[str, Any]) -> Any:
+def _scenario_table(scenarios: list[ScenarioRow], horizon_days: int) -> Table:
     from rich.table import Table
 
     utilisations = sorted({row["target_utilisation"] for row in scenarios})
-    table = Table(title=f"Scenarios: GPUs required within {capacity['horizon_days']} days (run-out date)")
+    table = Table(title=f"Scenarios: GPUs required within {horizon_days} days (run-out date)")
     table.add_column("peak quantile")
     for utilisation in utilisations:
         table.add_column(f"{utilisation:.0%} utilisation", justify="right")
@@ -180,7 +194,7 @@ def _scenario_table(scenarios: list[dict[str, Any]], capacity: dict[str, Any]) -
     return table
 
 
-def growth_text(inputs: dict[str, Any], growth: dict[str, Any]) -> str:
+def growth_text(inputs: InputsSummary, growth: dict[str, float]) -> str:
     """What growth the plan used, and where it came from (a rate, per month, with the window it was measured on)."""
     used, measured = inputs["used_growth_gpus_per_month"], inputs["measured_growth_gpus_per_month"]
     window = f"the last {growth['window_days']:g} days"
@@ -199,16 +213,26 @@ def _less(amount: float, unit: str) -> str:
     return f"{abs(amount):,.0f} {unit} {'less' if amount > 0 else 'MORE'}".replace("  ", " ")
 
 
-def savings_line(saved: dict[str, Any]) -> str:
+def savings_line(saved: dict[str, float]) -> str:
     """The savings headline of `plan`: total cost (energy plus cloud, as the replay counts it) first."""
     return (f"greengpu default vs always-on on this trace: total cost (energy plus cloud) {_less(saved['cost'], '')}"
             f", {_less(saved['energy_kwh'], 'kWh')}, {_less(saved['co2_kg'], 'kg CO2')}.")
 
 
-def tenant_rows(savings: dict[str, Any]) -> list[dict[str, Any]]:
+class TenantSavings(TypedDict):
+    """One tenant's (or idle's) cost and CO2 under always-on and default, and what default saves."""
+    tenant: str
+    gpu_hours: float
+    always_on_cost: float
+    default_cost: float
+    saved_cost: float
+    saved_co2_kg: float
+
+
+def tenant_rows(savings: Savings) -> list[TenantSavings]:
     """Per tenant (and idle): cost and CO2 under always-on and default, and what default saves."""
     base, ours = savings["always-on"]["tenants"], savings["default"]["tenants"]
-    rows = []
+    rows: list[TenantSavings] = []
     for tenant in sorted(set(base) | set(ours), key=lambda t: (t == "(idle)", t)):
         zero = {"energy_kwh": 0.0, "cost": 0.0, "co2_kg": 0.0, "gpu_hours": 0.0}
         a, b = base.get(tenant, zero), ours.get(tenant, zero)
@@ -218,7 +242,7 @@ def tenant_rows(savings: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _tenant_table(savings: dict[str, Any]) -> Any:
+def _tenant_table(savings: Savings) -> Table:
     from rich.table import Table
 
     table = Table(title="Cost per tenant (jobs' own draw and host share; idle: what no job used)")
@@ -230,7 +254,7 @@ def _tenant_table(savings: dict[str, Any]) -> Any:
     return table
 
 
-def _model_table(rows: list[dict[str, Any]]) -> Any:
+def _model_table(rows: list[ModelPoolRow]) -> Table:
     from rich.table import Table
 
     table = Table(title="Per GPU model (jobs pinned to one model; the cluster's planning inputs not split)")

@@ -27,8 +27,8 @@ import math
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
 
+from greengpu.json_types import JsonObject
 from greengpu.model import GPU_UNITS, Cluster, Job, PendingJob, Pool, gpus_to_units
 from greengpu.policy import Policy
 from greengpu.sched.backfill import Reservation
@@ -396,5 +396,5 @@ class CloudPools:
     def gpu_s(self, spot: bool) -> float:
         return sum(f.gpu_s for name, f in self.figures.items() if self.pools[name].spot == spot)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonObject]:
         return {name: {"spot": self.pools[name].spot, **f.to_json()} for name, f in sorted(self.figures.items())}

@@ -4,20 +4,26 @@ a ledger (`simulate --ledger`): the decisions are those of sim/cloud.py, untouch
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from greengpu.accounting.attribution import JobCharge
 from greengpu.accounting.cloud_rows import CloudSpan
-from greengpu.model import GPU_UNITS
+from greengpu.model import GPU_UNITS, Cluster, Job, PendingJob
+from greengpu.policy import Policy
+from greengpu.sim.clock import EventClock
 from greengpu.sim.cloud import CloudPools
 from greengpu.sim.cloud_parts import CloudJob, CloudNode
+from greengpu.sim.results import JobOutcomes
 
 
 class MeteredCloudPools(CloudPools):
     """CloudPools keeping `spans` for the ledger."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, cluster: Cluster, policy: Policy, clock: EventClock, outcomes: JobOutcomes,
+                 finish_s: dict[str, float], originals: Mapping[str, Job], seed: int,
+                 requeue: Callable[[PendingJob], None], finished: Callable[[float], None],
+                 price_per_kwh: Callable[[float], float]) -> None:
+        super().__init__(cluster, policy, clock, outcomes, finish_s, originals, seed, requeue, finished, price_per_kwh)
         self.spans: list[CloudSpan] = []
         self.segments: list[JobCharge] = []
         """Each run of a job in the cloud, for the ledger's job rows (queue rows; energy and spend: the spans)."""

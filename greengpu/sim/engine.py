@@ -23,6 +23,7 @@ from greengpu.accounting.attribution import Attribution
 from greengpu.accounting.meter import EnergyMeter
 from greengpu.brain.control_tick import Scheduled, schedule
 from greengpu.errors import BadInput
+from greengpu.json_types import JsonObject
 from greengpu.model import (
     Cluster,
     ClusterSnapshot,
@@ -390,6 +391,6 @@ class Simulation:
 
 
 def simulate(cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
-             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int, int], None] | None = None) -> JsonObject:
     """Replay `jobs` under `policy`; the result keys of docs/SIMULATOR.md."""
     return Simulation(cluster, policy, jobs, until_s=until_s, progress=progress).run().to_json()

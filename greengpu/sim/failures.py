@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from greengpu.health.cluster import node_states_with_health
 from greengpu.health.score import HealthPolicy, HealthState
+from greengpu.json_types import JsonObject
 from greengpu.model import Cluster, NodeState, RunningJob
 
 YEAR_S = 365.0 * 86400.0
@@ -169,7 +170,7 @@ class FailureStats:
     lost_gpu_s: float = 0.0
     lost_gpu_s_by_class: dict[str, float] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> JsonObject:
         return {
             "gpu_failures": self.failures,
             "gpus_replaced_before_failing": self.replaced_before_failing,

@@ -8,9 +8,9 @@ every running job moves to its new pace and its finish moves with it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from greengpu.accounting.attribution import Attribution
 from greengpu.model import Job, KillJob, PendingJob, PlaceJob, PreemptionRecord, PreemptJob, RunningJob
@@ -23,6 +23,11 @@ from greengpu.sim.pace import Pacer
 from greengpu.sim.results import JobOutcomes
 from greengpu.sim.sleep_body import SleepBody
 from greengpu.sim.usage import TenantUsage
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsKeysAndGetItem
+
+T = TypeVar("T")
 
 
 class PendingJobs(dict[str, PendingJob]):
@@ -47,9 +52,18 @@ class PendingJobs(dict[str, PendingJob]):
         self._tuple = None
         super().__delitem__(job_id)
 
-    def pop(self, *args: Any) -> Any:
+    @overload
+    def pop(self, key: str, /) -> PendingJob: ...
+
+    @overload
+    def pop(self, key: str, default: PendingJob, /) -> PendingJob: ...
+
+    @overload
+    def pop(self, key: str, default: T, /) -> PendingJob | T: ...
+
+    def pop(self, key: str, /, *default: PendingJob | T) -> PendingJob | T:
         self._tuple = None
-        return super().pop(*args)
+        return super().pop(key, *default)
 
     def popitem(self) -> tuple[str, PendingJob]:
         self._tuple = None
@@ -59,15 +73,16 @@ class PendingJobs(dict[str, PendingJob]):
         self._tuple = None
         super().clear()
 
-    def update(self, *args: Any, **kwargs: Any) -> None:
+    def update(self, other: SupportsKeysAndGetItem[str, PendingJob] | Iterable[tuple[str, PendingJob]] = (),
+               /, **kwargs: PendingJob) -> None:
         self._tuple = None
-        super().update(*args, **kwargs)
+        super().update(other, **kwargs)
 
-    def setdefault(self, *args: Any) -> Any:
+    def setdefault(self, key: str, default: PendingJob, /) -> PendingJob:
         self._tuple = None
-        return super().setdefault(*args)
+        return super().setdefault(key, default)
 
-    def __ior__(self, other: Any) -> PendingJobs:  # type: ignore[override,misc]
+    def __ior__(self, other: SupportsKeysAndGetItem[str, PendingJob]) -> PendingJobs:  # type: ignore[override,misc]
         self._tuple = None
         super().__ior__(other)
         return self

@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from greengpu.json_types import JsonObject, JsonValue
+from greengpu.model import Job
 
 CLASS_WAIT_SLA_S = {"inference": 300.0, "interactive": 300.0}
 """Longest wait before an inference or interactive job counts as an SLA violation."""
@@ -34,11 +36,11 @@ class WaitStats:
 
         return cls(rank(0.50), rank(0.95), rank(0.99), sum(ordered) / len(ordered))
 
-    def to_json(self) -> dict[str, float | None]:
+    def to_json(self) -> JsonObject:
         return {"p50": self.p50, "p95": self.p95, "p99": self.p99, "mean": self.mean}
 
 
-def wait_stats(waits: Sequence[float]) -> dict[str, float | None]:
+def wait_stats(waits: Sequence[float]) -> JsonObject:
     """p50, p95, p99 and mean of waits (nearest-rank percentiles); nulls when there are none."""
     return WaitStats.of(waits).to_json()
 
@@ -76,7 +78,7 @@ class SimResult:
     energy_kwh_per_gpu_hour: float | None = None
     """Facility kWh per GPU-hour of completed work (their uncapped run time): capped slow-down and work
     re-run after a preemption add energy but no work (None when nothing completed)."""
-    failures: Mapping[str, Any] | None = None
+    failures: Mapping[str, JsonValue] | None = None
     """The failure model's figures (sim/failures.py); None when the replay ran without it (no keys added)."""
     spot_share: float = 0.0
     """Spot GPU-hours over all GPU-hours run, on-premises and in the cloud (0 without pools)."""
@@ -86,7 +88,7 @@ class SimResult:
     """Spot interruptions (notices) of cloud nodes."""
     deadline_misses: int = 0
     """Jobs with a deadline that finished after it, or had not finished when it passed."""
-    cloud_pools: Mapping[str, Any] | None = None
+    cloud_pools: Mapping[str, JsonObject] | None = None
     """Per pool: node-hours, cost, GPU-hours, lost GPU-hours, interruptions, jobs per class (None without pools)."""
     interruption_lost_gpu_hours: float = 0.0
     """The part of `lost_gpu_hours` redone after spot interruptions (the rest: preemptions, failures)."""
@@ -95,7 +97,7 @@ class SimResult:
     mig_reconfigurations: int | None = None
     """MIG GPUs repartitioned (each unusable for its `reconfigure_s`); None: the cluster has no MIG GPUs."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The result as the JSON object `greengpu simulate --json` prints (one per policy)."""
         return {
             "policy": self.policy,
@@ -139,7 +141,7 @@ class SimResult:
         }
 
 
-def deadline_misses(jobs: Sequence[Any], finish_s: Mapping[str, float], now_s: float) -> int:
+def deadline_misses(jobs: Sequence[Job], finish_s: Mapping[str, float], now_s: float) -> int:
     """Jobs with a deadline (seconds after submit) that finished after it, or were unfinished when it passed."""
     missed = 0
     for job in jobs:
@@ -159,7 +161,7 @@ class JobOutcomes:
     run_s: dict[str, float]
     completed: set[str]
 
-    def waits(self, jobs: Sequence[Any]) -> tuple[WaitStats, Mapping[str, WaitStats], int, float | None]:
+    def waits(self, jobs: Sequence[Job]) -> tuple[WaitStats, Mapping[str, WaitStats], int, float | None]:
         """(waits, waits by class, SLA violations, mean slowdown) over the jobs that started."""
         waits: list[float] = []
         by_class: dict[str, list[float]] = {}
@@ -193,7 +195,7 @@ class PoolFigures:
     interruptions: int = 0
     placements_by_class: dict[str, int] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"node_hours": self.node_s / 3600.0, "cost": self.cost, "gpu_hours": self.gpu_s / 3600.0,
                 "lost_gpu_hours": self.lost_gpu_s / 3600.0, "interruptions": self.interruptions,
                 "placements_by_class": dict(sorted(self.placements_by_class.items()))}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Collection
-from typing import Any
 
 from greengpu.forecast.reserve import HOUR_S, DemandRiseForecaster
 from greengpu.model import PowerState, WakeNode
@@ -229,5 +228,3 @@ class SleepBody:
         if more_to_come:
             self.clock.push(self.clock.now_s + HOUR_S, EventKind.HOUR, None)
 
-    def figures(self) -> dict[str, Any]:
-        return {"wakes": self.wakes, "failed_nodes": sorted(self.failed_nodes)}

@@ -31,7 +31,8 @@ from greengpu.forecast.plan import (
     size_by_model,
 )
 from greengpu.forecast.plan_summary import daily_summary, iso_date, rounded
-from greengpu.forecast.plan_types import EfficiencyGain, PlanInputs, PlanSettings, Project
+from greengpu.forecast.plan_types import PlanSettings
+from greengpu.plan_inputs import EfficiencyGain, PlanInputs, Project
 
 FAST = PlanSettings(horizon_days=30, lead_time_days=10, target_utilisation=0.5, redundancy_gpus=1,
                     max_wait_probability=1.0, origins=3, models=BASELINES, daily_candidates=False)

@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from greengpu.config.plan_settings import load_plan_file
+from greengpu.config.plan_settings import PlanFileValues, load_plan_file
 from greengpu.errors import ConfigError
 from greengpu.forecast.models import BASELINES
 from greengpu.forecast.plan import make_plan
-from greengpu.forecast.plan_types import EfficiencyGain, PlanInputs, PlanSettings, Project
+from greengpu.forecast.plan_types import PlanSettings
+from greengpu.plan_inputs import EfficiencyGain, PlanInputs, Project
 
 FLAT = PlanSettings(horizon_days=60, lead_time_days=14, target_utilisation=1.0, redundancy_gpus=0,
                     max_wait_probability=1.0, models=BASELINES)
@@ -112,7 +113,7 @@ def test_settings_file_is_read_with_dates_percentages_and_relative_paths(tmp_pat
                     "efficiency:\n  - {name: quantization, change: -15%, start: 2027-01-01}\n"
                     "  - {name: bigger models, change: 0.1, start: '2027-03-01'}\n")
     loaded = load_plan_file(path)
-    assert loaded.values == {"history": str(tmp_path / "demand.csv"), "horizon": "30d"}
+    assert loaded.values == PlanFileValues(history=str(tmp_path / "demand.csv"), horizon="30d")
     assert loaded.inputs.buffer_factor == 1.25 and loaded.inputs.growth_gpus_per_month == 12
     assert loaded.inputs.projects == (Project("a", 8.0, pd.Timestamp("2027-01-04"), pd.Timestamp("2027-02-01")),)
     assert [(g.name, g.change) for g in loaded.inputs.efficiency] == [("quantization", -0.15), ("bigger models", 0.1)]
@@ -232,3 +233,14 @@ def test_the_data_credit_comes_from_the_settings_and_reaches_every_report(tmp_pa
     (philly / "demand.csv").write_text((tmp_path / "demand.csv").read_text())
     path.write_text("history: philly-2017/demand.csv\n")
     assert "Philly trace (Microsoft, CC BY 4.0" in load_inputs(options).credit
+
+
+def test_the_payload_shows_every_plan_setting_but_the_models() -> None:
+    from dataclasses import asdict
+
+    from greengpu.forecast.plan_types import settings_shown
+
+    settings = PlanSettings(horizon_days=30, origins=7, workers=2, allow_decline=True)
+    expected = {k: v for k, v in asdict(settings).items() if k != "models"}
+    assert settings_shown(settings) == expected  # a new PlanSettings field must reach the JSON too
+    assert list(settings_shown(settings)) == list(expected)
