@@ -12,7 +12,7 @@ import click
 from greengpu.commands.common import HelpFirstGroup
 
 if TYPE_CHECKING:
-    from greengpu.control.cloud_nodes import CloudContext
+    from greengpu.control.cloud.cloud_nodes import CloudContext
 
 
 @click.group(cls=HelpFirstGroup)

@@ -12,7 +12,7 @@ import click
 from greengpu.commands.common import EXIT_FAILURE, HelpFirstGroup, echo_events
 
 if TYPE_CHECKING:
-    from greengpu.control.kube_sleep import KubeSleep
+    from greengpu.control.hooks.kube_sleep import KubeSleep
 
 
 @click.group(cls=HelpFirstGroup)

@@ -12,7 +12,7 @@ import click
 from greengpu.commands.common import HelpFirstGroup, echo_events, echo_lines
 
 if TYPE_CHECKING:
-    from greengpu.control.slurm_hooks import HookContext
+    from greengpu.control.hooks.slurm_hooks import HookContext
 
 
 @click.group(cls=HelpFirstGroup)
