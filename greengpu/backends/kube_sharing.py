@@ -22,13 +22,24 @@ why), and the value it would have given stays unknown (None). Pure: the API call
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar
 
 from greengpu.backends.gpu_sharing import TIMESLICE, NodeSharing, is_mig_profile
 
 if TYPE_CHECKING:
-    from greengpu.backends.kubernetes import KubeApi
+    from kubernetes import client
+
+T = TypeVar("T")
+
+
+class KubeCalls(Protocol):
+    """What reading the nodes needs of `greengpu.backends.kubernetes.KubeApi` (which imports this module's
+    readers, so it is named by its shape here, not imported)."""
+
+    api_client: client.ApiClient
+
+    def call(self, what: str, call: Callable[..., T]) -> T: ...
 
 STRATEGY = "nvidia.com/mig.strategy"
 CONFIG = "nvidia.com/mig.config"
@@ -109,7 +120,7 @@ def pod_gpu_profile(resources: Quantities) -> str | None:
     return kinds[0][1] if kinds else None
 
 
-def read_nodes_sharing(api: KubeApi) -> list[NodeSharing]:
+def read_nodes_sharing(api: KubeCalls) -> list[NodeSharing]:
     """Every node's reading through a `greengpu.backends.kubernetes.KubeApi` (one list of the nodes)."""
     from kubernetes import client
 

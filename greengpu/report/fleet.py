@@ -11,17 +11,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from greengpu.accounting.bill import UNITS
 from greengpu.accounting.ledger import choose_run, month_bounds_s, runs, shared_hour
 from greengpu.accounting.ledger_url import Ledger
 from greengpu.accounting.ledger_v3 import basis_label
 from greengpu.errors import BadInput
-from greengpu.report.month_types import DayFigures, Figures, MonthFigures, MonthReport, number
-
-if TYPE_CHECKING:
-    from greengpu.report.monthly_main import ReportRequest
+from greengpu.report.month_types import DayFigures, Figures, MonthFigures, MonthReport, ReportRequest, number
 
 UNNAMED = "(unnamed)"
 
@@ -167,7 +164,7 @@ def _trend(payloads: list[MonthReport]) -> list[MonthFigures]:
 
 def build_fleet_report(request: ReportRequest, chosen: list[dict[str, object]],
                        build_report: Callable[[ReportRequest], MonthReport]) -> MonthReport:
-    """The report of several runs added up (`request` a monthly_main.ReportRequest; `build_report` bills one)."""
+    """The report of several runs added up (`request` a month_types.ReportRequest; `build_report` bills one)."""
     if request.baseline_run is not None:
         raise BadInput("--baseline compares two runs: give one --run with it, not a fleet")
     per_run = "tenant" if request.aggregate == "cluster" else request.aggregate

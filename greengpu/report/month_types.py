@@ -4,7 +4,11 @@ whose keys vary with the settings and the aggregate, so they are `Figures`, read
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TypeAlias, TypedDict
+
+from greengpu.accounting.ledger_url import Ledger
+from greengpu.report.settings import ReportSettings
 
 FigureValue: TypeAlias = "float | int | str | None | dict[str, int] | list[str]"
 Figures: TypeAlias = "dict[str, FigureValue]"
@@ -147,3 +151,16 @@ class MonthReport(_MonthReport, total=False):
     trend: list[MonthFigures]
     runs: list[int]
     clusters: list[str]
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    """What one monthly report is asked for: the ledger, the month, which run (or the fleet) and how to share."""
+
+    ledger: Ledger
+    month: str
+    run_id: int | None = None
+    aggregate: str = "tenant"
+    share_idle: str = "none"
+    baseline_run: int | None = None
+    settings: ReportSettings = ReportSettings()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from greengpu.accounting.bill import IDLE, Bill, Pricing, make_bill, month_site_totals
@@ -28,6 +27,7 @@ from greengpu.report.month_types import (
     MonthReport,
     PricingShown,
     PueShown,
+    ReportRequest,
     Savings,
     Tariff,
 )
@@ -38,17 +38,6 @@ SAVED_KEYS = ("energy_kwh", "cost", "cloud_cost", "total_cost", "co2_kg", "cloud
 RECORDED = "as recorded in the ledger (the inventory's site figures when the run was written)"
 
 
-@dataclass(frozen=True)
-class ReportRequest:
-    ledger: Ledger
-    month: str
-    run_id: int | None = None
-    aggregate: str = "tenant"
-    share_idle: str = "none"
-    baseline_run: int | None = None
-    settings: ReportSettings = ReportSettings()
-
-
 def resolve_month(month: str, now: dt.datetime | None = None) -> str:
     """`last` is the previous UTC calendar month (for a scheduled report on the first); else YYYY-MM as given."""
     if month != "last":
@@ -56,11 +45,6 @@ def resolve_month(month: str, now: dt.datetime | None = None) -> str:
     today = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     previous = today.replace(day=1) - dt.timedelta(days=1)
     return f"{previous.year:04d}-{previous.month:02d}"
-
-
-def _month_label(start_s: float) -> str:
-    when = dt.datetime.fromtimestamp(start_s, dt.UTC)
-    return f"{when.year:04d}-{when.month:02d}"
 
 
 def _earlier_months(month: str, count: int) -> list[tuple[str, float, float]]:

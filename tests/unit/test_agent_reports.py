@@ -40,6 +40,7 @@ def test_a_good_report_is_read_whole() -> None:
     ({"index": 2}, "report.gpus[0].index"),
     ({"index": 1}, "report.gpus[1].index: GPU 1 reported twice"),
     ({"health": "dead"}, "report.gpus[0].health"),
+    ({"health": []}, "report.gpus[0].health"),  # unhashable: once a 503 and a traceback in the log
     ({"energy_mj": -1}, "report.gpus[0].energy_mj"),
     ({"pids": ["a"]}, "report.gpus[0].pids[0]"),
     ({"jobs": [""]}, "report.gpus[0].jobs[0]"),

@@ -142,7 +142,7 @@ def parse_report(body: bytes, gpus_of: dict[str, int]) -> AgentReport:
         if any(seen.index == index for seen in gpus):
             raise ReportError(f"{where}.index: GPU {index} reported twice")
         health = g.get("health", "healthy")
-        if health not in {s.value for s in HealthState}:
+        if not isinstance(health, str) or health not in {s.value for s in HealthState}:
             raise ReportError(f"{where}.health: expected healthy, warning or failing")
         energy = g.get("energy_mj")
         pids = _list(g.get("pids", []), f"{where}.pids", MAX_PIDS)
