@@ -7,7 +7,7 @@ Demand has a daily shape, so the forecast is per hour of day, like the sleep pla
 seen in it. The upper bound for an hour of day is the split-conformal upper quantile of those peaks over the
 last `window_days` days. An hour with fewer than `min_samples` days of history is not known (None): the
 forecast says nothing of it, and the other rules (the slack rule of greengpu.sched.slack, the headroom rule
-of greengpu.energy.headroom) hold alone, as with the sleep planner's forecast.
+of greengpu.sleep.headroom) hold alone, as with the sleep planner's forecast.
 """
 
 from __future__ import annotations

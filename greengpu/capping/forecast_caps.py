@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from greengpu.capping.demand_forecast import DemandPeakForecaster
+from greengpu.capping.gpu_power import GpuObservation, gpu_setting
 from greengpu.capping.occupancy import CapCandidate, free_gpus, jobs_to_cap
-from greengpu.energy.sleep import warm_reserve_target_gpus
 from greengpu.model import ClusterSnapshot, RunningJob
 from greengpu.policy import CappingPolicy, Policy
-from greengpu.tick.power import GpuObservation, gpu_setting
+from greengpu.sleep.suspends import warm_reserve_target_gpus
 
 
 def candidate(running: RunningJob, now_s: float, slowdown: float) -> CapCandidate | None:
@@ -71,7 +71,7 @@ class ForecastCaps:
                 candidates: Callable[[], Iterable[CapCandidate]], arrived_gpus: float | None = None) -> frozenset[str]:
         """The running jobs whose caps the forecast slack does not cover, after observing `demand_gpus`: taken again
         once per control interval (`candidates` are asked for then only), the last verdict between.
-        `total_gpus`: the cluster's; `arrived_gpus`: the warm reserve's (greengpu.energy.arrivals)."""
+        `total_gpus`: the cluster's; `arrived_gpus`: the warm reserve's (greengpu.sleep.arrivals)."""
         self.observe(now_s, demand_gpus)
         if not self.active or now_s < self.next_s:
             return self.last

@@ -15,7 +15,7 @@ its tail lands in the busy hours, where the forecast leaves no slack, and the ru
 job whose tail ends before the rise may still be capped. The rule is re-asked every tick, so a cap lifts as
 soon as the forecast says the slack of its tail is gone (a forecast rise), before the queue forms, and
 returns when a quieter forecast gives the slack back. An hour the forecast does not know yet (None) is not
-limited: then the present's rules (greengpu.sched.slack, greengpu.energy.headroom) hold alone.
+limited: then the present's rules (greengpu.sched.slack, greengpu.sleep.headroom) hold alone.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ class JobRunner:
         self.preemptions = 0
         self.lost_gpu_s = 0.0
         self.no_slack = False
-        """The cluster has no GPUs to spare beyond the warm reserve: every cap lifts (greengpu.energy.headroom)."""
+        """The cluster has no GPUs to spare beyond the warm reserve: every cap lifts (greengpu.sleep.headroom)."""
         self.cap_refused: frozenset[str] = frozenset()
         """The running jobs whose caps the forecast slack does not cover (greengpu.capping.occupancy): they run
         uncapped. A job started since the last verdict is judged at the next one."""
