@@ -85,6 +85,9 @@ class CappingPolicy:
     switch_to_clocks_when_not_binding: bool = True
     relax_when_queued: bool = False
     """Run every job uncapped while others wait for capacity (slower jobs would lengthen the queue)."""
+    forecast_slack: bool = False
+    """Keep a job's cap only while the demand forecast's free capacity over its remaining run covers the
+    occupancy the caps add (greengpu.capping.occupancy); with `relax_when_queued`."""
 
     @property
     def relaxes_when_queued(self) -> bool:

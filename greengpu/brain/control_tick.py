@@ -71,12 +71,15 @@ def schedule(snapshot: ClusterSnapshot, policy: Policy) -> Scheduled:
 
 def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuObservation],
                  sleep: SleepObservation, gpu_settings: GpuSettings | None = None,
-                 capacity_facts: Mapping[str, SpotJobFacts] | None = None) -> TickResult:
+                 capacity_facts: Mapping[str, SpotJobFacts] | None = None,
+                 cap_refused: frozenset[str] = frozenset()) -> TickResult:
     """One tick over every lever: `gpus` as observed now, `sleep` the nodes' power states and rates.
 
     With `gpu_settings` (the limits and clocks the GPUs hold now), the capping lever returns only the
     writes that change something. `capacity_facts`: the body's own spot facts of the jobs it lets the
-    capacity lever steer (greengpu.brain.capacity_choice.plan_capacity; None: every waiting job, from the snapshot)."""
+    capacity lever steer (greengpu.brain.capacity_choice.plan_capacity; None: every waiting job, from the snapshot).
+    `cap_refused`: the running jobs whose caps the forecast slack does not cover (greengpu.capping.forecast_caps):
+    they run uncapped too."""
     scheduled = schedule(snapshot, policy)
     asked = tuple(a for a in scheduled.cycle.actions if isinstance(a, WakeNode))
     # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
@@ -88,6 +91,8 @@ def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuOb
     # Which jobs run uncapped, by name (the agents lift exactly these: GET /v1/waiting's `uncapped_job_ids`).
     tenant_of = {p.job.job_id: p.job.tenant for p in snapshot.pending} if placed else None
     waiting = with_job_verdict(waiting, snapshot.cluster, snapshot.running, placed, tenant_of)
+    if cap_refused:
+        waiting = waiting.with_uncapped((waiting.uncapped or frozenset()) | cap_refused, waiting.judged)
     scheduled = replace(scheduled, waiting=waiting)
     sleeps = plan_sleep(sleep, policy.sleep, scheduled.waiting) if policy.sleep.enabled else ()
     wakes = plan_wakes(sleep, policy.sleep, asked) if policy.sleep.enabled else ()

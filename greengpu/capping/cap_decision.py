@@ -150,7 +150,9 @@ def decide(
         limit = constraints.clamp(wanted)
         bounds = f"{constraints.min_w:g}-{constraints.max_w:g} W"
         note = "" if limit == wanted else f" (asked {wanted:g} W, clamped to {bounds})"
-        return CapDecision(limit, None, f"class {job_class}: fixed {limit:g} W{note}", job_class=job_class)
+        time_factor, _ = curve.limit.at(limit / constraints.default_w)  # the model's slowdown at that limit
+        return CapDecision(limit, None, f"class {job_class}: fixed {limit:g} W{note}",
+                           expected_slowdown=max(0.0, time_factor - 1.0), job_class=job_class)
     if rule.mode == "clocks" or (rule.mode == "efficiency" and cap_not_binding
                                  and policy.switch_to_clocks_when_not_binding):
         # efficiency moved to clocks: the lowest clock the class's curve allows within the budget

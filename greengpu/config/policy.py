@@ -110,7 +110,7 @@ def _capping(fields: Fields | None) -> CappingPolicy:
     if fields is None:
         return CappingPolicy()
     fields.reject_unknown(("enabled", "classes", "idle_to_min_limit", "switch_to_clocks_when_not_binding",
-                           "relax_when_queued"))
+                           "relax_when_queued", "forecast_slack"))
     classes: dict[str, ClassCapping] = {}
     class_fields = fields.sub("classes")
     if class_fields is not None:
@@ -140,6 +140,7 @@ def _capping(fields: Fields | None) -> CappingPolicy:
         idle_to_min_limit=fields.boolean("idle_to_min_limit", False),
         switch_to_clocks_when_not_binding=fields.boolean("switch_to_clocks_when_not_binding", True),
         relax_when_queued=fields.boolean("relax_when_queued", False),
+        forecast_slack=fields.boolean("forecast_slack", False),
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from greengpu.accounting.attribution import Attribution
 from greengpu.accounting.meter import EnergyMeter
 from greengpu.brain.control_tick import Scheduled, schedule
+from greengpu.capping.forecast_caps import ForecastCaps
 from greengpu.errors import BadInput
 from greengpu.json_types import JsonObject
 from greengpu.model import (
@@ -40,6 +41,7 @@ from greengpu.model import (
 from greengpu.policy import Policy
 from greengpu.sched.invariants import check_invariants
 from greengpu.sched.slack import QueueGuard, model_of_nodes
+from greengpu.sim.cap_forecast import cap_candidates
 from greengpu.sim.checks import PlacementChecks
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.cloud import CloudPools
@@ -114,6 +116,7 @@ class Simulation:
         self.stalled = False
         """Set when only work that can never be placed is left: the replay stops instead of retrying forever."""
         self._lifts_caps = policy.capping.relaxes_when_queued
+        self.caps = ForecastCaps(policy)
         self._model_of = model_of_nodes(cluster)
         self._dirty = False
         self._sleep_check = False
@@ -227,11 +230,13 @@ class Simulation:
         return known_result(self, snapshot)
 
     def _follow_slack(self, guard_was: QueueGuard) -> None:
-        """Lift or restore caps when the waiting jobs' guard changed or the cluster's slack came or went
-        (greengpu.sleep.headroom: with no GPUs to spare beyond the warm reserve, every cap lifts)."""
-        no_slack = not levers_have_slack(self.cluster.total_gpus, self.work.allocated_gpus, self.policy.sleep,
-                                         self.arrivals.gpus(self.clock.now_s))
-        if self.waiting.guard != guard_was or no_slack != self.work.no_slack:
+        """Lift or restore caps when the guard, the slack (sleep/headroom.py) or the forecast verdict changed."""
+        now_s, arrived = self.clock.now_s, self.arrivals.gpus(self.clock.now_s)
+        no_slack = not levers_have_slack(self.cluster.total_gpus, self.work.allocated_gpus, self.policy.sleep, arrived)
+        refused = self.caps.refused(now_s, self.offered_gpus, self.cluster.total_gpus, lambda: cap_candidates(
+            now_s, self.running, self.pacer, self.fleet.nodes), arrived)
+        if refused != self.work.cap_refused or self.waiting.guard != guard_was or no_slack != self.work.no_slack:
+            self.work.cap_refused = refused
             self.work.no_slack = no_slack
             self.work.set_lifted(self.waiting.guard, self._model_of)
 
@@ -290,14 +295,11 @@ class Simulation:
             if (self._dirty or self._sleep_check) and (self.pending or self.work.any_signalled()):
                 self._dirty = False  # the sleep lever is asked with a cycle, as a daemon's tick asks them together
                 self._cycle()
-            elif self._dirty:
-                self._dirty = False  # nothing waits: a cycle could not place anything
-                if self._lifts_caps and self.work.no_slack:
-                    self._follow_slack(self.waiting.guard)  # a finish may have given the slack back
-                self._sleep_check = False  # use fell: the warm reserve may let a node it held sleep now
-                self.sleep.ask([], self.waiting)
-            elif self._sleep_check:
-                self._sleep_check = False
+            elif self._dirty or self._sleep_check:  # nothing waits: a cycle could not place anything
+                # a finish may have given the slack back; the forecast rule is asked at each decision, as a tick does
+                if self._lifts_caps and ((self._dirty and self.work.no_slack) or self.caps.active):
+                    self._follow_slack(self.waiting.guard)
+                self._dirty = self._sleep_check = False  # use fell: the warm reserve may let a node it held sleep now
                 self.sleep.ask([], self.waiting)
             if self.progress is not None and processed % 5000 < 8:
                 self.progress(len(self.work.outcomes.completed), len(self.jobs))

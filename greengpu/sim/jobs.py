@@ -118,6 +118,9 @@ class JobRunner:
         self.lost_gpu_s = 0.0
         self.no_slack = False
         """The cluster has no GPUs to spare beyond the warm reserve: every cap lifts (greengpu.sleep.headroom)."""
+        self.cap_refused: frozenset[str] = frozenset()
+        """The running jobs whose caps the forecast slack does not cover (greengpu.capping.occupancy): they run
+        uncapped. A job started since the last verdict is judged at the next one."""
         self._version = 0
         self._cache: tuple[int, tuple[RunningJob, ...]] | None = None
 
@@ -164,7 +167,8 @@ class JobRunner:
         lifted = self.pacer.lifted
         for running in list(self.running.values()):
             job_id = running.job.job_id
-            lift = self.no_slack or guard.lifts(running.job.tenant, running.nodes, model_of)
+            lift = (self.no_slack or guard.lifts(running.job.tenant, running.nodes, model_of)
+                    or job_id in self.cap_refused)
             if lift == (job_id in lifted):
                 continue
             watts_then = self.pacer.busy_w(running, self.fleet.nodes)

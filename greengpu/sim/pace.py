@@ -28,6 +28,7 @@ class Pacer:
         self.cluster = cluster
         self.policy = policy
         self._effects: dict[tuple[str, str, bool], tuple[float, float]] = {}
+        self._slowdowns: dict[tuple[str, str], float] = {}
         self.lifted: set[str] = set()
         """Running jobs whose caps are lifted because work waits (`relax_when_queued`)."""
         self.paces: dict[str, list[Pace]] = {}
@@ -60,6 +61,16 @@ class Pacer:
     def speed(self, job: Job, nodes: Iterable[SimNode]) -> float:
         """The rate `job` runs at on these nodes relative to uncapped: the slowest node sets the pace."""
         return min(self.effect(job, node)[1] for node in nodes)
+
+    def capped_slowdown(self, job: Job, node: SimNode) -> float:
+        """The run-time increase (0.05: 5% slower) the capping lever expects of `job`'s cap on `node` (its cap
+        not lifted), as every body prices a cap (greengpu.capping.forecast_caps); 0 for a class never capped."""
+        key = (node.type_name, job.job_class)
+        slowdown = self._slowdowns.get(key)
+        if slowdown is None:
+            gpu = self.observation(node, 0, job.job_class)
+            slowdown = self._slowdowns[key] = gpu_setting(gpu, self.policy, False).expected_slowdown
+        return slowdown
 
     def busy_w(self, running: RunningJob, nodes: dict[str, SimNode]) -> dict[str, float]:
         """Watts of each of `running`'s busy GPUs, per node, under its capping now."""

@@ -12,7 +12,8 @@ Scenarios (public data only, docs/SIMULATOR.md "Stress scenarios"):
 b, c and d replay a contiguous window of the trace (WINDOW below) so that the whole benchmark fits
 in its time budget on 2 cores; a is the whole trace. For always-on, idle-timeout and default each
 prints: facility energy ratio to always-on, wait p50/p95/p99, preemptions, lost GPU-hours, SLA
-violations, energy per completed GPU-hour and wall time; then checks issue 15's conditions.
+violations, energy per completed GPU-hour and wall time (and the same for the default with capping off);
+then checks issue 35's conditions.
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ from conftest import REPO, public_data
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
 from greengpu.model import Cluster, Job, Node
+from greengpu.policy import Policy
 from greengpu.sim.engine import Simulation
 from greengpu.sim.traces import read_trace
 
 POLICIES = ("always-on", "idle-timeout", "default")
+CAPPING_OFF = "default capping-off"
+COMPARED = (*POLICIES, CAPPING_OFF)
+"""The built-in policies, and the default with its capping off: capping must earn its place (issue 35)."""
 WINDOW = (datetime(2017, 10, 1, tzinfo=UTC), datetime(2017, 10, 11, tzinfo=UTC))
 """The window of b, c and d: the first ten days of October 2017, the trace's busiest stretch (its
 offered load alone fills a 640-GPU cluster: about 590 GPUs in use on average over October)."""
@@ -94,13 +99,21 @@ SCENARIOS = {
 _RESULTS: dict[tuple[str, str], dict[str, Any]] = {}
 
 
+def policy_named(name: str) -> Policy:
+    """A built-in policy, or the default with its capping off (CAPPING_OFF)."""
+    if name == CAPPING_OFF:
+        default = load_policy("default")
+        return replace(default, capping=replace(default.capping, enabled=False))
+    return load_policy(name)
+
+
 def replay(scenario: str, policy: str) -> dict[str, Any]:
     key = (scenario, policy)
     if key not in _RESULTS:
         chosen = SCENARIOS[scenario]
         cluster, jobs = chosen.cluster(), chosen.jobs()
         started = time.perf_counter()
-        result = Simulation(cluster, load_policy(policy), jobs).run().to_json()
+        result = Simulation(cluster, policy_named(policy), jobs).run().to_json()
         result["bench_wall_s"] = time.perf_counter() - started
         _RESULTS[key] = result
     return _RESULTS[key]
@@ -121,9 +134,9 @@ def _row(scenario: str, policy: str) -> str:
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_stress_scenario(scenario: str) -> None:
     print(f"\n[stress] {scenario}: {SCENARIOS[scenario].description}")
-    for policy in POLICIES:
+    for policy in COMPARED:
         print(_row(scenario, policy))
-    for policy in POLICIES:
+    for policy in COMPARED:
         assert replay(scenario, policy)["invariant_violations"] == 0
 
 
@@ -133,25 +146,30 @@ def _within(value: float, reference: float, factor: float, plus_s: float = 0.0) 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_default_spends_slack_never_queue_time(scenario: str) -> None:
-    """Issue 15's conditions for the default against always-on and idle-timeout."""
-    always_on, idle, default = (replay(scenario, p) for p in POLICIES)
+    """Issue 35's conditions for the default against always-on, idle-timeout and its own capping-off variant."""
+    always_on, idle, default, capping_off = (replay(scenario, p) for p in COMPARED)
     checks = {
-        "energy <= idle-timeout's": default["energy_kwh"] <= idle["energy_kwh"],
         "energy <= always-on's": default["energy_kwh"] <= always_on["energy_kwh"],
         "SLA violations <= always-on's": default["sla_violations"] <= always_on["sla_violations"],
+        "0 invariant violations": default["invariant_violations"] == 0,
     }
+    if idle["node_sleep_hours"] > 0:  # the cluster has idle time: the levers must save energy there
+        checks["energy < idle-timeout's"] = default["energy_kwh"] < idle["energy_kwh"]
+        checks["energy < its own with capping off (capping earns its place)"] = (
+            default["energy_kwh"] < capping_off["energy_kwh"])
     if scenario != "lab":
         checks.update({
             "p95 wait <= max(1.05x, +60 s) of always-on's":
                 _within(default["wait_s"]["p95"], always_on["wait_s"]["p95"], 1.05, 60.0),
-            "p99 wait <= 1.10x always-on's": _within(default["wait_s"]["p99"], always_on["wait_s"]["p99"], 1.10),
+            "p99 wait <= max(1.10x, +60 s) of always-on's":
+                _within(default["wait_s"]["p99"], always_on["wait_s"]["p99"], 1.10, 60.0),
             "lost GPU-hours <= 1.05x always-on's":
                 _within(default["lost_gpu_hours"], always_on["lost_gpu_hours"], 1.05),
-            "preemptions <= always-on's": default["preemptions"] <= always_on["preemptions"],
+            "preemptions <= 1.05x always-on's": _within(default["preemptions"], always_on["preemptions"], 1.05),
             "0 SLA violations": default["sla_violations"] == 0,
         })
-    if scenario == "a":
-        checks["saves >= 30% of always-on's energy"] = default["energy_kwh"] <= 0.70 * always_on["energy_kwh"]
+    if scenario == "a":  # issue 35 retired the 30% of issue 15 (measured against a baseline that re-ran killed work)
+        checks["saves >= 25% of always-on's energy"] = default["energy_kwh"] <= 0.75 * always_on["energy_kwh"]
     for name, held in checks.items():
         print(f"[stress] {scenario:3s} {'holds' if held else 'FAILS'}: {name}")
     assert all(held for held in checks.values()), [name for name, held in checks.items() if not held]

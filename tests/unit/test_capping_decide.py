@@ -11,6 +11,7 @@ from schedkit import node_type
 
 from greengpu.capping.cap_decision import CapDecision, LimitConstraints, busy_effect, cap_binds, decide
 from greengpu.energy.curves import INFERENCE
+from greengpu.energy.power_model import TRAINING_CURVE
 from greengpu.policy import CappingPolicy, ClassCapping
 
 A100 = LimitConstraints(min_w=100, max_w=400, default_w=400)
@@ -162,12 +163,19 @@ STEADY = CappingPolicy(enabled=True, classes={"off": ClassCapping("off"), "fixed
                        idle_to_min_limit=True, relax_when_queued=True)
 
 
+def FIXED_SLOWDOWN(limit_w: float) -> float:  # noqa: N802 - a table's column
+    """The compute-bound (training) curve's slowdown at `limit_w` of the A100's 400 W."""
+    return TRAINING_CURVE.at(limit_w / 400.0)[0] - 1.0
+
+
 @pytest.mark.parametrize(("job_class", "kwargs", "expected"), [
     ("off", {}, CapDecision(None, None, "class off: capping off")),
     ("nobody", {}, CapDecision(None, None, "class nobody: capping off")),  # a class without a rule: off
-    ("fixed", {}, CapDecision(250, None, "class fixed: fixed 250 W", job_class="fixed")),
+    # a fixed limit carries the model's slowdown there (the occupancy rule prices it: greengpu/capping/occupancy.py)
+    ("fixed", {}, CapDecision(250, None, "class fixed: fixed 250 W", pytest.approx(FIXED_SLOWDOWN(250)),
+                              job_class="fixed")),
     ("low", {}, CapDecision(100, None, "class low: fixed 100 W (asked 50 W, clamped to 100-400 W)",
-                            job_class="low")),
+                            pytest.approx(FIXED_SLOWDOWN(100)), job_class="low")),
     ("dflt", {}, CapDecision(400, None, "class dflt: fixed 400 W", job_class="dflt")),  # no limit: the default
     # 1410 MHz x 0.9 = 1269 MHz; a class the model does not know is compute-bound (the training curve):
     # slowdown 1 / 0.9 - 1 = 11.1%, inside the 20% budget.

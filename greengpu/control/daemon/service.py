@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from greengpu.brain.capacity_choice import ChooseCapacity
 from greengpu.brain.control_tick import TickAction, TickResult, control_tick
+from greengpu.capping.forecast_caps import ForecastCaps
 from greengpu.control.bodies.body import ActionFailed, ClusterBody, Observation
 from greengpu.control.daemon import status as daemon_status
 from greengpu.control.daemon.agent_reports import AgentReports
@@ -96,6 +97,7 @@ class Daemon:
         self._energy_then: dict[str, float] = {}
         self.rise_forecast = (DemandRiseForecaster() if policy.sleep.enabled and policy.sleep.use_forecast else None)
         """With `sleep.use_forecast`: the hourly rise of demand, learnt from what the daemon observes."""
+        self.caps = ForecastCaps(policy)  # with `capping.forecast_slack` (greengpu.capping.forecast_caps)
         self.arrivals = RecentArrivals()
         """The jobs seen arriving over the last day (greengpu.sleep.arrivals: the warm reserve follows them)."""
         self.wakes = WakeWatch(policy.sleep)
@@ -179,7 +181,8 @@ class Daemon:
             check_faults(self, seen, now_s)
         # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
         result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s),
-                              seen.gpu_settings, seen.capacity_facts)
+                              seen.gpu_settings, seen.capacity_facts,
+                              self.caps.refused_in(seen.snapshot, seen.gpus, self.arrivals.gpus(now_s)))
         self.last_result = result
         self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
         if not self.leading:
