@@ -5,10 +5,9 @@ exact idle-timeout checks, grace expiries and control ticks. At each point in ti
 changed, the tick's scheduling part runs (`greengpu.brain.control_tick.schedule`: one cycle of the core and
 whether work waits), then its capping and sleep parts where their inputs changed: caps lift or come
 back when "work waits" flips (`sim/pace.py`), and the sleep lever is asked as a daemon's tick asks it: at
-every cycle, at every idle timeout come due and whenever use falls (`sim/sleep_body.py`).
-Waking asks the core itself: a second, hypothetical cycle in which sleeping nodes count as up shows
-which nodes blocked jobs would go to, and exactly those are woken. Power is integrated piecewise
-between events (`sim/nodes.py`); the figures are typed (`sim/results.py`).
+every cycle, at every idle timeout come due and whenever use falls (`sim/sleep_body.py`). The same
+cycle says which sleeping nodes the waiting jobs would go to, and exactly those are woken. Power is
+integrated piecewise between events (`sim/nodes.py`); the figures are typed (`sim/results.py`).
 """
 
 from __future__ import annotations
@@ -187,7 +186,7 @@ class Simulation:
     def _cycle(self) -> None:
         self.cycles += 1
         snapshot = self._snapshot()
-        scheduled = self._known_result(snapshot)
+        scheduled = known_result(self, snapshot)
         if scheduled is None:
             scheduled = schedule(snapshot, self.policy)
             until_s = scheduled.cycle.unchanged_until_s
@@ -226,9 +225,6 @@ class Simulation:
         elif self.pending:
             self._ensure_tick()  # retry: age boost, grace expiry, backfill windows
 
-    def _known_result(self, snapshot: ClusterSnapshot) -> Scheduled | None:
-        return known_result(self, snapshot)
-
     def _follow_slack(self, guard_was: QueueGuard) -> None:
         """Lift or restore caps when the guard, the slack (sleep/headroom.py) or the forecast verdict changed."""
         now_s, arrived = self.clock.now_s, self.arrivals.gpus(self.clock.now_s)
@@ -263,12 +259,34 @@ class Simulation:
         finally:
             if was_enabled:
                 gc.enable()
-        return self._result(time.perf_counter() - started)
+        return result_of(self, time.perf_counter() - started)
 
     def _run(self) -> None:
         if not self.jobs:
             return
         origin_s = self.jobs[0].submit_time_s
+        self._start(origin_s)
+        end_s = origin_s + self.until_s if self.until_s is not None else math.inf
+        processed = 0
+        clock = self.clock
+        while clock.events:
+            time_s = clock.events[0][0]
+            if time_s > end_s:
+                break
+            self._advance(time_s)
+            while (event := clock.pop_at(time_s)) is not None:
+                processed += 1
+                self._handle(*event)
+            self._decide()
+            if self.progress is not None and processed % 5000 < 8:
+                self.progress(len(self.work.outcomes.completed), len(self.jobs))
+            if (not self.pending and not self.running and self.arrivals_left == 0
+                    and (self.cloud is None or not self.cloud.busy)) or self.stalled:
+                break
+        self._close(end_s)
+
+    def _start(self, origin_s: float) -> None:
+        """The clock at the first arrival, every arrival and GPU event queued, every node's idle check due."""
         self.clock.now_s = origin_s
         self.usage.start(origin_s)
         self.fleet.start(origin_s)
@@ -281,31 +299,20 @@ class Simulation:
                 self.clock.push(gpu_event.time_s, EventKind.GPU_EVENT, gpu_event)
         self.sleep.start_forecast(origin_s)
         self.arrivals_left = len(self.jobs)
-        end_s = origin_s + self.until_s if self.until_s is not None else math.inf
-        processed = 0
-        clock = self.clock
-        while clock.events:
-            time_s = clock.events[0][0]
-            if time_s > end_s:
-                break
-            self._advance(time_s)
-            while (event := clock.pop_at(time_s)) is not None:
-                processed += 1
-                self._handle(*event)
-            if (self._dirty or self._sleep_check) and (self.pending or self.work.any_signalled()):
-                self._dirty = False  # the sleep lever is asked with a cycle, as a daemon's tick asks them together
-                self._cycle()
-            elif self._dirty or self._sleep_check:  # nothing waits: a cycle could not place anything
-                # a finish may have given the slack back; the forecast rule is asked at each decision, as a tick does
-                if self._lifts_caps and ((self._dirty and self.work.no_slack) or self.caps.active):
-                    self._follow_slack(self.waiting.guard)
-                self._dirty = self._sleep_check = False  # use fell: the warm reserve may let a node it held sleep now
-                self.sleep.ask([], self.waiting)
-            if self.progress is not None and processed % 5000 < 8:
-                self.progress(len(self.work.outcomes.completed), len(self.jobs))
-            if (not self.pending and not self.running and self.arrivals_left == 0
-                    and (self.cloud is None or not self.cloud.busy)) or self.stalled:
-                break
+
+    def _decide(self) -> None:
+        """After the events of one instant: a cycle when something changed and work waits, else the levers alone."""
+        if (self._dirty or self._sleep_check) and (self.pending or self.work.any_signalled()):
+            self._dirty = False  # the sleep lever is asked with a cycle, as a daemon's tick asks them together
+            self._cycle()
+        elif self._dirty or self._sleep_check:  # nothing waits: a cycle could not place anything
+            # a finish may have given the slack back; the forecast rule is asked at each decision, as a tick does
+            if self._lifts_caps and ((self._dirty and self.work.no_slack) or self.caps.active):
+                self._follow_slack(self.waiting.guard)
+            self._dirty = self._sleep_check = False  # use fell: the warm reserve may let a node it held sleep now
+            self.sleep.ask([], self.waiting)
+
+    def _close(self, end_s: float) -> None:
         if end_s < math.inf:
             self._advance(end_s)
         if self.cloud is not None:
@@ -385,11 +392,6 @@ class Simulation:
     def _demand_changed(self, delta_gpus: float) -> None:
         self.offered_gpus += delta_gpus
         self.sleep.demand_changed()
-
-    # ------------------------------------------------------------------ results
-
-    def _result(self, wall_s: float) -> SimResult:
-        return result_of(self, wall_s)
 
 
 def simulate(cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,
