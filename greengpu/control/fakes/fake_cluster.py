@@ -3,12 +3,11 @@
 Nodes from the inventory with fake GPUs behind the real NVML adapter (pynvml's seam, its errors and
 constraints), nodes that take `SUSPEND_S` to sleep and their `boot_s` to wake, and a job stream (a
 trace, or a seeded generator) run by a small workload manager that carries out the daemon's placements, each
-job at the pace its GPUs' limits and clocks give it, as in a replay (fake_pace.py). Its state lives in the
-daemon's state directory, so a daemon killed and restarted finds the same cluster.
+job at the pace its GPUs' limits and clocks give it, as in a replay (fake_pace.py). Its state lives in
+the daemon's state directory: a daemon killed and restarted finds the same cluster.
 
-The fake cluster plays the node agents too. Like an agent, it reads a node's GPUs again only when something
-changed them (a job started or ended there, greengpu wrote a limit or a clock, the node woke); nothing else
-writes to these GPUs, so the cached view is exact. The meter reads the energy counters (`gpu_energy_j`).
+It plays the node agents too: it rereads a node's GPUs only when something changed them (a job started or
+ended, greengpu wrote a limit or a clock, the node woke), so its cached view is exact; the meter reads `gpu_energy_j`.
 """
 
 from __future__ import annotations
