@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from greengpu.commands.common import DAY_S
+
 
 @click.command()
 @click.option("--policy", "policy_name", default="default", show_default=True, metavar="P",
@@ -32,7 +34,7 @@ import click
 @click.option("--stale-after-s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="A last good tick older than this fails /healthz (503) and puts the GPUs back to default "
               "limits until ticks work again (default: 3 intervals, at least 30 s).")
-@click.option("--interval-s", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
+@click.option("--interval-s", type=click.FloatRange(min=0.05, max=DAY_S), default=10.0, show_default=True,
               help="Seconds between control ticks.")
 @click.option("--nonbinding-after-s", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="A busy GPU whose cap has not bound for this long moves to locked clocks (when allowed).")

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from greengpu.commands.common import DAY_S
 from greengpu.model import Job
 
 
@@ -26,7 +27,7 @@ from greengpu.model import Job
               help="Where /metrics, /healthz and /v1/status are served (port 0: any free port).")
 @click.option("--state", "state_dir", default="/var/lib/greengpu/daemon", show_default=True, metavar="DIR",
               help="State: the action journal, the audit log, the lock (one daemon per directory).")
-@click.option("--interval-s", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
+@click.option("--interval-s", type=click.FloatRange(min=1.0, max=DAY_S), default=60.0, show_default=True,
               help="Seconds between control ticks.")
 @click.option("--token-file", default=None, metavar="FILE",
               help="Bearer token for POST /v1/pause, /v1/resume, /v1/exempt (without it they answer 403).")
@@ -47,7 +48,7 @@ from greengpu.model import Job
               "bills it.")
 @click.option("--kube-host", default=None, metavar="URL",
               help="With --source kubernetes: the API server URL (default: in-cluster config, else kubeconfig).")
-@click.option("--tick-deadline-s", type=click.FloatRange(min=1.0), default=None, metavar="SECONDS",
+@click.option("--tick-deadline-s", type=click.FloatRange(min=1.0, max=DAY_S), default=None, metavar="SECONDS",
               help="A tick that has not returned after this long is a failed one: alerted, GPUs back to their "
               "defaults (default: two intervals, at least 120 s; 600 s more with --source kubernetes).")
 @click.option("--suspend-command", default=None, metavar="TEMPLATE",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from greengpu.commands.common import EXIT_FAILURE, HelpFirstGroup, echo_events
+from greengpu.commands.common import DAY_S, EXIT_FAILURE, HelpFirstGroup, echo_events
 
 if TYPE_CHECKING:
     from greengpu.control.hooks.kube_sleep import KubeSleep
@@ -68,7 +68,7 @@ def _kube_step() -> Iterator[None]:
 @click.option("--force", is_flag=True,
               help="Also evict bare pods (nothing recreates them) and pods with emptyDir data, as kubectl drain "
               "--force --delete-emptydir-data.")
-@click.option("--drain-timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True,
+@click.option("--drain-timeout-s", type=click.FloatRange(min=0, max=DAY_S), default=300.0, show_default=True,
               help="How long evicted pods may take to terminate before the sleep is called off (uncordoned).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: node, slept, message.")
 @click.pass_obj
@@ -87,7 +87,7 @@ def kube_sleep(sleeper: KubeSleep, node: str, reason: str, force: bool, drain_ti
 
 
 @kube.command("sleep-idle")
-@click.option("--drain-timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True,
+@click.option("--drain-timeout-s", type=click.FloatRange(min=0, max=DAY_S), default=300.0, show_default=True,
               help="How long evicted pods may take to terminate before a sleep is called off (uncordoned).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array: node, slept, message per node chosen.")
 @click.pass_obj

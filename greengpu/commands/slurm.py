@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from greengpu.commands.common import HelpFirstGroup, echo_events, echo_lines
+from greengpu.commands.common import DAY_S, HelpFirstGroup, echo_events, echo_lines
 
 if TYPE_CHECKING:
     from greengpu.control.hooks.slurm_hooks import HookContext
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 @click.option("--suspend-command", default=None, metavar="TEMPLATE",
               help="Run per node to suspend it ({node} is replaced). Default: ssh NODE greengpu node-suspend "
               "--command 'systemctl poweroff' (docs/SLEEP.md: why power-off).")
-@click.option("--suspend-timeout", "suspend_timeout_s", type=click.FloatRange(min=1), default=120, show_default=True,
-              metavar="SECONDS", help="A suspend command not finished by then counts as failed (the node stays "
+@click.option("--suspend-timeout", "suspend_timeout_s", type=click.FloatRange(min=1, max=DAY_S), default=120,
+              show_default=True, metavar="SECONDS", help="A suspend command not finished by then counts as failed (the node stays "
               "awake and is returned to service).")
 @click.option("--ipmi-command", default=None, metavar="TEMPLATE",
               help="Power on nodes with an ipmi_host this way ({node}, {ipmi_host}), e.g. "

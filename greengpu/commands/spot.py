@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from greengpu.commands.common import HelpFirstGroup
+from greengpu.commands.common import DAY_S, HelpFirstGroup
 from greengpu.model import Cluster
 from greengpu.policy import Policy
 from greengpu.spot.decide import CapacityKind, PoolPrice, SpotJobFacts, cloud_capacity_for
@@ -93,7 +93,7 @@ def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, 
               "when the cloud nodes share the jobs' partitions).")
 @click.option("--min-wait", "min_wait_s", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
               metavar="SECONDS", help="Steer only jobs eligible this long (give on-premises nodes time to free).")
-@click.option("--every", "every_s", default=None, type=click.FloatRange(min=1.0), metavar="SECONDS",
+@click.option("--every", "every_s", default=None, type=click.FloatRange(min=1.0, max=DAY_S), metavar="SECONDS",
               help="Repeat every SECONDS until SIGTERM (as a service) instead of one pass.")
 @click.option("--dry-run", is_flag=True, help="Log what would be steered; change nothing.")
 @click.option("--log", "log_file", default=None, metavar="FILE", help="Log here instead of stderr.")

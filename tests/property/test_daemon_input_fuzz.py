@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from inventories import SITE
 from test_input_fuzz import ODD_VALUES, _text_edits, assert_clean, edit_text, fuzz, run_cli
@@ -76,6 +76,7 @@ def _refused_by_contract(flag: str, value: str) -> bool:
 
 @fuzz(25)
 @given(flag=st.sampled_from(DAEMON_FLAGS), value=ODD_VALUES)
+@example(flag="--interval-s", value="4611686019")  # once an OverflowError from the tick's deadline wait
 def test_daemon_flags(site: Path, flag: str, value: str) -> None:
     state = _fresh(site)
     if flag == "--token-file":
