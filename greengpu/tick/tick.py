@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from greengpu.health.drain import DrainNode, plan_checkpoints, plan_drains
 from greengpu.model import Action, ClusterSnapshot, KillJob, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import Policy
-from greengpu.sched.core import CycleResult, schedule_cycle
+from greengpu.sched.core import CycleResult, SchedulerMemory, schedule_cycle
 from greengpu.spot.decide import SpotJobFacts
 from greengpu.tick.capacity import ChooseCapacity, plan_capacity
 from greengpu.tick.power import GpuObservation, GpuSettings, PowerAction, plan_power
@@ -63,21 +63,24 @@ class TickResult:
         return (*jobs, *clouds, *self.wakes, *self.power, *self.sleeps)
 
 
-def schedule(snapshot: ClusterSnapshot, policy: Policy) -> Scheduled:
-    """The scheduling part of the tick: one cycle of the core, and whether work waits after it."""
-    cycle = schedule_cycle(snapshot, policy.scheduler, policy.interval_s)
-    return Scheduled(cycle, work_waiting(cycle, snapshot.cluster))
+def schedule(snapshot: ClusterSnapshot, policy: Policy, memory: SchedulerMemory | None = None) -> Scheduled:
+    """The scheduling part of the tick: one cycle of the core, and whether work waits after it. `memory`: what
+    the body keeps between its cycles (greengpu.sched.memory; None: a fresh one for this call)."""
+    cycle = schedule_cycle(snapshot, policy.scheduler, policy.interval_s, memory=memory)
+    return Scheduled(cycle, work_waiting(cycle, snapshot.cluster, memory))
 
 
 def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuObservation],
                  sleep: SleepObservation, gpu_settings: GpuSettings | None = None,
-                 capacity_facts: Mapping[str, SpotJobFacts] | None = None) -> TickResult:
+                 capacity_facts: Mapping[str, SpotJobFacts] | None = None,
+                 memory: SchedulerMemory | None = None) -> TickResult:
     """One tick over every lever: `gpus` as observed now, `sleep` the nodes' power states and rates.
 
     With `gpu_settings` (the limits and clocks the GPUs hold now), the capping lever returns only the
     writes that change something. `capacity_facts`: the body's own spot facts of the jobs it lets the
-    capacity lever steer (greengpu.tick.capacity.plan_capacity; None: every waiting job, from the snapshot)."""
-    scheduled = schedule(snapshot, policy)
+    capacity lever steer (greengpu.tick.capacity.plan_capacity; None: every waiting job, from the snapshot).
+    `memory`: the scheduler's memory the body keeps between ticks (greengpu.sched.memory)."""
+    scheduled = schedule(snapshot, policy, memory)
     asked = tuple(a for a in scheduled.cycle.actions if isinstance(a, WakeNode))
     # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
     placed = [a for a in scheduled.cycle.actions if isinstance(a, PlaceJob)]

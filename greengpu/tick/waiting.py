@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from greengpu.energy.headroom import levers_have_slack
 from greengpu.model import Cluster, PlaceJob, RunningJob
 from greengpu.policy import SleepPolicy
-from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, CycleResult
+from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, CycleResult, SchedulerMemory
 from greengpu.sched.slack import NO_WAIT, QueueGuard, model_of_nodes, queue_guard
 from greengpu.sched.waits import Wait, WaitReason, distinct_of
 
@@ -152,12 +152,13 @@ def with_job_verdict(waiting: WorkWaiting, cluster: Cluster, running: Sequence[R
     return waiting.with_uncapped(uncapped_jobs(waiting.guard, cluster, running, placed, tenant_of), judged)
 
 
-def work_waiting(result: CycleResult, cluster: Cluster | None = None) -> WorkWaiting:
+def work_waiting(result: CycleResult, cluster: Cluster | None = None,
+                 memory: SchedulerMemory | None = None) -> WorkWaiting:
     """The jobs of a scheduling cycle that wait for capacity or for sleeping nodes to wake, and (given
     the inventory) the slack rule's verdict from the cycle's typed waits."""
     # Jobs alike share one Wait: whether any job is lever-blocked is asked once per distinct wait.
     waiting = any(wait.reason in LEVER_BLOCKED_WAITS for wait in distinct_of(result.waits))
-    guard = queue_guard(result.waits, cluster) if cluster is not None else NO_WAIT
+    guard = queue_guard(result.waits, cluster, memory) if cluster is not None else NO_WAIT
     return WorkWaiting.of_waits(result.waits, waiting, guard)
 
 
