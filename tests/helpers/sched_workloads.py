@@ -20,7 +20,7 @@ from transitions import apply_scheduler_actions
 
 from greengpu.model import GPU_UNITS, Cluster, ClusterSnapshot, GpuSlot, PendingJob, PlaceJob, RunningJob, Tenant
 from greengpu.policy import SchedulerPolicy
-from greengpu.sched.core import schedule_cycle
+from greengpu.sched.core import SchedulerMemory, schedule_cycle
 from greengpu.sched.invariants import check_invariants
 
 GANG_SIZES = (1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64, 128)
@@ -152,9 +152,10 @@ def steady_cycle_cpu_s(nodes: int, tenants: int, pending: int, cycles: int) -> l
     policy = SchedulerPolicy()
     arrivals = JobStream(lambda count, start, _: uniform_pending(rng, count, tenants, start=start), pending)
     cycle_s: list[float] = []
+    memory = SchedulerMemory()  # kept between the cycles, as a body keeps it
     for _ in range(cycles + 1):
         start = time.process_time()
-        result = schedule_cycle(snap, policy)
+        result = schedule_cycle(snap, policy, memory=memory)
         cycle_s.append(time.process_time() - start)
         snap = churn(apply_scheduler_actions(snap, result.actions), rng, arrivals)
     assert check_invariants(snap) == []
