@@ -16,7 +16,6 @@ A gang is placed whole or not at all, and a waiting job holds no GPUs.
 
 from __future__ import annotations
 
-import gc
 from dataclasses import replace
 
 from greengpu.model import (
@@ -57,11 +56,6 @@ def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_
     separate set of remembered books for what-if cycles whose snapshots differ systematically.
     """
     memory = memory if memory is not None else SchedulerMemory()
-    # A cycle allocates hundreds of thousands of short-lived tuples but builds no reference cycles, so
-    # the cyclic collector only re-walks the (large, long-lived) snapshot: measured at ~40% of a
-    # 50,000-job cycle. Pause it for the cycle; reference counting still frees everything.
-    was_enabled = gc.isenabled()
-    gc.disable()
     whole, shared = split_shared(snapshot, memory)  # MIG and time-slice jobs: their own pass (sched.shared_cycle)
     books = books_for(whole, policy.borrow_non_interruptible, memory, incremental, purpose)
     try:
@@ -77,9 +71,6 @@ def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_
     except BaseException:
         memory.forget()
         raise
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def schedule(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0,
