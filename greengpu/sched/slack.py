@@ -59,9 +59,10 @@ class QueueGuard:
         blocked, quota = self.blocked_nodes, self.blocked_quota
         return any(node in blocked or (tenant, model_of.get(node, "")) in quota for node in nodes)
 
-    def uncapped_jobs(self, running: Iterable[RunningJob], cluster: Cluster) -> frozenset[str]:
-        """The ids of the running jobs whose caps lift."""
-        model_of = _shapes_of(cluster, None).model_of
+    def uncapped_jobs(self, running: Iterable[RunningJob], cluster: Cluster,
+                      memory: SchedulerMemory | None = None) -> frozenset[str]:
+        """The ids of the running jobs whose caps lift (`memory`: the body's, which keeps the cluster's shapes)."""
+        model_of = _shapes_of(cluster, memory).model_of
         return frozenset(r.job.job_id for r in running if self.lifts(r.job.tenant, r.nodes, model_of))
 
     @property

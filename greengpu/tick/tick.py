@@ -90,7 +90,7 @@ def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuOb
                                  sleep.arrived_gpus)
     # Which jobs run uncapped, by name (the agents lift exactly these: GET /v1/waiting's `uncapped_job_ids`).
     tenant_of = {p.job.job_id: p.job.tenant for p in snapshot.pending} if placed else None
-    waiting = with_job_verdict(waiting, snapshot.cluster, snapshot.running, placed, tenant_of)
+    waiting = with_job_verdict(waiting, snapshot.cluster, snapshot.running, placed, tenant_of, memory)
     scheduled = replace(scheduled, waiting=waiting)
     sleeps = plan_sleep(sleep, policy.sleep, scheduled.waiting) if policy.sleep.enabled else ()
     wakes = plan_wakes(sleep, policy.sleep, asked) if policy.sleep.enabled else ()
