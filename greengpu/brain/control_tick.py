@@ -22,7 +22,7 @@ from greengpu.capping.gpu_power import after_placements as gpus_after_placements
 from greengpu.health.drain import DrainNode, plan_checkpoints, plan_drains
 from greengpu.model import Action, ClusterSnapshot, KillJob, PlaceJob, SleepNode, WakeNode
 from greengpu.policy import Policy
-from greengpu.sched.core import CycleResult, schedule_cycle
+from greengpu.sched.core import CycleResult, SchedulerMemory, schedule_cycle
 from greengpu.sleep.sleep_wake import SleepObservation, after_placements, plan_sleep, plan_wakes
 from greengpu.sleep.work_waiting import WorkWaiting, gpus_in_use, with_job_verdict, with_slack_verdict, work_waiting
 from greengpu.spot.decide import SpotJobFacts
@@ -63,24 +63,25 @@ class TickResult:
         return (*jobs, *clouds, *self.wakes, *self.power, *self.sleeps)
 
 
-def schedule(snapshot: ClusterSnapshot, policy: Policy) -> Scheduled:
-    """The scheduling part of the tick: one cycle of the core, and whether work waits after it."""
-    cycle = schedule_cycle(snapshot, policy.scheduler, policy.interval_s)
-    return Scheduled(cycle, work_waiting(cycle, snapshot.cluster))
+def schedule(snapshot: ClusterSnapshot, policy: Policy, memory: SchedulerMemory | None = None) -> Scheduled:
+    """The scheduling part of the tick: one cycle of the core, and whether work waits after it. `memory`: what
+    the body keeps between its cycles (greengpu.sched.memory; None: a fresh one for this call)."""
+    cycle = schedule_cycle(snapshot, policy.scheduler, policy.interval_s, memory=memory)
+    return Scheduled(cycle, work_waiting(cycle, snapshot.cluster, memory))
 
 
 def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuObservation],
                  sleep: SleepObservation, gpu_settings: GpuSettings | None = None,
                  capacity_facts: Mapping[str, SpotJobFacts] | None = None,
-                 cap_refused: frozenset[str] = frozenset()) -> TickResult:
+                 cap_refused: frozenset[str] = frozenset(), memory: SchedulerMemory | None = None) -> TickResult:
     """One tick over every lever: `gpus` as observed now, `sleep` the nodes' power states and rates.
 
     With `gpu_settings` (the limits and clocks the GPUs hold now), the capping lever returns only the
     writes that change something. `capacity_facts`: the body's own spot facts of the jobs it lets the
     capacity lever steer (greengpu.brain.capacity_choice.plan_capacity; None: every waiting job, from the snapshot).
     `cap_refused`: the running jobs whose caps the forecast slack does not cover (greengpu.capping.forecast_caps):
-    they run uncapped too."""
-    scheduled = schedule(snapshot, policy)
+    they run uncapped too. `memory`: the scheduler's memory the body keeps between ticks (greengpu.sched.memory)."""
+    scheduled = schedule(snapshot, policy, memory)
     asked = tuple(a for a in scheduled.cycle.actions if isinstance(a, WakeNode))
     # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
     placed = [a for a in scheduled.cycle.actions if isinstance(a, PlaceJob)]
@@ -90,7 +91,7 @@ def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuOb
                                  sleep.arrived_gpus)
     # Which jobs run uncapped, by name (the agents lift exactly these: GET /v1/waiting's `uncapped_job_ids`).
     tenant_of = {p.job.job_id: p.job.tenant for p in snapshot.pending} if placed else None
-    waiting = with_job_verdict(waiting, snapshot.cluster, snapshot.running, placed, tenant_of)
+    waiting = with_job_verdict(waiting, snapshot.cluster, snapshot.running, placed, tenant_of, memory)
     if cap_refused:
         waiting = waiting.with_uncapped((waiting.uncapped or frozenset()) | cap_refused, waiting.judged)
     scheduled = replace(scheduled, waiting=waiting)

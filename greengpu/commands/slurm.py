@@ -26,8 +26,9 @@ if TYPE_CHECKING:
               help="Run per node to suspend it ({node} is replaced). Default: ssh NODE greengpu node-suspend "
               "--command 'systemctl poweroff' (docs/SLEEP.md: why power-off).")
 @click.option("--suspend-timeout", "suspend_timeout_s", type=click.FloatRange(min=1, max=DAY_S), default=120,
-              show_default=True, metavar="SECONDS", help="A suspend command not finished by then counts as failed (the node stays "
-              "awake and is returned to service).")
+              show_default=True, metavar="SECONDS",
+              help="A suspend command not finished by then counts as failed (the node stays awake and is returned "
+              "to service).")
 @click.option("--ipmi-command", default=None, metavar="TEMPLATE",
               help="Power on nodes with an ipmi_host this way ({node}, {ipmi_host}), e.g. "
               "'ipmitool -I lanplus -H {ipmi_host} -U admin -E chassis power on'.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from greengpu.model import Cluster, ClusterSnapshot, RunningJob
 from greengpu.sched.backfill import NodeEnds
@@ -18,6 +19,9 @@ from greengpu.sched.pending_index import PendingIndex
 from greengpu.sched.quota import QuotaLedger
 from greengpu.sched.state import PlacementState, cluster_layout
 from greengpu.sched.waits import Wait
+
+if TYPE_CHECKING:
+    from greengpu.sched.memory import SchedulerMemory
 
 
 @dataclass
@@ -57,6 +61,8 @@ class Books:
     """The pending queue as of the last cycle (greengpu.sched.pending_index), built on first use."""
     priorities: dict[int, int] = field(default_factory=dict)
     """How many held running jobs have each priority (the victim search asks for the lowest every cycle)."""
+    grouped: list[object] = field(default_factory=list)
+    """The victim finder's last running tuple grouped by tenant (greengpu.sched.preemption.eligibility)."""
     on_node: dict[int, dict[str, RunningJob]] = field(default_factory=dict)
     """Per node index, the held running jobs on it by job id (the lending check reads a node's jobs)."""
 
@@ -109,14 +115,12 @@ class Books:
             self.last_running = None
 
 
-_BOOKS: dict[tuple[int, str], Books] = {}
-
-
-def fresh_books(snapshot: ClusterSnapshot, borrow_non_interruptible: bool) -> Books:
-    """Books built from scratch for `snapshot`."""
+def fresh_books(snapshot: ClusterSnapshot, borrow_non_interruptible: bool,
+                memory: SchedulerMemory | None = None) -> Books:
+    """Books built from scratch for `snapshot` (the cluster's layout taken from `memory` when it has it)."""
     cluster = snapshot.cluster
-    layout = cluster_layout(cluster)
-    state = PlacementState(snapshot)
+    layout = cluster_layout(cluster, memory)
+    state = PlacementState(snapshot, memory)
     ledger = QuotaLedger(cluster, layout.model_of_node, layout.memory_of_node, borrow_non_interruptible)
     running: dict[str, RunningJob] = {}
     for job in snapshot.running:
@@ -131,22 +135,19 @@ def fresh_books(snapshot: ClusterSnapshot, borrow_non_interruptible: bool) -> Bo
     return books
 
 
-def books_for(snapshot: ClusterSnapshot, borrow_non_interruptible: bool, incremental: bool = True,
-              purpose: str = "main") -> Books:
-    """Books for `snapshot`: the remembered ones brought up to date, or fresh ones.
+def books_for(snapshot: ClusterSnapshot, borrow_non_interruptible: bool, memory: SchedulerMemory,
+              incremental: bool = True, purpose: str = "main") -> Books:
+    """Books for `snapshot`: the ones `memory` keeps brought up to date, or fresh ones (then kept there).
 
     `purpose` keeps separate books for callers whose snapshots differ systematically (what-if cycles,
     e.g. with some nodes taken as up), so they do not undo each other's work.
     """
     cluster = snapshot.cluster
     if not incremental:
-        return fresh_books(snapshot, borrow_non_interruptible)
-    books = _BOOKS.get((id(cluster), purpose))
+        return fresh_books(snapshot, borrow_non_interruptible, memory)
+    books = memory.books.get(purpose)
     if books is None or books.cluster is not cluster or books.borrow_non_interruptible != borrow_non_interruptible:
-        books = fresh_books(snapshot, borrow_non_interruptible)
-        if len(_BOOKS) > 16:
-            _BOOKS.clear()
-        _BOOKS[(id(cluster), purpose)] = books
+        books = memory.books[purpose] = fresh_books(snapshot, borrow_non_interruptible, memory)
         return books
     state = books.state
     if snapshot.running is not books.last_running:
@@ -215,8 +216,3 @@ def _update_running(books: Books, running: tuple[RunningJob, ...]) -> None:
             by_id[id(now)] = now
     books.last_running = running
 
-
-def forget_books(cluster: Cluster) -> None:
-    """Drop the remembered books of `cluster` (after an error, or to force a fresh build)."""
-    for key in [k for k in _BOOKS if k[0] == id(cluster)]:
-        del _BOOKS[key]

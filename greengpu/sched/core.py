@@ -16,7 +16,6 @@ A gang is placed whole or not at all, and a waiting job holds no GPUs.
 
 from __future__ import annotations
 
-import gc
 from dataclasses import replace
 
 from greengpu.model import (
@@ -24,9 +23,10 @@ from greengpu.model import (
     ClusterSnapshot,
 )
 from greengpu.policy import SchedulerPolicy
-from greengpu.sched.books import books_for, forget_books
+from greengpu.sched.books import books_for
 from greengpu.sched.cycle.vocabulary import EVERYWHERE, CycleResult, alike_key
 from greengpu.sched.cycle.walk import Cycle
+from greengpu.sched.memory import SchedulerMemory
 from greengpu.sched.shared_cycle import schedule_shared, split_shared
 from greengpu.sched.waits import (
     WAIT_CAPACITY,
@@ -37,46 +37,43 @@ from greengpu.sched.waits import (
 )
 
 __all__ = ["EVERYWHERE", "WAIT_CAPACITY", "WAIT_NO_MODEL", "WAIT_PREEMPTING", "WAIT_QUOTA", "WAIT_WAKE", "CycleResult",
-           "alike_key", "schedule", "schedule_cycle"]
+           "SchedulerMemory", "alike_key", "schedule", "schedule_cycle"]
 
 _Cycle = Cycle
 """The cycle class (greengpu.sched.cycle.walk), under the name tests patch."""
 
 
 def schedule_cycle(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0,
-                   incremental: bool = True, purpose: str = "main") -> CycleResult:
+                   incremental: bool = True, purpose: str = "main",
+                   memory: SchedulerMemory | None = None) -> CycleResult:
     """Run one scheduling cycle on `snapshot` under `policy`: actions plus why the rest waits.
 
-    `incremental=False` builds the free-GPU index and quota ledger from scratch instead of updating
+    `memory` is what the caller keeps between its cycles (greengpu.sched.memory: a body creates one and passes
+    it to every cycle); without it the cycle starts from a fresh one, with the same decisions at a fresh build's
+    cost. `incremental=False` builds the free-GPU index and quota ledger from scratch instead of updating
     the remembered ones (see greengpu.sched.books), and decides every waiting job on its own instead
     of letting jobs alike share what was found for the first of them: the results are identical. `purpose` names a
     separate set of remembered books for what-if cycles whose snapshots differ systematically.
     """
-    # A cycle allocates hundreds of thousands of short-lived tuples but builds no reference cycles, so
-    # the cyclic collector only re-walks the (large, long-lived) snapshot: measured at ~40% of a
-    # 50,000-job cycle. Pause it for the cycle; reference counting still frees everything.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    whole, shared = split_shared(snapshot)  # MIG and time-slice jobs: their own pass (greengpu.sched.shared_cycle)
-    books = books_for(whole, policy.borrow_non_interruptible, incremental, purpose)
+    memory = memory if memory is not None else SchedulerMemory()
+    whole, shared = split_shared(snapshot, memory)  # MIG and time-slice jobs: their own pass (sched.shared_cycle)
+    books = books_for(whole, policy.borrow_non_interruptible, memory, incremental, purpose)
     try:
         cycle = _Cycle(whole, policy, interval_s, books, shortcuts=incremental)
         result = cycle.run()
         books.commit(cycle.started, cycle.stopped)
         if shared:
-            extra = schedule_shared(snapshot, policy, shared, result.actions, memo=incremental)
+            extra = schedule_shared(snapshot, policy, shared, result.actions, memo=incremental, memory=memory)
             result = replace(result, actions=result.actions + tuple(extra.actions),
                              waits={**result.waits, **extra.waits},
                              unchanged_until_s=min(result.unchanged_until_s, extra.unchanged_until_s))
         return result
     except BaseException:
-        forget_books(snapshot.cluster)
+        memory.forget()
         raise
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
-def schedule(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0) -> tuple[Action, ...]:
-    """The actions of one scheduling cycle."""
-    return schedule_cycle(snapshot, policy, interval_s).actions
+def schedule(snapshot: ClusterSnapshot, policy: SchedulerPolicy, interval_s: float = 60.0,
+             memory: SchedulerMemory | None = None) -> tuple[Action, ...]:
+    """The actions of one scheduling cycle (`memory` as for `schedule_cycle`)."""
+    return schedule_cycle(snapshot, policy, interval_s, memory=memory).actions

@@ -64,7 +64,7 @@ class CycleState:
         self.finder = VictimFinder(self.state, self.ledger, policy.preemption, self.now_s, snapshot.running,
                                    snapshot.pending, memo_searches=shortcuts,
                                    lowest_priority_anywhere=books.lowest_priority(),
-                                   ahead_memo=books.queue_ahead if shortcuts else None)
+                                   ahead_memo=books.queue_ahead if shortcuts else None, grouped_memo=books.grouped)
         self._shares: dict[str, float] = {}
         self._excluded_shared: set[int] | None = None
         self._latest_reserved_start_s = -1.0

@@ -218,16 +218,15 @@ def needs_healthy_gpus(job: Job) -> bool:
     return not (job.interruptible and job.job_class in ("training", "batch"))
 
 
-_WARNING_MEMO: list[tuple[object, object, dict[int, frozenset[int]]]] = []
-
-
 def warning_gpus_by_node(state: PlacementState, node_states: Mapping[str, NodeState]) -> dict[int, frozenset[int]]:
-    """Node index -> its warning GPUs, from the snapshot's node states (remembered for the same mapping)."""
-    if _WARNING_MEMO and _WARNING_MEMO[0][0] is node_states and _WARNING_MEMO[0][1] is state.index:
-        return _WARNING_MEMO[0][2]
+    """Node index -> its warning GPUs, from the snapshot's node states (remembered by `state`, which the books
+    keep between cycles, for the same mapping)."""
+    memo = state.warning_memo
+    if memo is not None and memo[0] is node_states:
+        return memo[1]
     index = state.index
     found = {index[name]: s.warning_gpus for name, s in node_states.items() if s.warning_gpus and name in index}
-    _WARNING_MEMO[:] = [(node_states, state.index, found)]
+    state.warning_memo = (node_states, found)
     return found
 
 

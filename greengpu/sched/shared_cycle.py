@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from greengpu.model import (
     TIMESLICE,
@@ -42,6 +43,9 @@ from greengpu.sched.shared_gpus import SharedGpu, SharedUse, partition_of, share
 from greengpu.sched.state import cluster_layout
 from greengpu.sched.waits import Wait, WaitReason
 
+if TYPE_CHECKING:
+    from greengpu.sched.memory import SchedulerMemory
+
 
 @dataclass
 class SharedDecisions:
@@ -54,7 +58,7 @@ class SharedDecisions:
 
 class _SharedPass:
     def __init__(self, snapshot: ClusterSnapshot, policy: SchedulerPolicy, main_actions: Sequence[Action],
-                 memo: bool = True) -> None:
+                 memo: bool = True, memory: SchedulerMemory | None = None) -> None:
         self.memo = memo
         """Jobs alike (tenant, profile, class, constraints) share their candidate GPUs, and once one finds no
         room the rest take its wait: identical decisions (memo=False decides each on its own, to compare)."""
@@ -64,7 +68,7 @@ class _SharedPass:
         self.policy = policy
         self.now_s = snapshot.time_s
         cluster = snapshot.cluster
-        layout = cluster_layout(cluster)
+        layout = cluster_layout(cluster, memory)
         self.ledger = QuotaLedger(cluster, layout.model_of_node, layout.memory_of_node,
                                   policy.borrow_non_interruptible)
         for running in snapshot.running:
@@ -75,7 +79,7 @@ class _SharedPass:
                 action = placed.get(pending.job.job_id)
                 if action is not None:
                     self.ledger.charge(RunningJob(pending.job, action.slots, self.now_s, self.now_s))
-        self.gpus = shared_gpus(cluster)
+        self.gpus = shared_gpus(cluster, memory)
         self.use: SharedUse = shared_use(snapshot)
         self.busy_nodes = {node for running in snapshot.running for node in running.nodes}
         self.coming: dict[tuple[str, int], list[str]] = {}
@@ -287,30 +291,31 @@ class _SharedPass:
 
 
 def schedule_shared(snapshot: ClusterSnapshot, policy: SchedulerPolicy, pending: Sequence[PendingJob],
-                    main_actions: Sequence[Action], memo: bool = True) -> SharedDecisions:
+                    main_actions: Sequence[Action], memo: bool = True,
+                    memory: SchedulerMemory | None = None) -> SharedDecisions:
     """The shared pass over `pending` (the jobs with a `gpu_profile`), after the main pass's `main_actions`."""
-    return _SharedPass(snapshot, policy, main_actions, memo).run(pending)
+    return _SharedPass(snapshot, policy, main_actions, memo, memory).run(pending)
 
 
-def split_shared(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, tuple[PendingJob, ...]]:
+def split_shared(snapshot: ClusterSnapshot, memory: SchedulerMemory | None = None,
+                 ) -> tuple[ClusterSnapshot, tuple[PendingJob, ...]]:
     """The snapshot the main pass sees (the queue without `gpu_profile` jobs) and those jobs, for a cluster with
-    shared GPUs; `snapshot` unchanged and () otherwise, at no cost. The split queue is remembered for the same
-    queue object, so the main pass's books kept by identity hold between cycles."""
-    if not shared_gpus(snapshot.cluster):
+    shared GPUs; `snapshot` unchanged and () otherwise, at no cost. The split queue is kept in `memory` for the
+    same queue object, so the main pass's books kept by identity hold between cycles."""
+    if not shared_gpus(snapshot.cluster, memory):
         return snapshot, ()
     shared = tuple(p for p in snapshot.pending if p.job.gpu_profile)
     if not shared:
         return snapshot, ()
-    kept = _kept_pending(snapshot.pending)
+    kept = _kept_pending(snapshot.pending, memory)
     return replace(snapshot, pending=kept), shared
 
 
-_KEPT_MEMO: list[tuple[tuple[PendingJob, ...], tuple[PendingJob, ...]]] = []
-
-
-def _kept_pending(pending: tuple[PendingJob, ...]) -> tuple[PendingJob, ...]:
-    if _KEPT_MEMO and _KEPT_MEMO[0][0] is pending:
-        return _KEPT_MEMO[0][1]
+def _kept_pending(pending: tuple[PendingJob, ...], memory: SchedulerMemory | None) -> tuple[PendingJob, ...]:
+    memo = memory.kept_pending if memory is not None else None
+    if memo is not None and memo[0] is pending:
+        return memo[1]
     kept = tuple(p for p in pending if not p.job.gpu_profile)
-    _KEPT_MEMO[:] = [(pending, kept)]
+    if memory is not None:
+        memory.kept_pending = (pending, kept)
     return kept

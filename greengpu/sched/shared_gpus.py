@@ -8,9 +8,13 @@ Whole-GPU and fractional (MPS-style) placement never sees these GPUs (greengpu.s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from greengpu.model import GPU_UNITS, TIMESLICE, Cluster, ClusterSnapshot, Job, MigPartition
 from greengpu.sched.mig import MigFamily, family_of
+
+if TYPE_CHECKING:
+    from greengpu.sched.memory import SchedulerMemory
 
 _NO_PARTITION = MigPartition()
 
@@ -48,12 +52,10 @@ class SharedUse:
     replicas_used: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
-_MEMO: dict[int, tuple[Cluster, tuple[SharedGpu, ...]]] = {}
-
-
-def shared_gpus(cluster: Cluster) -> tuple[SharedGpu, ...]:
-    """The cluster's MIG and time-sliced GPUs in node order (memoised per Cluster object; empty for most)."""
-    cached = _MEMO.get(id(cluster))
+def shared_gpus(cluster: Cluster, memory: SchedulerMemory | None = None) -> tuple[SharedGpu, ...]:
+    """The cluster's MIG and time-sliced GPUs in node order (kept in `memory` for the same Cluster object;
+    empty for most)."""
+    cached = memory.shared_gpus if memory is not None else None
     if cached is not None and cached[0] is cluster:
         return cached[1]
     found: list[SharedGpu] = []
@@ -72,9 +74,8 @@ def shared_gpus(cluster: Cluster) -> tuple[SharedGpu, ...]:
                 found.append(SharedGpu(node.name, index, gpu, node_type.gpu_model, None,
                                        replicas=sliced.replicas, classes=sliced.classes))
     result = tuple(found)
-    if len(_MEMO) > 64:
-        _MEMO.clear()
-    _MEMO[id(cluster)] = (cluster, result)
+    if memory is not None:
+        memory.shared_gpus = (cluster, result)
     return result
 
 

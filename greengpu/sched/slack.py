@@ -25,9 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from greengpu.model import Cluster, RunningJob
 from greengpu.sched.waits import Wait, WaitReason, distinct_of
+
+if TYPE_CHECKING:
+    from greengpu.sched.memory import SchedulerMemory
 
 _SHAPED = (WaitReason.CAPACITY, WaitReason.GANG, WaitReason.WAKE)
 """Waits freed by any node of the right shape (models, GPUs per node)."""
@@ -55,9 +59,10 @@ class QueueGuard:
         blocked, quota = self.blocked_nodes, self.blocked_quota
         return any(node in blocked or (tenant, model_of.get(node, "")) in quota for node in nodes)
 
-    def uncapped_jobs(self, running: Iterable[RunningJob], cluster: Cluster) -> frozenset[str]:
-        """The ids of the running jobs whose caps lift."""
-        model_of = _shapes_of(cluster).model_of
+    def uncapped_jobs(self, running: Iterable[RunningJob], cluster: Cluster,
+                      memory: SchedulerMemory | None = None) -> frozenset[str]:
+        """The ids of the running jobs whose caps lift (`memory`: the body's, which keeps the cluster's shapes)."""
+        model_of = _shapes_of(cluster, memory).model_of
         return frozenset(r.job.job_id for r in running if self.lifts(r.job.tenant, r.nodes, model_of))
 
     @property
@@ -69,7 +74,7 @@ class QueueGuard:
 NO_WAIT = QueueGuard(frozenset(), frozenset(), frozenset())
 
 
-class _Shapes:
+class NodeShapes:
     """Nodes of each (models, least GPUs per node) shape, resolved once per cluster."""
 
     def __init__(self, cluster: Cluster) -> None:
@@ -97,29 +102,29 @@ class _Shapes:
         return found
 
 
-_SHAPES: list[_Shapes] = []
-
-
-def _shapes_of(cluster: Cluster) -> _Shapes:
-    if _SHAPES and _SHAPES[0].cluster is cluster:
-        return _SHAPES[0]
-    shapes = _Shapes(cluster)
-    _SHAPES[:] = [shapes]
+def _shapes_of(cluster: Cluster, memory: SchedulerMemory | None) -> NodeShapes:
+    """The cluster's shapes, kept in `memory` for the same Cluster object."""
+    if memory is not None and memory.shapes is not None and memory.shapes.cluster is cluster:
+        return memory.shapes
+    shapes = NodeShapes(cluster)
+    if memory is not None:
+        memory.shapes = shapes
     return shapes
 
 
-def model_of_nodes(cluster: Cluster) -> Mapping[str, str]:
+def model_of_nodes(cluster: Cluster, memory: SchedulerMemory | None = None) -> Mapping[str, str]:
     """Each node's GPU model (for QueueGuard.lifts; read-only)."""
-    return _shapes_of(cluster).model_of
+    return _shapes_of(cluster, memory).model_of
 
 
-def queue_guard(waits: Mapping[str, Wait], cluster: Cluster) -> QueueGuard:
+def queue_guard(waits: Mapping[str, Wait], cluster: Cluster, memory: SchedulerMemory | None = None) -> QueueGuard:
     """Which running jobs run uncapped (`QueueGuard.lifts`) and which nodes stay awake, so that no
     waiting job waits for a lever. `waits` is a cycle's `CycleResult.waits`; `cluster` the inventory.
-    Work is in proportion to the distinct kinds of wait, not to the number of waiting jobs."""
+    Work is in proportion to the distinct kinds of wait, not to the number of waiting jobs. `memory` (the
+    body's, greengpu.sched.memory) keeps the cluster's shapes and the guards found between ticks."""
     if not waits:
         return NO_WAIT
-    shapes = _shapes_of(cluster)
+    shapes = _shapes_of(cluster, memory)
     distinct = distinct_of(waits)
     key = frozenset(map(id, distinct))
     known = shapes.guards.get(key)
@@ -132,7 +137,7 @@ def queue_guard(waits: Mapping[str, Wait], cluster: Cluster) -> QueueGuard:
     return guard
 
 
-def _guard_of(distinct: Collection[Wait], shapes: _Shapes) -> QueueGuard:
+def _guard_of(distinct: Collection[Wait], shapes: NodeShapes) -> QueueGuard:
     blocked_nodes: set[str] = set()
     usable_nodes: set[str] = set()
     quota: set[tuple[str, str]] = set()

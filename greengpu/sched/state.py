@@ -11,8 +11,12 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from greengpu.model import GPU_UNITS, Cluster, ClusterSnapshot, GpuSlot, NodeType
+
+if TYPE_CHECKING:
+    from greengpu.sched.memory import SchedulerMemory
 
 
 @dataclass(frozen=True)
@@ -39,9 +43,6 @@ class ClusterLayout:
     pass places jobs there: greengpu.sched.shared_cycle); empty for most clusters."""
 
 
-_LAYOUTS: dict[int, tuple[Cluster, ClusterLayout]] = {}
-
-
 class ChangeLog:
     """The nodes changed, in order: caches kept between cycles read it from where they left off. Cleared when
     long, with `epoch` bumped so that they start over."""
@@ -66,11 +67,10 @@ def shared_gpu_count(node_type: NodeType) -> int:
                                                            else 0)
 
 
-def cluster_layout(cluster: Cluster) -> ClusterLayout:
-    """The layout of `cluster` (memoised per Cluster object: it is immutable)."""
-    cached = _LAYOUTS.get(id(cluster))
-    if cached is not None and cached[0] is cluster:
-        return cached[1]
+def cluster_layout(cluster: Cluster, memory: SchedulerMemory | None = None) -> ClusterLayout:
+    """The layout of `cluster` (kept in `memory` for the same Cluster object: it is immutable)."""
+    if memory is not None and memory.layout is not None and memory.layout[0] is cluster:
+        return memory.layout[1]
     names = [n.name for n in cluster.nodes]
     types = [cluster.node_types[n.type_name] for n in cluster.nodes]
     node_size_by_model: dict[str, int] = {}
@@ -92,20 +92,21 @@ def cluster_layout(cluster: Cluster) -> ClusterLayout:
         shared=frozenset((node_index, gpu) for node_index, t in enumerate(types)
                          for gpu in range(shared_gpu_count(t))),
     )
-    if len(_LAYOUTS) > 64:
-        _LAYOUTS.clear()  # the cache holds its Cluster alive: keep it small
-    _LAYOUTS[id(cluster)] = (cluster, layout)
+    if memory is not None:
+        memory.layout = (cluster, layout)
     return layout
 
 
 class PlacementState:
     """Free GPUs per node and GPU, with bucket indexes for best-fit lookups. Mutable, one per cycle."""
 
-    def __init__(self, snapshot: ClusterSnapshot) -> None:
-        layout = cluster_layout(snapshot.cluster)
+    def __init__(self, snapshot: ClusterSnapshot, memory: SchedulerMemory | None = None) -> None:
+        layout = cluster_layout(snapshot.cluster, memory)
         # The layout is shared and read-only; only the free-capacity lists below are per cycle.
         self.names = layout.names
         self.index = layout.index
+        self.warning_memo: tuple[object, dict[int, frozenset[int]]] | None = None
+        """The last node-state mapping's warning GPUs by node index (greengpu.sched.placement)."""
         self.model = layout.model
         self.domain = layout.domain
         self.size = layout.size

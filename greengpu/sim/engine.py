@@ -39,6 +39,7 @@ from greengpu.model import (
 )
 from greengpu.policy import Policy
 from greengpu.sched.invariants import check_invariants
+from greengpu.sched.memory import SchedulerMemory
 from greengpu.sched.slack import QueueGuard, model_of_nodes
 from greengpu.sim.cap_forecast import cap_candidates
 from greengpu.sim.checks import PlacementChecks
@@ -116,7 +117,8 @@ class Simulation:
         """Set when only work that can never be placed is left: the replay stops instead of retrying forever."""
         self._lifts_caps = policy.capping.relaxes_when_queued
         self.caps = ForecastCaps(policy)
-        self._model_of = model_of_nodes(cluster)
+        self.memory = SchedulerMemory()  # the scheduling core's, kept for the replay (greengpu.sched.memory)
+        self._model_of = model_of_nodes(cluster, self.memory)
         self._dirty = False
         self._sleep_check = False
         self._tick_pending = False
@@ -188,7 +190,7 @@ class Simulation:
         snapshot = self._snapshot()
         scheduled = known_result(self, snapshot)
         if scheduled is None:
-            scheduled = schedule(snapshot, self.policy)
+            scheduled = schedule(snapshot, self.policy, self.memory)
             until_s = scheduled.cycle.unchanged_until_s
             self._known = (until_s, snapshot, scheduled) if until_s > snapshot.time_s else None
         actions = scheduled.cycle.actions

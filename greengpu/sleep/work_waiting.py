@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from greengpu.model import Cluster, PlaceJob, RunningJob
 from greengpu.policy import SleepPolicy
-from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, CycleResult
+from greengpu.sched.core import WAIT_CAPACITY, WAIT_WAKE, CycleResult, SchedulerMemory
 from greengpu.sched.slack import NO_WAIT, QueueGuard, model_of_nodes, queue_guard
 from greengpu.sched.waits import Wait, WaitReason, distinct_of
 from greengpu.sleep.headroom import levers_have_slack
@@ -128,14 +128,15 @@ NOTHING_WAITS = WorkWaiting()
 
 
 def uncapped_jobs(guard: QueueGuard, cluster: Cluster, running: Iterable[RunningJob],
-                  placed: Iterable[PlaceJob] = (), tenant_of: Mapping[str, str] | None = None) -> frozenset[str]:
+                  placed: Iterable[PlaceJob] = (), tenant_of: Mapping[str, str] | None = None,
+                  memory: SchedulerMemory | None = None) -> frozenset[str]:
     """The ids of the jobs whose caps lift by the slack rule (`QueueGuard.lifts`): the running ones and those
     a cycle just `placed` (`tenant_of`: the placed jobs' tenants), as the simulator lifts them after the
     cycle. The headroom rule's `no_slack` comes on top (`WorkWaiting.lifts_cap`)."""
     if not guard.queue_waits:
         return frozenset()
-    model_of = model_of_nodes(cluster)
-    found = set(guard.uncapped_jobs(running, cluster))
+    model_of = model_of_nodes(cluster, memory)
+    found = set(guard.uncapped_jobs(running, cluster, memory))
     tenants = tenant_of or {}
     for action in placed:
         tenant = tenants.get(action.job_id)
@@ -145,19 +146,21 @@ def uncapped_jobs(guard: QueueGuard, cluster: Cluster, running: Iterable[Running
 
 
 def with_job_verdict(waiting: WorkWaiting, cluster: Cluster, running: Sequence[RunningJob],
-                     placed: Sequence[PlaceJob] = (), tenant_of: Mapping[str, str] | None = None) -> WorkWaiting:
+                     placed: Sequence[PlaceJob] = (), tenant_of: Mapping[str, str] | None = None,
+                     memory: SchedulerMemory | None = None) -> WorkWaiting:
     """`waiting` with the slack rule's per-job verdict on the `running` jobs and those just `placed`: which
     run uncapped (`uncapped_jobs`) and which were judged at all."""
     judged = frozenset([*(r.job.job_id for r in running), *(a.job_id for a in placed)])
-    return waiting.with_uncapped(uncapped_jobs(waiting.guard, cluster, running, placed, tenant_of), judged)
+    return waiting.with_uncapped(uncapped_jobs(waiting.guard, cluster, running, placed, tenant_of, memory), judged)
 
 
-def work_waiting(result: CycleResult, cluster: Cluster | None = None) -> WorkWaiting:
+def work_waiting(result: CycleResult, cluster: Cluster | None = None,
+                 memory: SchedulerMemory | None = None) -> WorkWaiting:
     """The jobs of a scheduling cycle that wait for capacity or for sleeping nodes to wake, and (given
     the inventory) the slack rule's verdict from the cycle's typed waits."""
     # Jobs alike share one Wait: whether any job is lever-blocked is asked once per distinct wait.
     waiting = any(wait.reason in LEVER_BLOCKED_WAITS for wait in distinct_of(result.waits))
-    guard = queue_guard(result.waits, cluster) if cluster is not None else NO_WAIT
+    guard = queue_guard(result.waits, cluster, memory) if cluster is not None else NO_WAIT
     return WorkWaiting.of_waits(result.waits, waiting, guard)
 
 

@@ -24,7 +24,7 @@ from greengpu.model import (
     Tenant,
 )
 from greengpu.policy import SchedulerPolicy
-from greengpu.sched.core import CycleResult, schedule_cycle
+from greengpu.sched.core import CycleResult, SchedulerMemory, schedule_cycle
 from greengpu.sched.invariants import check_invariants
 from greengpu.sched.waits import distinct_of
 
@@ -67,6 +67,8 @@ class Driver:
         self.policy = policy or SchedulerPolicy()
         self.interval_s = interval_s
         self.snapshot = ClusterSnapshot(time_s=0.0, cluster=cluster)
+        self.memory = SchedulerMemory()
+        """The scheduler's memory between this driver's cycles, as a body keeps it (greengpu.sched.memory)."""
         self.history: list[CycleResult] = []
         self.started_at: dict[str, float] = {}
         self.finished: list[str] = []
@@ -101,7 +103,7 @@ class Driver:
         if self.cross_check:
             # The remembered, difference-updated books must decide exactly as books built afresh.
             fresh = schedule_cycle(self.snapshot, self.policy, self.interval_s, incremental=False)
-        result = schedule_cycle(self.snapshot, self.policy, self.interval_s)
+        result = schedule_cycle(self.snapshot, self.policy, self.interval_s, memory=self.memory)
         if self.cross_check:
             assert result.actions == fresh.actions
             assert dict(result.waiting) == dict(fresh.waiting)

@@ -22,10 +22,10 @@ from greengpu.model import (
     RunningJob,
     Tenant,
 )
-from greengpu.sched import books as books_module
 from greengpu.sched.backfill import NodeEnds, Reservation, ends_by_node, reserve
 from greengpu.sched.backfill import _scan as free_time_scan
-from greengpu.sched.books import Books, books_for, forget_books, fresh_books
+from greengpu.sched.books import Books, books_for, fresh_books
+from greengpu.sched.memory import SchedulerMemory
 from greengpu.sched.state import ChangeLog, PlacementState, cluster_layout
 
 # n0000, n0001: A100 x4 in r1; n0002: A100 x2 in r2; n0003: H100 x2 in r2. A100 has two node sizes.
@@ -112,6 +112,7 @@ class Cycles:
     def __init__(self, purpose: str) -> None:
         self.cluster = cluster()
         self.purpose = purpose
+        self.memory = SchedulerMemory()
         self.running: dict[str, RunningJob] = {}
         self.states: dict[str, NodeState] = {}
         self.time_s = 0.0
@@ -122,7 +123,7 @@ class Cycles:
 
     def step(self) -> tuple[Books, ClusterSnapshot]:
         snapshot = self.snapshot()
-        books = books_for(snapshot, False, purpose=self.purpose)
+        books = books_for(snapshot, False, self.memory, purpose=self.purpose)
         assert_same_as_fresh(books, snapshot)
         return books, snapshot
 
@@ -211,15 +212,15 @@ def test_a_remembered_snapshot_or_mapping_seen_again_is_not_walked_again() -> No
     cycles.running = {"j1": whole("j1", "n0000", [0])}
     cycles.states = {"n0002": NodeState(drained=True)}
     snapshot = cycles.snapshot()
-    books = books_for(snapshot, False, purpose=cycles.purpose)  # built fresh: nothing remembered yet
+    books = books_for(snapshot, False, cycles.memory, purpose=cycles.purpose)  # built fresh: nothing remembered yet
     assert books.last_running is None and books.last_states is None
-    assert books_for(snapshot, False, purpose=cycles.purpose) is books
+    assert books_for(snapshot, False, cycles.memory, purpose=cycles.purpose) is books
     assert books.last_running is snapshot.running and books.last_states is snapshot.node_states
     # The same mapping object comes back: the books trust it (a caller must pass a new one to change state).
     books.state.set_schedulable(2, True)
-    books_for(replace(snapshot, time_s=snapshot.time_s + 60.0), False, purpose=cycles.purpose)
+    books_for(replace(snapshot, time_s=snapshot.time_s + 60.0), False, cycles.memory, purpose=cycles.purpose)
     assert books.state.schedulable[2] is True
-    books_for(replace(snapshot, node_states=dict(snapshot.node_states)), False, purpose=cycles.purpose)
+    books_for(replace(snapshot, node_states=dict(snapshot.node_states)), False, cycles.memory, purpose=cycles.purpose)
     assert books.state.schedulable[2] is False and books.unschedulable == {2}
 
 
@@ -245,31 +246,33 @@ def test_commit_records_started_and_stopped_jobs_and_their_ends() -> None:
     assert books.priorities == {new.job.priority: 1} and books.on_node == {1: {"new": new}}
 
 
-def test_books_are_kept_per_cluster_purpose_and_borrowing_rule_and_the_memo_stays_small() -> None:
+def test_books_are_kept_per_memory_purpose_and_borrowing_rule_and_forgotten_whole() -> None:
     snapshot = ClusterSnapshot(0.0, cluster())
-    first = books_for(snapshot, False, purpose="p")
-    assert books_for(snapshot, False, purpose="p") is first
-    assert books_for(snapshot, False, purpose="q") is not first
-    borrowing = books_for(snapshot, True, purpose="p")
+    memory = SchedulerMemory()
+    first = books_for(snapshot, False, memory, purpose="p")
+    assert books_for(snapshot, False, memory, purpose="p") is first
+    assert books_for(snapshot, False, memory, purpose="q") is not first
+    assert books_for(snapshot, False, SchedulerMemory(), purpose="p") is not first  # another body's memory
+    borrowing = books_for(snapshot, True, memory, purpose="p")
     assert borrowing is not first and borrowing.borrow_non_interruptible is True
-    unremembered = books_for(snapshot, True, incremental=False, purpose="p")
-    assert unremembered is not borrowing and books_for(snapshot, True, purpose="p") is borrowing
+    unremembered = books_for(snapshot, True, memory, incremental=False, purpose="p")
+    assert unremembered is not borrowing and books_for(snapshot, True, memory, purpose="p") is borrowing
     assert unremembered.borrow_non_interruptible is True and unremembered.ledger.borrow_non_interruptible is True
-    assert books_for(snapshot, False) is books_for(snapshot, False, purpose="main")  # the core's own books
-    forget_books(snapshot.cluster)
-    books_module._BOOKS.clear()
-    snapshots = [ClusterSnapshot(0.0, cluster()) for _ in range(18)]
-    held = [books_for(s, False) for s in snapshots[:17]]
-    assert books_for(snapshots[0], False) is held[0]  # 17 remembered
-    books_for(snapshots[17], False)  # the 18th: the memo is cleared first
-    assert len(books_module._BOOKS) == 1 and books_for(snapshots[0], False) is not held[0]
-    books_module._BOOKS.clear()
+    assert books_for(snapshot, False, memory) is books_for(snapshot, False, memory, purpose="main")  # the core's
+    other = ClusterSnapshot(0.0, cluster())  # another cluster: its books replace the first's
+    main = books_for(snapshot, False, memory)
+    assert books_for(other, False, memory) is not main and books_for(snapshot, False, memory) is not main
+    assert set(memory.books) == {"p", "q", "main"}
+    memory.forget()
+    assert memory.books == {} and books_for(snapshot, True, memory, purpose="p") is not borrowing
 
 
 def test_the_layout_is_computed_once_per_cluster_and_counts_node_sizes_per_model() -> None:
     c = cluster()
-    layout = cluster_layout(c)
-    assert cluster_layout(c) is layout
+    memory = SchedulerMemory()
+    layout = cluster_layout(c, memory)
+    assert cluster_layout(c, memory) is layout and cluster_layout(c) is not layout  # no memory: built afresh
+    assert cluster_layout(cluster(), memory) is not layout and memory.layout is not None  # the last cluster's
     assert layout.node_size_by_model == {"A100": 4, "H100": 2}
     assert layout.models == ("A100", "H100") and layout.uniform_models == frozenset({"H100"})
     assert layout.model_of_node == {"n0000": "A100", "n0001": "A100", "n0002": "A100", "n0003": "H100"}
@@ -346,18 +349,6 @@ def test_slots_just_past_a_nodes_last_gpu_are_ignored_and_do_not_stop_the_rest()
     assert state.gpu_free[3] == [0, 1000]
     state.release((GpuSlot("n0003", 2), GpuSlot("nowhere", 0), GpuSlot("n0003", 0)))
     assert state.gpu_free[3] == [1000, 1000] and state.free_units_total == 12_000
-
-
-def test_the_layout_memo_is_cleared_once_it_holds_more_than_64_clusters() -> None:
-    from greengpu.sched import state as state_module
-
-    state_module._LAYOUTS.clear()
-    clusters = [cluster() for _ in range(66)]
-    layouts = [cluster_layout(c) for c in clusters[:65]]
-    assert cluster_layout(clusters[0]) is layouts[0]  # 65 remembered
-    cluster_layout(clusters[65])
-    assert len(state_module._LAYOUTS) == 1 and cluster_layout(clusters[0]) is not layouts[0]
-    state_module._LAYOUTS.clear()
 
 
 def test_free_time_scans_follow_a_changed_expected_end_and_the_jobs_a_cycle_starts() -> None:

@@ -9,8 +9,9 @@ from schedkit import job, make_cluster, node_type, placed
 
 from greengpu.model import ClusterSnapshot, GpuSlot, NodeState, PendingJob, PowerState, RunningJob
 from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
-from greengpu.sched.books import books_for, forget_books
+from greengpu.sched.books import books_for
 from greengpu.sched.core import schedule, schedule_cycle
+from greengpu.sched.memory import SchedulerMemory
 from greengpu.sched.placement import _Either, place
 from greengpu.sched.preemption import VictimFinder
 from greengpu.sched.quota import QuotaLedger
@@ -91,14 +92,15 @@ def test_a_gang_whose_largest_piece_fits_no_candidate_claims_nothing() -> None:
     assert plan.to_wake == {} and plan.free == {2: 4} and plan.awake_claimed == {}
 
 
-def test_books_forgotten_for_one_cluster_are_built_afresh_and_only_for_it() -> None:
+def test_books_forgotten_by_one_memory_are_built_afresh_and_only_for_it() -> None:
     first, second = make_cluster([(1, node_type(8), "r")]), make_cluster([(1, node_type(8), "r")])
     one, two = ClusterSnapshot(time_s=0.0, cluster=first), ClusterSnapshot(time_s=0.0, cluster=second)
-    books_one, books_two = books_for(one, False), books_for(two, False)
-    assert books_for(one, False) is books_one  # remembered between cycles
-    forget_books(first)
-    assert books_for(one, False) is not books_one
-    assert books_for(two, False) is books_two
+    memory_one, memory_two = SchedulerMemory(), SchedulerMemory()
+    books_one, books_two = books_for(one, False, memory_one), books_for(two, False, memory_two)
+    assert books_for(one, False, memory_one) is books_one  # remembered between cycles
+    memory_one.forget()
+    assert books_for(one, False, memory_one) is not books_one
+    assert books_for(two, False, memory_two) is books_two
 
 
 def test_free_units_follow_a_node_leaving_and_rejoining_the_schedulable_set() -> None:

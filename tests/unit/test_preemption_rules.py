@@ -65,9 +65,14 @@ def test_victims_rank_by_priority_then_lost_work_or_age() -> None:
 
 def test_running_jobs_grouped_by_tenant_in_order() -> None:
     a1, b1, a2 = victim("a1", tenant="a"), victim("b1", tenant="b"), victim("a2", tenant="a")
-    grouped = running_by_tenant((a1, b1, a2))
-    assert grouped == {"a": [a1, a2], "b": [b1]}
-    assert running_by_tenant([a2]) == {"a": [a2]}  # a list is never taken for the cached tuple
+    memo: list[object] = []
+    running = (a1, b1, a2)
+    grouped = running_by_tenant(running, memo)
+    assert grouped == {"a": [a1, a2], "b": [b1]} and memo[0] is running
+    assert running_by_tenant(running, memo) is grouped  # the same tuple again: kept
+    assert running_by_tenant((a1, b1, a2), memo) is not grouped  # another tuple: grouped again
+    assert running_by_tenant([a2], memo) == {"a": [a2]} and memo[0] == (a1, b1, a2)  # a list is never kept
+    assert running_by_tenant((a2,)) == {"a": [a2]} and memo[0] == (a1, b1, a2)  # no memo: nothing kept
 
 
 CLUSTER = make_cluster([(1, node_type(4), "r")])

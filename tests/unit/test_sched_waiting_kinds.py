@@ -18,7 +18,7 @@ from schedkit import Driver, job, make_cluster, node_type, placed
 from greengpu.model import ClusterSnapshot, GpuSlot, NodeState, PendingJob, PowerState, RunningJob, Tenant
 from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
 from greengpu.sched import core
-from greengpu.sched.core import schedule_cycle
+from greengpu.sched.core import SchedulerMemory, schedule_cycle
 from greengpu.sched.waits import WaitReason
 
 NO_TRIES = SchedulerPolicy(preemption=PreemptionPolicy(enabled=False), backfill=BackfillPolicy(enabled=False))
@@ -106,12 +106,14 @@ def test_the_waits_list_the_rest_of_the_queue_in_queue_order_even_when_read_afte
              PendingJob(job("a-low", gpus=2, tenant="a", priority=-1, submit_time_s=200.0)))
     first = ClusterSnapshot(time_s=5000.0, cluster=cluster, running=running, pending=queue)
     expected = list(schedule_cycle(first, NO_TRIES, incremental=False).waits.items())
-    result = schedule_cycle(first, NO_TRIES)
+    memory = SchedulerMemory()  # the cycles share it, as a body's do
+    result = schedule_cycle(first, NO_TRIES, memory=memory)
     # The next cycle: r0 has ended, half the queue started or left, new jobs came (one of c's starts, so
     # c's share grows in the ledger the cycles share); the kept queue changed.
     later = (*queue[30:], *(PendingJob(j) for j in _queue(80)[60:]),
              PendingJob(job("c-urgent", gpus=2, tenant="c", priority=9, submit_time_s=5030.0)))
-    second = schedule_cycle(replace(first, time_s=5060.0, running=running[1:], pending=later), NO_TRIES)
+    second = schedule_cycle(replace(first, time_s=5060.0, running=running[1:], pending=later), NO_TRIES,
+                            memory=memory)
 
     assert "c-urgent" in placed(second.actions)
     assert [job_id for job_id, _ in expected][:3] != [p.job.job_id for p in queue][:3]

@@ -12,6 +12,7 @@ from schedkit import job, make_cluster, node_type
 from greengpu.model import Cluster, ClusterSnapshot, GpuSlot, PendingJob, PowerState, RunningJob, Tenant
 from greengpu.policy import BackfillPolicy, SchedulerPolicy, SleepPolicy
 from greengpu.sched.core import WAIT_CAPACITY, WAIT_QUOTA, CycleResult, schedule_cycle
+from greengpu.sched.memory import SchedulerMemory
 from greengpu.sched.slack import _GUARDS_KEPT, NO_WAIT, QueueGuard, queue_guard
 from greengpu.sched.waits import Wait, WaitReason
 from greengpu.sleep.suspends import NodeView, plan_suspends
@@ -187,21 +188,25 @@ def test_a_guard_remembered_between_cycles_is_always_the_one_its_waits_give(
     """`queue_guard` keeps guards by the Wait objects they came from (the core shares them between cycles):
     cycle after cycle, with the same objects again, some of them, or new objects alike, each guard is the one
     the rule gives for that cycle's waits."""
+    memory = SchedulerMemory()
     for cycle in cycles:
         # A fresh object alike (as a new cycle's memo might make) or the pooled one.
         waits = [replace(_WAIT_POOL[i]) if fresh else _WAIT_POOL[i] for i, fresh in cycle]
         by_job = {f"j{position}": wait for position, wait in enumerate(waits)}
-        guard = queue_guard(by_job, _GUARD_CLUSTER)
+        guard = queue_guard(by_job, _GUARD_CLUSTER, memory)
         assert guard == _guard_by_the_rule(waits, _GUARD_CLUSTER)
         # The same objects again (the next cycle of a queue whose kinds wait as before): the guard kept.
-        assert queue_guard(dict(reversed(by_job.items())), _GUARD_CLUSTER) is guard
+        assert queue_guard(dict(reversed(by_job.items())), _GUARD_CLUSTER, memory) is guard
+        assert queue_guard(by_job, _GUARD_CLUSTER) == guard  # without a memory: the same guard, found again
 
 
 def test_guards_are_right_after_more_distinct_waits_than_are_kept() -> None:
     reservations = [Wait(WaitReason.RESERVATION, "a", ("A100",), 4, nodes=frozenset({f"n000{i % 4}"}))
                     for i in range(3 * _GUARDS_KEPT)]
+    memory = SchedulerMemory()
     for wait in reservations:
-        assert queue_guard({"j": wait}, _GUARD_CLUSTER).blocked_nodes == wait.nodes
+        assert queue_guard({"j": wait}, _GUARD_CLUSTER, memory).blocked_nodes == wait.nodes
+    assert memory.shapes is not None and len(memory.shapes.guards) <= _GUARDS_KEPT
     first = reservations[0]
-    assert queue_guard({"j": first, "k": _WAIT_POOL[0]}, _GUARD_CLUSTER) == \
+    assert queue_guard({"j": first, "k": _WAIT_POOL[0]}, _GUARD_CLUSTER, memory) == \
         _guard_by_the_rule([first, _WAIT_POOL[0]], _GUARD_CLUSTER)

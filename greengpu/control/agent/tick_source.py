@@ -16,6 +16,7 @@ from greengpu.brain.control_tick import schedule
 from greengpu.control.agent.jobclass import GpuJob
 from greengpu.model import ClusterSnapshot
 from greengpu.policy import Policy
+from greengpu.sched.memory import SchedulerMemory
 from greengpu.sleep.arrivals import RecentArrivals
 from greengpu.sleep.work_waiting import NOTHING_WAITS, WorkWaiting, gpus_in_use, with_job_verdict, with_slack_verdict
 
@@ -24,6 +25,8 @@ class TickSource:
     """`jobs()` and `work_waiting()` of node `node` from the snapshot `observe()` returns each tick."""
 
     def __init__(self, node: str, observe: Callable[[], ClusterSnapshot], policy: Policy) -> None:
+        self.memory = SchedulerMemory()
+        """The scheduling core's memory between ticks (greengpu.sched.memory): it lives as long as the source."""
         self.node = node
         self._observe = observe
         self.policy = policy
@@ -34,10 +37,10 @@ class TickSource:
         snapshot = self._observe()
         busy_gpus = gpus_in_use(snapshot.running)
         self.arrivals.note_snapshot(snapshot.time_s, snapshot)
-        waiting = with_slack_verdict(schedule(snapshot, self.policy).waiting, snapshot.cluster.total_gpus,
+        waiting = with_slack_verdict(schedule(snapshot, self.policy, self.memory).waiting, snapshot.cluster.total_gpus,
                                      busy_gpus, self.policy.sleep, self.arrivals.gpus(snapshot.time_s))
         # The slack rule's per-job verdict: only the jobs in a waiting job's way run uncapped.
-        self._waiting = with_job_verdict(waiting, snapshot.cluster, snapshot.running)
+        self._waiting = with_job_verdict(waiting, snapshot.cluster, snapshot.running, memory=self.memory)
         return {slot.gpu_index: GpuJob(running.job.job_id, running.job.job_class, running.job.tenant)
                 for running in snapshot.running for slot in running.slots if slot.node == self.node}
 

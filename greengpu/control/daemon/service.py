@@ -52,6 +52,7 @@ from greengpu.model import (
     WakeNode,
 )
 from greengpu.policy import Policy
+from greengpu.sched.memory import SchedulerMemory
 from greengpu.sched.preemption import last_checkpoint_s
 from greengpu.sleep.arrivals import RecentArrivals
 from greengpu.sleep.sleep_wake import SleepObservation
@@ -85,6 +86,8 @@ class Daemon:
         self.leader = leader
         self.leading = leader is None
         self.policy = policy
+        self.memory = SchedulerMemory()
+        """The scheduling core's memory between ticks (greengpu.sched.memory): it lives as long as the daemon."""
         self.store = store
         self.audit = audit
         self.alerts = alerts
@@ -182,7 +185,7 @@ class Daemon:
         # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
         result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s),
                               seen.gpu_settings, seen.capacity_facts,
-                              self.caps.refused_in(seen.snapshot, seen.gpus, self.arrivals.gpus(now_s)))
+                              self.caps.refused_in(seen.snapshot, seen.gpus, self.arrivals.gpus(now_s)), self.memory)
         self.last_result = result
         self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
         if not self.leading:

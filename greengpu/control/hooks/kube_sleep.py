@@ -34,6 +34,7 @@ from greengpu.control.bodies.kube_fence import ActionAborted
 from greengpu.control.hooks.sleep_control import SleepControl, SuspendResult
 from greengpu.model import JOB_CLASSES, Cluster, ClusterSnapshot, Job, NodeState, PendingJob, PowerState, WakeNode
 from greengpu.policy import Policy
+from greengpu.sched.memory import SchedulerMemory
 from greengpu.sleep.sleep_wake import RESERVE_REASON, SleepObservation, plan_sleep, plan_wakes
 from greengpu.sleep.suspends import NodeView, idle_draw_w
 from greengpu.sleep.wake_verify import WakeEvent
@@ -61,6 +62,7 @@ class KubeSleep:
     def __init__(self, api: KubeApi, control: SleepControl, cluster: Cluster, policy: Policy,
                  suspend: Callable[[str], SuspendResult | None], drain_timeout_s: float = DRAIN_TIMEOUT_S,
                  wait: Callable[[float], None] = time.sleep, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.memory = SchedulerMemory()  # the core's, kept between pending cycles (greengpu.sched.memory)
         self.api = api
         self.control = control
         self.cluster = cluster
@@ -195,7 +197,7 @@ class KubeSleep:
     def pending_cycle(self, now_s: float) -> Scheduled:
         """The core's cycle over the pending GPU pods, on a snapshot where only sleeping and waking nodes
         have room (the kube-scheduler already found none on the awake ones)."""
-        return schedule(self.pending_cycle_snapshot(now_s), self.policy)
+        return schedule(self.pending_cycle_snapshot(now_s), self.policy, self.memory)
 
     def pending_cycle_snapshot(self, now_s: float) -> ClusterSnapshot:
         """The pending GPU pods as jobs, awake nodes drained (no room there), sleeping and waking ones as such."""

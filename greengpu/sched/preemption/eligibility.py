@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
+from typing import cast
 
 from greengpu.model import Job, PendingJob, RunningJob
 from greengpu.policy import PreemptionPolicy
@@ -15,27 +16,28 @@ from greengpu.sched.state import PlacementState
 
 _PRIORITY = attrgetter("job.priority")
 
-_GROUPED: list[tuple[tuple[RunningJob, ...], dict[str, list[RunningJob]], dict[str, int]]] = []
-"""The last running tuple grouped by tenant, with the tenants' lowest priorities found so far: a body that
-changes nothing between cycles passes the same tuple again (the simulator does), and regrouping every
-running job was about 6% of a replay."""
+Grouped = tuple[dict[str, list[RunningJob]], dict[str, int]]
+"""Running jobs by tenant, and the tenants' lowest priorities found so far."""
 
 
-def _grouped(running: Sequence[RunningJob]) -> tuple[dict[str, list[RunningJob]], dict[str, int]]:
-    if _GROUPED and _GROUPED[0][0] is running:
-        return _GROUPED[0][1], _GROUPED[0][2]
+def _grouped(running: Sequence[RunningJob], memo: list[object] | None = None) -> Grouped:
+    """`running` grouped by tenant, kept in `memo` (the books' slot) for the same tuple: a body that changes
+    nothing between cycles passes the same tuple again (the simulator does), and regrouping every running job
+    was about 6% of a replay."""
+    if memo and memo[0] is running:
+        return cast(Grouped, memo[1])
     grouped: dict[str, list[RunningJob]] = {}
     for job in running:
         grouped.setdefault(job.job.tenant, []).append(job)
     lowest: dict[str, int] = {}
-    if isinstance(running, tuple):  # immutable: the same object is the same jobs
-        _GROUPED[:] = [(running, grouped, lowest)]
+    if memo is not None and isinstance(running, tuple):  # immutable: the same object is the same jobs
+        memo[:] = [running, (grouped, lowest)]
     return grouped, lowest
 
 
-def running_by_tenant(running: Sequence[RunningJob]) -> dict[str, list[RunningJob]]:
+def running_by_tenant(running: Sequence[RunningJob], memo: list[object] | None = None) -> dict[str, list[RunningJob]]:
     """`running` grouped by tenant, in order (read-only: the lists may be shared with later cycles)."""
-    return _grouped(running)[0]
+    return _grouped(running, memo)[0]
 
 
 class Eligibility:
@@ -44,8 +46,9 @@ class Eligibility:
 
     def __init__(self, state: PlacementState, ledger: QuotaLedger, policy: PreemptionPolicy, now_s: float,
                  running: Sequence[RunningJob], pending: Sequence[PendingJob],
-                 lowest_priority_anywhere: float | None) -> None:
+                 lowest_priority_anywhere: float | None, grouped_memo: list[object] | None = None) -> None:
         self.state = state
+        self._grouped_memo = grouped_memo
         self.ledger = ledger
         self.policy = policy
         self.now_s = now_s
@@ -197,7 +200,7 @@ class Eligibility:
 
     def running_by_tenant(self) -> dict[str, list[RunningJob]]:
         if self._by_tenant is None:
-            self._by_tenant, self._lowest_running = _grouped(self.running)
+            self._by_tenant, self._lowest_running = _grouped(self.running, self._grouped_memo)
         return self._by_tenant
 
     def lowest_priority_anywhere(self) -> float:

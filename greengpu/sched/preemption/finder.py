@@ -21,9 +21,11 @@ class VictimFinder:
 
     def __init__(self, state: PlacementState, ledger: QuotaLedger, policy: PreemptionPolicy, now_s: float,
                  running: Sequence[RunningJob], pending: Sequence[PendingJob] = (), memo_searches: bool = True,
-                 lowest_priority_anywhere: float | None = None, ahead_memo: list[object] | None = None) -> None:
+                 lowest_priority_anywhere: float | None = None, ahead_memo: list[object] | None = None,
+                 grouped_memo: list[object] | None = None) -> None:
         self.state = state
-        self.books = Eligibility(state, ledger, policy, now_s, running, pending, lowest_priority_anywhere)
+        self.books = Eligibility(state, ledger, policy, now_s, running, pending, lowest_priority_anywhere,
+                                 grouped_memo)
         self.worth = ReclaimWorth(self.books, ahead_memo)
         self.cheapest = CheapestSetSearch(self.books, self.worth, memo_searches)
         self.own_quota = OwnQuotaSearch(self.books)
