@@ -97,7 +97,12 @@ def point_of(label: str, result: dict[str, JsonValue]) -> Point | None:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise BadInput(f"{label}: result's {key} is not a number ({value!r})")
     assert isinstance(energy, (int, float)) and isinstance(p95, (int, float)) and isinstance(p99, (int, float))
-    return Point(label, float(energy), float(p95), float(p99))
+    try:
+        point = Point(label, float(energy), float(p95), float(p99))
+    except OverflowError:
+        raise BadInput(f"{label}: result's figures are out of range") from None
+    _checked([point])
+    return point
 
 
 def describe(points: Sequence[Point], mark: str | None) -> list[str]:
