@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from greengpu.commands.common import note
 from greengpu.errors import BadInput
+
+if TYPE_CHECKING:
+    from greengpu.sim.sweep import ReplaySpec
 
 
 @click.command()
@@ -56,9 +60,8 @@ def sweep(trace_file: str, trace_format: str, cluster_file: str, policies: tuple
     from greengpu.accounting.ledger import month_bounds_s
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
-    from greengpu.sim.sweep import grid, load_inputs, timed_free
-    from greengpu.sim.sweep_chart import check_chart_path
-    from greengpu.sim.sweep_frontier import check_labels, frontier_groups, group_json
+    from greengpu.sim.sweep import grid, load_inputs
+    from greengpu.sim.sweep_frontier import check_frontier_flags, frontier_groups, frontier_text, group_json
     from greengpu.sim.sweep_run import run_sweep
     from greengpu.sim.sweep_store import SweepStore
 
@@ -75,11 +78,7 @@ def sweep(trace_file: str, trace_format: str, cluster_file: str, policies: tuple
     for policy in policies:
         load_policy(policy)
     specs = grid(trace_file, trace_format, cluster_file, policies, months, seeds, until_s, skip_bad_rows)
-    if mark is not None and not (show_frontier or plot_file):
-        raise BadInput("--mark: names a point of the frontier: give --frontier or --plot too")
-    if plot_file is not None:
-        check_chart_path(Path(plot_file))
-    marked = check_labels(specs, mark)
+    marked = check_frontier_flags(specs, mark, show_frontier, plot_file)
     if not load_inputs(specs[0]):
         raise BadInput(f"{trace_file}: no GPU jobs in the trace")
     store = SweepStore(Path(store_file))
@@ -102,18 +101,19 @@ def sweep(trace_file: str, trace_format: str, cluster_file: str, policies: tuple
             doc["frontiers"] = [group_json(g) for g in groups]
         click.echo(json.dumps(doc))
         return
-    if show_frontier:
-        from greengpu.sim.pareto import describe
+    for line in frontier_text(groups) if show_frontier else _replay_lines(specs, outcome.results):
+        click.echo(line)
 
-        for g in groups:
-            click.echo(f"{g.title()}:")
-            for line in describe(g.points, g.mark):
-                click.echo(f"  {line}")
-        return
-    for spec, result in zip(specs, outcome.results, strict=True):
+
+def _replay_lines(specs: list[ReplaySpec], results: list[dict[str, Any]]) -> list[str]:
+    from greengpu.sim.sweep import timed_free
+
+    lines = []
+    for spec, result in zip(specs, results, strict=True):
         figures = timed_free(result)
         if figures.get("empty"):
-            click.echo(f"{spec.label():<40} no jobs")
+            lines.append(f"{spec.label():<40} no jobs")
             continue
-        click.echo(f"{spec.label():<40} energy {figures['energy_kwh']:>12,.1f} kWh  cost {figures['cost']:>12,.2f}  "
-                   f"CO2 {figures['co2_kg']:>10,.1f} kg  wait p95 {figures['wait_s']['p95']:>9,.0f} s")
+        lines.append(f"{spec.label():<40} energy {figures['energy_kwh']:>12,.1f} kWh  cost {figures['cost']:>12,.2f}  "
+                     f"CO2 {figures['co2_kg']:>10,.1f} kg  wait p95 {figures['wait_s']['p95']:>9,.0f} s")
+    return lines

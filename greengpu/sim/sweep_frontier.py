@@ -9,8 +9,9 @@ from pathlib import Path
 
 from greengpu.errors import BadInput
 from greengpu.json_types import JsonObject, JsonValue
-from greengpu.sim.pareto import Point, frontier, place, point_of
+from greengpu.sim.pareto import Point, describe, frontier, place, point_of
 from greengpu.sim.sweep import ReplaySpec
+from greengpu.sim.sweep_chart import check_chart_path
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,25 @@ def check_labels(specs: Sequence[ReplaySpec], mark: str | None) -> str | None:
     if mark not in labels:
         raise BadInput(f"--mark: {mark!r} is not a policy of the sweep ({', '.join(labels)})")
     return mark
+
+
+def check_frontier_flags(specs: Sequence[ReplaySpec], mark: str | None, show: bool, plot_file: str | None
+                         ) -> str | None:
+    """`--frontier`, `--mark` and `--plot` checked before any replay runs; the point to mark."""
+    if mark is not None and not (show or plot_file):
+        raise BadInput("--mark: names a point of the frontier: give --frontier or --plot too")
+    if plot_file is not None:
+        check_chart_path(Path(plot_file))
+    return check_labels(specs, mark)
+
+
+def frontier_text(groups: Sequence[FrontierGroup]) -> list[str]:
+    """What `--frontier` prints: each group's title, its frontier and where the marked point sits."""
+    lines = []
+    for group in groups:
+        lines.append(f"{group.title()}:")
+        lines.extend(f"  {line}" for line in describe(group.points, group.mark))
+    return lines
 
 
 def frontier_groups(specs: Sequence[ReplaySpec], results: Sequence[JsonObject],
