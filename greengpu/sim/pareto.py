@@ -122,7 +122,9 @@ def describe(points: Sequence[Point], mark: str | None) -> list[str]:
     if placement.on_frontier:
         lines.append(f"{mark}: on the frontier")
         return lines
-    lines.append(f"{mark}: dominated by {len(placement.dominated_by)} point(s):")
+    own = placement.point
+    lines.append(f"{mark} (energy {own.energy_kwh:,.1f} kWh, wait p95 {own.p95_s:,.0f} s, p99 {own.p99_s:,.0f} s): "
+                 f"dominated by {len(placement.dominated_by)} point(s):")
     for d in placement.dominated_by:
         lines.append(f"  {d.point.label:<34} saves {100 * d.energy_saved_fraction:5.2f}% energy, p95 "
                      f"{d.p95_saved_s:+,.0f} s better, p99 {d.p99_saved_s:+,.0f} s better")

@@ -54,7 +54,8 @@ def test_a_dominated_default_names_its_dominators_and_by_how_much() -> None:
     assert math.isclose(second.energy_saved_fraction, 0.05)
     assert (second.p95_saved_s, second.p99_saved_s) == (60, 100)
     text = "\n".join(describe(points, "default"))
-    assert "default: dominated by 2 point(s)" in text and "10.00% energy" in text
+    assert "default (energy 200.0 kWh, wait p95 100 s, p99 400 s): dominated by 2 point(s)" in text
+    assert "saves 10.00% energy, p95 +0 s better, p99 +0 s better" in text
 
 
 def test_a_default_on_the_frontier_has_no_dominators() -> None:
