@@ -112,7 +112,7 @@ class SleepPolicy:
     windows: tuple[SleepWindow, ...] = (SleepWindow(),)
     warm_reserve_gpus: int = 0
     warm_reserve_busy_fraction: float = 0.0
-    """Keep this share of the GPUs in use free and awake as well (energy.sleep.warm_reserve_target_gpus)."""
+    """Keep this share of the GPUs in use free and awake as well (sleep.suspends.warm_reserve_target_gpus)."""
     use_forecast: bool = False
     priority_aware: bool = True
     max_suspends_per_min: int = 10
@@ -122,7 +122,7 @@ class SleepPolicy:
     wake_timeout_s: float = 600.0
     wake_retries: int = 3
     wake_backoff_s: float = 30.0
-    """First delay before a wake-up is sent again; doubles per attempt (energy.wake_verify)."""
+    """First delay before a wake-up is sent again; doubles per attempt (sleep.wake_verify)."""
 
 
 ON_DEMAND_VALUE = "on-demand"

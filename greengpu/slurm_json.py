@@ -16,6 +16,8 @@ from typing import Any
 GPUS_ASKED = re.compile(r"gres[:/]gpu(?::[^:,=]+)?[:=](\d+)")
 """GPUs in a `tres_per_node` or `tres_per_job` string: `gres:gpu:4`, `gres:gpu:a100:4` (22.05),
 `gres/gpu:4`, `gres/gpu=8` (23.02 and later)."""
+QOS_PRIORITY = {"low": -10, "scavenger": -20, "normal": 0, "standard": 0, "high": 10, "urgent": 20, "debug": 5}
+"""Slurm QOS name to greengpu priority; other names get 0 (the daemon's Slurm body and the trace readers)."""
 
 
 def json_number(value: Any) -> float | None:

@@ -1,4 +1,4 @@
-"""`greengpu agent`: the node agent (wiring in greengpu.control.agent_main)."""
+"""`greengpu agent`: the node agent (wiring in greengpu.control.agent.agent_main)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
     import logging
 
     from greengpu.config.policy import load_policy
-    from greengpu.control.agent_main import AgentOptions, parse_gpu_indexes, run_agent
+    from greengpu.control.agent.agent_main import AgentOptions, parse_gpu_indexes, run_agent
 
     busy = parse_gpu_indexes(fake_busy)
     cluster = None

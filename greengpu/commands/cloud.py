@@ -32,16 +32,16 @@ def cloud(ctx: click.Context, cluster_file: str, audit_file: str, others_program
     ResumeFailProgram point at wrappers that run `greengpu cloud resume|suspend|resume-failed HOSTLIST`.
     """
     from greengpu.config.inventory import load_cloud_pools
-    from greengpu.control.audit import Alerts, AuditLog
-    from greengpu.control.cloud_nodes import CloudContext
-    from greengpu.control.slurm_hooks import setup_logging
+    from greengpu.control.cloud.cloud_nodes import CloudContext
+    from greengpu.control.daemon.audit import Alerts, AuditLog
+    from greengpu.control.hooks.slurm_hooks import setup_logging
 
     try:
         setup_logging(log_file)
     except OSError as error:
         raise click.ClickException(f"greengpu cloud: cannot open the log {log_file}: {error}") from None
     with _cloud_step(ctx.invoked_subcommand or ""):
-        from greengpu.control.audit import check_webhook_url
+        from greengpu.control.daemon.audit import check_webhook_url
 
         check_webhook_url(alert_webhook, "--alert-webhook")
         _check_writable(audit_file)
@@ -55,7 +55,7 @@ def _check_writable(audit_file: str) -> None:
     costs) without its record; nothing is created here. BadInput naming the file otherwise."""
     import os
 
-    from greengpu.control.state_checks import VIRTUAL_ROOTS
+    from greengpu.control.daemon.state_checks import VIRTUAL_ROOTS
     from greengpu.errors import BadInput
 
     path = Path(audit_file).absolute()
@@ -80,7 +80,7 @@ def _cloud_step(name: str) -> Iterator[None]:
     with one line, runtime failures (Slurm, the state of files) exit 1 with one line: as the Slurm hooks'."""
     import logging
 
-    from greengpu.control.slurm_hooks import HookFailure, logged_outcome
+    from greengpu.control.hooks.slurm_hooks import HookFailure, logged_outcome
 
     try:
         with logged_outcome(f"greengpu cloud {name}", logging.getLogger("greengpu.cloud")):
@@ -94,8 +94,8 @@ def _cloud_step(name: str) -> Iterator[None]:
 @click.pass_obj
 def cloud_resume(context: Any, hostlist: str) -> None:
     """ResumeProgram: launch each cloud node's instance and tell Slurm its address (exit 1 if any failed)."""
-    from greengpu.control.cloud_nodes import jobs_by_node, resume
-    from greengpu.control.slurm_hooks import resume_file_from_env
+    from greengpu.control.cloud.cloud_nodes import jobs_by_node, resume
+    from greengpu.control.hooks.slurm_hooks import resume_file_from_env
 
     with _cloud_step("resume"):
         code = resume(context, hostlist, jobs_by_node(resume_file_from_env()))
@@ -109,7 +109,7 @@ def cloud_resume(context: Any, hostlist: str) -> None:
 @click.pass_obj
 def cloud_suspend(context: Any, hostlist: str) -> None:
     """SuspendProgram: release each idle cloud node's instance (busy nodes refused, exit 1)."""
-    from greengpu.control.cloud_nodes import suspend
+    from greengpu.control.cloud.cloud_nodes import suspend
 
     with _cloud_step("suspend"):
         code = suspend(context, hostlist)
@@ -123,7 +123,7 @@ def cloud_suspend(context: Any, hostlist: str) -> None:
 @click.pass_obj
 def cloud_resume_failed(context: Any, hostlist: str) -> None:
     """ResumeFailProgram: Slurm gave up on these nodes; release their instances and raise the alert."""
-    from greengpu.control.cloud_nodes import resume_failed
+    from greengpu.control.cloud.cloud_nodes import resume_failed
 
     with _cloud_step("resume-failed"):
         code = resume_failed(context, hostlist)

@@ -1,10 +1,12 @@
-"""`greengpu daemon`: the live control loop (wiring in greengpu.control.daemon_main)."""
+"""`greengpu daemon`: the live control loop (wiring in greengpu.control.daemon.daemon_main)."""
 
 from __future__ import annotations
 
 import sys
 
 import click
+
+from greengpu.model import Job
 
 
 @click.command()
@@ -82,7 +84,8 @@ def daemon(cluster_file: str, policy_name: str, source: str | None, backend: str
                        "which cluster it acts on)")
     source = source or "fake"
     from greengpu.config.policy import load_policy
-    from greengpu.control.daemon_main import DaemonOptions, run_daemon
+    from greengpu.control.daemon.daemon_main import DaemonOptions, run_daemon
+    from greengpu.report.monthly_main import write_scheduled_reports
 
     # A daemon logs what it does (info) unless -q asks for errors only; -vv adds debug. APScheduler's own
     # info lines ("Running job ...", "... executed successfully") come every tick and say nothing the
@@ -97,6 +100,14 @@ def daemon(cluster_file: str, policy_name: str, source: str | None, backend: str
         webhook_url=webhook_url, trace_file=trace_file, trace_format=trace_format, seed=seed, kube_host=kube_host,
         suspend_command=suspend_command, agent_token_file=agent_token_file, agent_port=agent_port,
         lease_namespace=lease_namespace, lease_name=lease_name,
-        ledger_file=ledger_file, tick_deadline_s=tick_deadline_s, cloud_partition=cloud_partition))
+        ledger_file=ledger_file, tick_deadline_s=tick_deadline_s, cloud_partition=cloud_partition,
+        trace_jobs=_trace_jobs, write_reports=write_scheduled_reports))
     if code:
         raise click.exceptions.Exit(code)
+
+
+def _trace_jobs(path: str, trace_format: str) -> list[Job]:
+    """The daemon's --trace reader (the simulator's), imported only when a trace is given."""
+    from greengpu.sim.traces import read_trace
+
+    return read_trace(path, trace_format).jobs

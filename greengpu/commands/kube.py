@@ -28,9 +28,9 @@ def kube(ctx: click.Context, cluster_file: str, state_file: str, policy_name: st
     from greengpu.backends.wol import Waker
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
-    from greengpu.control.kube_sleep import KUBE_SUSPEND_COMMAND, KubeSleep
-    from greengpu.control.sleep_control import SleepControl, run_suspend
-    from greengpu.control.state_store import StateStore
+    from greengpu.control.hooks.kube_sleep import KUBE_SUSPEND_COMMAND, KubeSleep
+    from greengpu.control.hooks.sleep_control import SleepControl, run_suspend
+    from greengpu.control.hooks.state_store import StateStore
 
     cluster = load_cluster(cluster_file)
     policy = load_policy(policy_name)

@@ -27,7 +27,7 @@ def node_suspend(suspend_command: str, backend: str, fake_gpus: str, fake_busy: 
     import subprocess
 
     from greengpu.backends.nvml import NvmlBackend, NvmlUnavailable
-    from greengpu.control.agent_main import fake_backend, parse_gpu_indexes
+    from greengpu.control.agent.agent_main import fake_backend, parse_gpu_indexes
 
     nvml = fake_backend(fake_gpus, parse_gpu_indexes(fake_busy)) if backend == "fake" else NvmlBackend()
     try:

@@ -40,7 +40,7 @@ def slurm(ctx: click.Context, cluster_file: str, state_file: str, policy_name: s
     """
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
-    from greengpu.control.slurm_hooks import DEFAULT_SUSPEND_COMMAND, HookContext, setup_logging
+    from greengpu.control.hooks.slurm_hooks import DEFAULT_SUSPEND_COMMAND, HookContext, setup_logging
 
     try:
         setup_logging(log_file)
@@ -56,7 +56,7 @@ def slurm(ctx: click.Context, cluster_file: str, state_file: str, policy_name: s
 @contextmanager
 def _slurm_step(name: str) -> Iterator[None]:
     """Refusals and failures of `greengpu slurm NAME` go to its log too; a runtime failure is one line, exit 1."""
-    from greengpu.control.slurm_hooks import HookFailure, logged_outcome
+    from greengpu.control.hooks.slurm_hooks import HookFailure, logged_outcome
 
     try:
         with logged_outcome(f"greengpu slurm {name}".strip()):
@@ -73,7 +73,7 @@ def slurm_suspend(context: Any, hostlist: str) -> None:
 
     Refuses (exit 1, logged) nodes Slurm reports busy, and everything when scontrol fails.
     """
-    from greengpu.control.slurm_hooks import suspend
+    from greengpu.control.hooks.slurm_hooks import suspend
 
     with _slurm_step("suspend"):
         code = suspend(context, hostlist)
@@ -87,7 +87,7 @@ def slurm_suspend(context: Any, hostlist: str) -> None:
 @click.pass_obj
 def slurm_resume(context: Any, hostlist: str) -> None:
     """ResumeProgram: send wake-on-LAN (or IPMI power-on) to each node; `verify` follows them up."""
-    from greengpu.control.slurm_hooks import resume, resume_file_from_env
+    from greengpu.control.hooks.slurm_hooks import resume, resume_file_from_env
 
     with _slurm_step("resume"):
         code = resume(context, hostlist, resume_file_from_env())
@@ -101,7 +101,7 @@ def slurm_resume(context: Any, hostlist: str) -> None:
 @click.pass_obj
 def slurm_resume_failed(context: Any, hostlist: str, as_json: bool) -> None:
     """ResumeFailProgram: Slurm gave up on these nodes; close their wake-ups as failed and log an ALERT."""
-    from greengpu.control.slurm_hooks import resume_failed
+    from greengpu.control.hooks.slurm_hooks import resume_failed
 
     with _slurm_step("resume-failed"):
         lines = resume_failed(context, hostlist)
@@ -114,7 +114,7 @@ def slurm_resume_failed(context: Any, hostlist: str, as_json: bool) -> None:
 @click.pass_obj
 def slurm_verify(context: Any, as_json: bool) -> None:
     """One verification pass: nodes up are done; late ones get another wake-up; failed ones go DOWN."""
-    from greengpu.control.slurm_hooks import verify_events
+    from greengpu.control.hooks.slurm_hooks import verify_events
 
     with _slurm_step("verify"):
         events = verify_events(context)
@@ -126,7 +126,7 @@ def slurm_verify(context: Any, as_json: bool) -> None:
 @click.pass_obj
 def slurm_power_down(context: Any, hostlist: str) -> None:
     """Ask Slurm to power idle nodes down now (greengpu's planner deciding, not SuspendTime)."""
-    from greengpu.control.slurm_hooks import power_down
+    from greengpu.control.hooks.slurm_hooks import power_down
 
     with _slurm_step("power-down"):
         power_down(context.cluster, hostlist)
@@ -137,7 +137,7 @@ def slurm_power_down(context: Any, hostlist: str) -> None:
 @click.pass_obj
 def slurm_power_up(context: Any, hostlist: str) -> None:
     """Ask Slurm to power nodes up now (it runs the ResumeProgram)."""
-    from greengpu.control.slurm_hooks import power_up
+    from greengpu.control.hooks.slurm_hooks import power_up
 
     with _slurm_step("power-up"):
         power_up(context.cluster, hostlist)
@@ -150,7 +150,7 @@ def slurm_status(context: Any, as_json: bool) -> None:
     """Nodes greengpu put to sleep or is waking, with why and since when (UTC)."""
     import time
 
-    from greengpu.control.slurm_hooks import status_rows, status_text
+    from greengpu.control.hooks.slurm_hooks import status_rows, status_text
 
     with _slurm_step("status"):
         rows = status_rows(context.store_path)

@@ -43,8 +43,8 @@ def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, 
 
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
-    from greengpu.control.exporter import parse_listen
-    from greengpu.control.spot_webhook import DaemonDecisions, WebhookServer, tls_context
+    from greengpu.control.agent.exporter import parse_listen
+    from greengpu.control.cloud.spot_webhook import DaemonDecisions, WebhookServer, tls_context
     from greengpu.errors import BadInput
 
     try:
@@ -65,7 +65,7 @@ def spot_webhook(listen: str, cert_file: str, key_file: str, cluster_file: str, 
                        f"{getattr(error, 'strerror', None) or error}") from None
     import time
 
-    from greengpu.control.spot_webhook import certificate_warning
+    from greengpu.control.cloud.spot_webhook import certificate_warning
 
     warning = certificate_warning(cert_file, time.time())
     if warning is not None:
@@ -114,8 +114,8 @@ def spot_steer(cluster_file: str, policy_name: str, cloud_partition: str | None,
     from greengpu.backends.slurm import SlurmError
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
-    from greengpu.control.slurm_hooks import setup_logging
-    from greengpu.control.spot_steer import SpotSteering
+    from greengpu.control.cloud.spot_steer import SpotSteering
+    from greengpu.control.hooks.slurm_hooks import setup_logging
 
     try:
         setup_logging(log_file)

@@ -1,1 +1,1 @@
-"""Energy levers and models (power model, capping, sleep planning, spot choice). Pure: no I/O."""
+"""Shared energy physics: GPU power curves, power models, and how fast a job runs under a setting. Pure: no I/O."""

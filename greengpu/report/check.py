@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from greengpu.backends.sharing_live import declared_layout
-from greengpu.energy.wake_verify import last_attempt_s
 from greengpu.model import Cluster
 from greengpu.policy import Policy
+from greengpu.sleep.wake_verify import last_attempt_s
 
 VERIFY_INTERVAL_S = 60.0
 """Period of `greengpu slurm verify` in the shipped timer (deploy/systemd): retries are noticed this late."""

@@ -1,8 +1,8 @@
 """Which cloud pool a waiting job goes to, if any: the replay's side of greengpu.spot.decide and wait_or_rent.
 
 The simulator only gathers the facts (prices, the core's predicted start, how soon a cloud node could run the
-job) and carries out the answer of the tick's capacity rule (greengpu.tick.capacity.choose_capacity, the rule the
-daemon's tick asks too); `CloudPools` (sim/cloud.py) places and runs the job.
+job) and carries out the answer of the tick's capacity rule (greengpu.brain.capacity_choice.choose_capacity, the
+rule the daemon's tick asks too); `CloudPools` (sim/cloud.py) places and runs the job.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 
+from greengpu.brain.capacity_choice import CapacityQuestion, CloudOffer, choose_capacity
 from greengpu.model import Cluster, Job, Pool, PowerState
 from greengpu.policy import Policy
 from greengpu.sched.waits import Wait, WaitReason
 from greengpu.sim.nodes import SimNode
 from greengpu.spot.decide import CapacityKind, PoolPrice, SpotJobFacts
-from greengpu.tick.capacity import CapacityQuestion, CloudOffer, choose_capacity
 
 Room = Callable[[Job, Pool], "dict[str, int] | None"]
 """Units per node a job would take in a pool ("" + index: nodes to start), or None: no room."""
@@ -101,7 +101,7 @@ class CloudChooser:
     def choose(self, job: Job, wait: Wait, now_s: float,
                reserved_start_s: float | None = None) -> tuple[CapacityKind, Pool] | None:
         """The cloud pool a waiting job should go to now (None: it keeps waiting on-premises), as the tick's
-        capacity rule (greengpu.tick.capacity.choose_capacity) says."""
+        capacity rule (greengpu.brain.capacity_choice.choose_capacity) says."""
         chosen = choose_capacity(self.question(job, wait, now_s, reserved_start_s), self.policy.spot)
         if chosen.kind == "wait" or chosen.pool is None:
             return None

@@ -1,13 +1,13 @@
 """The replay's cloud nodes and the jobs on them, as sim/cloud.py keeps them; which waits may go to the cloud
-(`BURST_REASONS`, the tick's: greengpu.tick.capacity)."""
+(`BURST_REASONS`, the tick's: greengpu.brain.capacity_choice)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from greengpu.brain.capacity_choice import BURST_REASONS
 from greengpu.model import PendingJob
 from greengpu.spot.decide import CapacityKind
-from greengpu.tick.capacity import BURST_REASONS
 
 __all__ = ["BURST_REASONS", "CloudJob", "CloudNode"]
 

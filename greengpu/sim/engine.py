@@ -2,7 +2,7 @@
 
 Virtual clock (`sim/clock.py`), events in a heap: arrivals, finishes, wake and suspend completions,
 exact idle-timeout checks, grace expiries and control ticks. At each point in time where something
-changed, the tick's scheduling part runs (`greengpu.tick.tick.schedule`: one cycle of the core and
+changed, the tick's scheduling part runs (`greengpu.brain.control_tick.schedule`: one cycle of the core and
 whether work waits), then its capping and sleep parts where their inputs changed: caps lift or come
 back when "work waits" flips (`sim/pace.py`), and the sleep lever is asked as a daemon's tick asks it: at
 every cycle, at every idle timeout come due and whenever use falls (`sim/sleep_body.py`).
@@ -21,8 +21,7 @@ from typing import Any
 
 from greengpu.accounting.attribution import Attribution
 from greengpu.accounting.meter import EnergyMeter
-from greengpu.energy.arrivals import RecentArrivals
-from greengpu.energy.headroom import levers_have_slack
+from greengpu.brain.control_tick import Scheduled, schedule
 from greengpu.errors import BadInput
 from greengpu.model import (
     Cluster,
@@ -54,8 +53,9 @@ from greengpu.sim.pace import Pacer
 from greengpu.sim.results import SimResult, wait_stats
 from greengpu.sim.sleep_body import SleepBody
 from greengpu.sim.usage import TenantUsage
-from greengpu.tick.tick import Scheduled, schedule
-from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
+from greengpu.sleep.arrivals import RecentArrivals
+from greengpu.sleep.headroom import levers_have_slack
+from greengpu.sleep.work_waiting import NOTHING_WAITS, WorkWaiting
 
 __all__ = ["Simulation", "SimResult", "simulate", "wait_stats"]
 
@@ -85,7 +85,7 @@ class Simulation:
         self.fleet = NodeFleet(cluster, self.attribution)
         self.pacer = Pacer(cluster, policy.capping)
         self.arrivals = RecentArrivals()
-        """The last day's arrivals: how much of its share of use the warm reserve keeps (energy/arrivals.py)."""
+        """The last day's arrivals: how much of its share of use the warm reserve keeps (sleep/arrivals.py)."""
         self.sleep = SleepBody(policy, self.fleet, self.clock, never_wake,
                                lambda: (self.work.allocated_gpus, self.offered_gpus),
                                lambda: self.arrivals.gpus(self.clock.now_s), timezone=cluster.site.timezone)
@@ -227,7 +227,7 @@ class Simulation:
 
     def _follow_slack(self, guard_was: QueueGuard) -> None:
         """Lift or restore caps when the waiting jobs' guard changed or the cluster's slack came or went
-        (greengpu.energy.headroom: with no GPUs to spare beyond the warm reserve, every cap lifts)."""
+        (greengpu.sleep.headroom: with no GPUs to spare beyond the warm reserve, every cap lifts)."""
         no_slack = not levers_have_slack(self.cluster.total_gpus, self.work.allocated_gpus, self.policy.sleep,
                                          self.arrivals.gpus(self.clock.now_s))
         if self.waiting.guard != guard_was or no_slack != self.work.no_slack:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from greengpu.accounting.meter import EnergyMeter
+from greengpu.brain.control_tick import Scheduled, schedule
 from greengpu.model import Cluster, ClusterSnapshot, Job, PendingJob
 from greengpu.policy import Policy
 from greengpu.sim.checks import PlacementChecks
@@ -15,7 +16,6 @@ from greengpu.sim.jobs import JobRunner
 from greengpu.sim.mig_body import MigPartitions
 from greengpu.sim.results import CloudFigures, SimResult, deadline_misses
 from greengpu.sim.sleep_body import SleepBody
-from greengpu.tick.tick import Scheduled, schedule
 
 
 class Simulation(Protocol):

@@ -15,7 +15,8 @@ import pandas as pd
 
 from greengpu.config.limits import MAX_DURATION_S, MAX_GPUS, MAX_PRIORITY, MAX_TIME_S, MIN_TIME_S
 from greengpu.model import JOB_CLASSES, Job
-from greengpu.sim.trace_formats import QOS_PRIORITY, SHARED_PROFILES
+from greengpu.sim.trace_formats import SHARED_PROFILES
+from greengpu.slurm_json import QOS_PRIORITY
 
 _EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
 _MAX_ELAPSED_DIGITS = 9

@@ -102,7 +102,7 @@ class JobRunner:
         self.preemptions = 0
         self.lost_gpu_s = 0.0
         self.no_slack = False
-        """The cluster has no GPUs to spare beyond the warm reserve: every cap lifts (greengpu.energy.headroom)."""
+        """The cluster has no GPUs to spare beyond the warm reserve: every cap lifts (greengpu.sleep.headroom)."""
         self._version = 0
         self._cache: tuple[int, tuple[RunningJob, ...]] | None = None
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from greengpu.accounting.attribution import Attribution
-from greengpu.energy.sleep import NodeView, idle_draw_w
 from greengpu.model import Cluster, NodeState, PowerState
+from greengpu.sleep.suspends import NodeView, idle_draw_w
 
 READY = (PowerState.AWAKE, PowerState.WAKING)
 """Power states in which a node without work counts towards the warm reserve."""
@@ -40,7 +40,7 @@ class SimNode:
     draw_since_s: float = 0.0
     """When the node's draw last changed (per-node metering for the ledger)."""
     idle_w: float = 0.0
-    """What it draws awake and without work (`energy.sleep.idle_draw_w`)."""
+    """What it draws awake and without work (`sleep.suspends.idle_draw_w`)."""
 
     def draw_w(self) -> tuple[float, float]:
         """(GPU watts, host watts) in the node's current state."""

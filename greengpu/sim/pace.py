@@ -1,6 +1,6 @@
 """Power and pace of running jobs: what capping does to a job's draw and speed, and the work it has done.
 
-Each busy GPU's setting comes from the tick's capping lever (`greengpu.tick.power.gpu_setting`) on an
+Each busy GPU's setting comes from the tick's capping lever (`greengpu.capping.gpu_power.gpu_setting`) on an
 observation built from the inventory's node type, exactly as the agent asks it of a real GPU; the
 power model then gives the GPU's draw and the job's speed under that setting. A job's capping can
 change while it runs (caps lift while work waits), so its work is integrated over its paces.
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from greengpu.capping.cap_decision import busy_effect
+from greengpu.capping.gpu_power import GpuObservation, gpu_setting, observe_typed_gpu
 from greengpu.energy import job_pace
-from greengpu.energy.capping import busy_effect
 from greengpu.energy.job_pace import Pace
 from greengpu.model import Cluster, Job, RunningJob
 from greengpu.policy import CappingPolicy
 from greengpu.sim.nodes import SimNode
-from greengpu.tick.power import GpuObservation, gpu_setting, observe_typed_gpu
 
 __all__ = ["Pace", "Pacer"]
 

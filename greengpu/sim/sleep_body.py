@@ -1,8 +1,8 @@
 """Sleep and wake in a replay: the tick's sleep lever carried out on simulated nodes.
 
-Decisions come from `greengpu.tick.sleep` (`plan_sleep`, `plan_wakes`) on an observation built
+Decisions come from `greengpu.sleep.sleep_wake` (`plan_sleep`, `plan_wakes`) on an observation built
 here, as a live body builds one from its cluster. What is the body's own: suspends and boots take
-time, wake-ups to nodes that never answer go through verification (`greengpu.energy.wake_verify`)
+time, wake-ups to nodes that never answer go through verification (`greengpu.sleep.wake_verify`)
 until the node is marked failed, and idle nodes held awake are looked at again when that can change.
 """
 
@@ -13,15 +13,15 @@ from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any
 
-from greengpu.energy.sleep import in_window, next_window_start_s, warm_reserve_target_gpus
-from greengpu.energy.wake_verify import WakeStage, WakeTrack, advance, next_due_s, start_wake
 from greengpu.forecast.reserve import HOUR_S, DemandRiseForecaster
 from greengpu.model import PowerState, WakeNode
 from greengpu.policy import Policy
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.nodes import NodeFleet, SimNode
-from greengpu.tick.sleep import SleepObservation, plan_sleep, plan_wakes, reserve_short
-from greengpu.tick.waiting import WorkWaiting
+from greengpu.sleep.sleep_wake import SleepObservation, plan_sleep, plan_wakes, reserve_short
+from greengpu.sleep.suspends import in_window, next_window_start_s, warm_reserve_target_gpus
+from greengpu.sleep.wake_verify import WakeStage, WakeTrack, advance, next_due_s, start_wake
+from greengpu.sleep.work_waiting import WorkWaiting
 
 SUSPEND_S = 30.0
 """Seconds from the suspend command to the node drawing sleep power (it draws idle power meanwhile)."""
@@ -43,7 +43,7 @@ class SleepBody:
         self.demand = demand
         """(GPUs allocated, GPUs offered: running + pending) now."""
         self.arrived = arrived
-        """GPUs asked by the last day's arrivals (greengpu.energy.arrivals); None: the reserve follows use alone."""
+        """GPUs asked by the last day's arrivals (greengpu.sleep.arrivals); None: the reserve follows use alone."""
         self.rise_forecast = (DemandRiseForecaster() if self.sleep.enabled and self.sleep.use_forecast else None)
         self.wake_tracks: dict[str, WakeTrack] = {}
         self.failed_nodes: list[str] = []

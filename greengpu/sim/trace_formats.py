@@ -1,5 +1,5 @@
-"""What the trace formats are (docs/TRACES.md): their names, the canonical columns, and Slurm QOS names
-as priorities.
+"""What the trace formats are (docs/TRACES.md): their names, the canonical columns and the shared profiles
+(Slurm QOS names as priorities: greengpu.slurm_json.QOS_PRIORITY).
 
 Shared by the exact reader (traces.py) and the vectorised one (fast_traces.py), so neither imports
 the other for them.
@@ -12,8 +12,6 @@ from greengpu.sched.mig import ALL_PROFILES
 
 TRACE_FORMATS = ("csv", "philly", "sacct")
 CANONICAL_REQUIRED = ("job_id", "submit_time", "duration_s", "gpus", "tenant")
-QOS_PRIORITY = {"low": -10, "scavenger": -20, "normal": 0, "standard": 0, "high": 10, "urgent": 20, "debug": 5}
-"""Slurm QOS name to greengpu priority; other names get 0."""
 SHARED_PROFILES = ALL_PROFILES | {TIMESLICE}
 """The values of the optional `gpu_profile` column: a MIG profile (one instance) or `timeslice` (one replica of a
 time-sliced GPU); empty: whole GPUs or an MPS-style fraction (docs/GPU-SHARING.md)."""

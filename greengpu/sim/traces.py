@@ -29,7 +29,8 @@ from greengpu.config.series import parse_time_s
 from greengpu.config.yamlsource import shown
 from greengpu.errors import BadInput
 from greengpu.model import JOB_CLASSES, TIMESLICE, Job
-from greengpu.sim.trace_formats import CANONICAL_REQUIRED, QOS_PRIORITY, SHARED_PROFILES, TRACE_FORMATS
+from greengpu.sim.trace_formats import CANONICAL_REQUIRED, SHARED_PROFILES, TRACE_FORMATS
+from greengpu.slurm_json import QOS_PRIORITY
 
 _WIDTH_KEY = "\x00width"
 _TRUE = {"true", "1", "yes", "y", "t"}

@@ -25,11 +25,11 @@ from manual_clock import ManualClock
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon, freeze_long_lived_heap
-from greengpu.control.daemon_meter import DaemonMeter
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.fake_cluster import FakeCluster
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.daemon_meter import DaemonMeter
+from greengpu.control.daemon.service import Daemon, freeze_long_lived_heap
+from greengpu.control.daemon.store import DaemonStore
+from greengpu.control.fakes.fake_cluster import FakeCluster
 
 NODES = 1000
 PENDING = 10_000

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from http_load import drive, served_daemon
 
-from greengpu.control.daemon_http import HTTP_WORKERS
+from greengpu.control.daemon.http_api import HTTP_WORKERS
 
 
 @pytest.mark.benchmark

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from http_load import drive, served_daemon
 
-from greengpu.control.daemon_http import HTTP_WORKERS
+from greengpu.control.daemon.http_api import HTTP_WORKERS
 
 
 def test_scrapes_beside_idle_connections_never_time_out_and_threads_stay_bounded(tmp_path: Path) -> None:

@@ -28,10 +28,10 @@ from schedkit import make_cluster, node_type
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.fake_cluster import FakeCluster
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
+from greengpu.control.fakes.fake_cluster import FakeCluster
 from greengpu.model import ClusterSnapshot, Job, Node, Tenant
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.core import schedule_cycle

@@ -68,7 +68,7 @@ PROMETHEUS_SERIES = frozenset({"up"})
 
 def agent_metrics() -> frozenset[str]:
     """The series the node agent serves, read from its exporter (a counter family gains `_total`)."""
-    source = (REPO / "greengpu" / "control" / "exporter.py").read_text()
+    source = (REPO / "greengpu" / "control" / "agent" / "exporter.py").read_text()
     names = set()
     for kind, name in re.findall(r'(Counter|Gauge)MetricFamily\(\s*"([a-z_]+)"', source):
         names.add(f"{name}_total" if kind == "Counter" else name)

@@ -14,11 +14,11 @@ from inventories import SITE
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_http import DaemonServer
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.fake_cluster import FakeCluster
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.http_api import DaemonServer
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
+from greengpu.control.fakes.fake_cluster import FakeCluster
 
 NODE = ("{gpus: 8, gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300, "
         "host_sleep_w: 8, boot_s: 180, gpu_max_clock_mhz: 1410}")

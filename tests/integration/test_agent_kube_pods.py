@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlparse
 from fake_kube import FakeKube, node, pod
 
 from greengpu.config.policy import load_policy
-from greengpu.control.agent_main import AgentOptions, build_class_source, fake_backend
+from greengpu.control.agent.agent_main import AgentOptions, build_class_source, fake_backend
 
 
 def test_the_agent_lists_only_its_own_nodes_pods(tmp_path: Path) -> None:

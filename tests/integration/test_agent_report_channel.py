@@ -15,7 +15,7 @@ from typing import Any
 from manual_clock import ManualClock
 from test_daemon import T0, make
 
-from greengpu.control.daemon_http import DaemonServer
+from greengpu.control.daemon.http_api import DaemonServer
 from greengpu.model import Job, PowerState
 
 TOKEN = "report-token-of-sixteen+"

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from greengpu.cli import main
-from greengpu.control.spot_webhook import certificate_warning
+from greengpu.control.cloud.spot_webhook import certificate_warning
 
 ROOT = Path(__file__).parents[2]
 
@@ -46,7 +46,7 @@ def test_healthz_carries_the_warning_while_the_certificate_is_old(tmp_path: Path
     import ssl
     import urllib.request
 
-    from greengpu.control.spot_webhook import WebhookServer, tls_context
+    from greengpu.control.cloud.spot_webhook import WebhookServer, tls_context
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])

@@ -13,10 +13,10 @@ from manual_clock import ManualClock
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_store import DaemonLocked, DaemonStore
-from greengpu.control.fake_cluster import FakeCluster
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonLocked, DaemonStore
+from greengpu.control.fakes.fake_cluster import FakeCluster
 from greengpu.model import Cluster, Job, PowerState
 
 T0 = 1_700_000_000.0
@@ -56,7 +56,7 @@ def test_the_loop_sleeps_idle_nodes_wakes_them_for_work_and_caps_what_runs(
     import json
 
     from greengpu.cli import main
-    from greengpu.control.daemon_meter import DaemonMeter
+    from greengpu.control.daemon.daemon_meter import DaemonMeter
 
     clock = ManualClock(T0)
     daemon, body, store = make(tmp_path, clock)
@@ -94,10 +94,11 @@ def test_the_loop_sleeps_idle_nodes_wakes_them_for_work_and_caps_what_runs(
     # On the first of the next month the loop writes last month's report in every format.
     from datetime import UTC, datetime
 
-    from greengpu.control.daemon_main import monthly_reports
+    from greengpu.control.daemon.daemon_main import monthly_reports
+    from greengpu.report.monthly_main import SCHEDULED_FORMATS, write_scheduled_reports
 
-    written = monthly_reports(daemon, tmp_path / "reports", datetime(2023, 12, 1, 0, 10, tzinfo=UTC))
-    from greengpu.report.monthly_main import SCHEDULED_FORMATS
+    written = monthly_reports(daemon, tmp_path / "reports", write_scheduled_reports,
+                              datetime(2023, 12, 1, 0, 10, tzinfo=UTC))
 
     assert sorted(p.name for p in written) == sorted(f"greengpu-2023-11.{f}" for f in SCHEDULED_FORMATS)
     assert all(p.stat().st_size > 0 for p in written)
@@ -191,7 +192,7 @@ def http(url: str, method: str = "GET", token: str | None = None) -> tuple[int, 
 def test_http_serves_status_and_guards_every_change(tmp_path: Path) -> None:
     import json
 
-    from greengpu.control.daemon_http import DaemonServer, RateLimit
+    from greengpu.control.daemon.http_api import DaemonServer, RateLimit
 
     clock = ManualClock(T0)
     daemon, body, store = make(tmp_path, clock, jobs=[])
@@ -326,10 +327,10 @@ def test_bad_options_are_one_line_and_exit_2_before_anything_changes(
 def test_agents_take_work_waiting_from_the_daemon_and_lift_caps_when_it_is_gone(tmp_path: Path) -> None:
     from greengpu.backends.fake_nvml import FakeNvml, make_gpus
     from greengpu.backends.nvml import NvmlBackend
-    from greengpu.control.agent import Agent
-    from greengpu.control.daemon_http import DaemonServer
-    from greengpu.control.jobclass import DaemonWaiting, LocalMap
-    from greengpu.control.journal import Journal
+    from greengpu.control.agent.jobclass import DaemonWaiting, LocalMap
+    from greengpu.control.agent.journal import Journal
+    from greengpu.control.agent.node_agent import Agent
+    from greengpu.control.daemon.http_api import DaemonServer
 
     clock = ManualClock(T0)
     # Twelve GPUs, a 16-GPU job: it waits for capacity at every tick.
@@ -361,13 +362,13 @@ def test_agents_take_work_waiting_from_the_daemon_and_lift_caps_when_it_is_gone(
 def test_agents_lift_caps_when_the_daemon_sees_no_slack_left_before_anything_waits(tmp_path: Path) -> None:
     """Twelve GPUs, the default's warm reserve a third of those in use (rounded down): with 8 in use 4 are
     free and 2 are asked, so caps stay; with 11 in use 1 is free and 3 are asked: no slack, caps lift on
-    every node although no job waits (greengpu.energy.headroom)."""
+    every node although no job waits (greengpu.sleep.headroom)."""
     from greengpu.backends.fake_nvml import FakeNvml, make_gpus
     from greengpu.backends.nvml import NvmlBackend
-    from greengpu.control.agent import Agent
-    from greengpu.control.daemon_http import DaemonServer
-    from greengpu.control.jobclass import DaemonWaiting, LocalMap
-    from greengpu.control.journal import Journal
+    from greengpu.control.agent.jobclass import DaemonWaiting, LocalMap
+    from greengpu.control.agent.journal import Journal
+    from greengpu.control.agent.node_agent import Agent
+    from greengpu.control.daemon.http_api import DaemonServer
 
     clock = ManualClock(T0)
     daemon, body, _ = make(tmp_path, clock, jobs=[
@@ -404,7 +405,7 @@ def test_agents_lift_caps_when_the_daemon_sees_no_slack_left_before_anything_wai
 
 def test_a_cluster_that_only_drains_old_work_keeps_no_reserve_and_its_caps(tmp_path: Path) -> None:
     """The same 11 of 12 GPUs in use, but by a job submitted two days ago and nothing since: no GPU arrived
-    over the last day, so the reserve's share of use is 0 (greengpu.energy.arrivals) and the caps stay."""
+    over the last day, so the reserve's share of use is 0 (greengpu.sleep.arrivals) and the caps stay."""
     clock = ManualClock(T0)
     daemon, body, _ = make(tmp_path, clock, jobs=[
         Job(job_id="old", tenant="a", gpus=11, duration_s=7200, submit_time_s=T0 - 2 * 86_400)])
@@ -419,7 +420,7 @@ def test_a_cluster_that_only_drains_old_work_keeps_no_reserve_and_its_caps(tmp_p
 def test_the_fake_clusters_cached_gpu_view_is_what_nvml_reads(tmp_path: Path) -> None:
     """The fake cluster reads a node's GPUs again only when something changed them; after every tick of a
     busy hour (placements, ends, caps, sleeps, wakes, preemptions) its view equals a fresh NVML reading."""
-    from greengpu.control.fake_cluster import generated_jobs
+    from greengpu.control.fakes.fake_cluster import generated_jobs
 
     clock = ManualClock(T0)
     cluster = three_nodes(tmp_path)

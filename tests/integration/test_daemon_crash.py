@@ -19,7 +19,7 @@ from pathlib import Path
 from inventories import SITE
 
 from greengpu.backends.fake_nvml import FakeNvml
-from greengpu.control.daemon_store import DaemonStore
+from greengpu.control.daemon.store import DaemonStore
 
 KILLS = int(os.environ.get("GREENGPU_CRASH_KILLS", "50"))
 NODE_TYPE = ("{gpus: 2, gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300, "

@@ -19,12 +19,12 @@ from manual_clock import ManualClock
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.body import Observation
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.fake_cluster import FakeCluster
-from greengpu.control.tick_deadline import DeadlineTicks
+from greengpu.control.bodies.body import Observation
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
+from greengpu.control.daemon.tick_deadline import DeadlineTicks
+from greengpu.control.fakes.fake_cluster import FakeCluster
 from greengpu.model import Job
 
 T0 = 1_700_000_000.0
@@ -80,7 +80,7 @@ def test_a_tick_that_hangs_is_a_failed_tick_alerted_once_and_the_gpus_go_back(tm
         report = ticks.tick()
         assert time.monotonic() - started < 5 and not report.ok and "deadline" in report.message
         assert capped(body) == []  # fail safe while the tick hangs
-        from greengpu.control.daemon_http import DaemonServer
+        from greengpu.control.daemon.http_api import DaemonServer
 
         server = DaemonServer(daemon, "127.0.0.1", 0, lambda: None).start()
         try:  # /v1/status answers from what the last good tick saw, at once
@@ -116,7 +116,7 @@ time.sleep(float(sys.argv[2]))
 
 def test_a_daemon_db_another_process_holds_is_a_failed_tick_alerted_and_status_still_answers(
         tmp_path: Path) -> None:
-    from greengpu.control.daemon_http import DaemonServer
+    from greengpu.control.daemon.http_api import DaemonServer
 
     clock = ManualClock(T0 + 60)
     daemon, body, store = make(tmp_path, clock)
@@ -191,7 +191,7 @@ def test_the_watchdog_is_fed_only_while_ticks_succeed(tmp_path: Path, monkeypatc
     """A daemon whose every tick fails stops pinging systemd (which then restarts it); a real datagram socket."""
     import socket
 
-    from greengpu.control.daemon_main import loop_turn
+    from greengpu.control.daemon.daemon_main import loop_turn
 
     notify = tmp_path / "notify.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

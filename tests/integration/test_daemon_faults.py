@@ -18,10 +18,10 @@ from test_daemon_kube import make as make_kube
 
 from greengpu.backends.slurm import SlurmError
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.slurm_body import SlurmBody
+from greengpu.control.bodies.slurm_body import SlurmBody
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
 
 DATA = Path(__file__).parents[1] / "data" / "slurm"
 

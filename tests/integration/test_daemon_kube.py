@@ -21,13 +21,13 @@ from greengpu.backends.kubernetes import SLEEP_ANNOTATION, KubeApi, make_api_cli
 from greengpu.backends.wol import Waker
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.kube_body import KubeBody
-from greengpu.control.kube_sleep import KubeSleep
-from greengpu.control.sleep_control import SleepControl
-from greengpu.control.state_store import StateStore
+from greengpu.control.bodies.kube_body import KubeBody
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
+from greengpu.control.hooks.kube_sleep import KubeSleep
+from greengpu.control.hooks.sleep_control import SleepControl
+from greengpu.control.hooks.state_store import StateStore
 
 T0 = 1_700_000_000.0
 
@@ -146,7 +146,7 @@ def test_two_replicas_never_lead_at_once_while_pods_take_longer_than_the_lease_t
     renews it between polls (and stops at once if it cannot): one leader at every moment, each node suspended
     once, by the leader."""
     from greengpu.backends.kube_lease import LeaseElection
-    from greengpu.control.kube_fence import KubeFence
+    from greengpu.control.bodies.kube_fence import KubeFence
 
     with FakeKube() as kube:
         kube.nodes = {name: node(name) for name in ("gpu1", "gpu2", "gpu3")}

@@ -17,10 +17,10 @@ from manual_clock import ManualClock
 from greengpu.backends.sharing_live import UNAVAILABLE
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.fake_cluster import FakeCluster
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
+from greengpu.control.fakes.fake_cluster import FakeCluster
 from greengpu.model import Cluster, PartitionGpu
 from greengpu.sim.traces import read_trace
 
@@ -131,11 +131,11 @@ def test_kubernetes_refuses_a_repartition_once_and_changes_nothing(tmp_path: Pat
 
     from greengpu.backends.kubernetes import KubeApi, make_api_client
     from greengpu.backends.wol import Waker
-    from greengpu.control import daemon as daemon_module
-    from greengpu.control.kube_body import KubeBody
-    from greengpu.control.kube_sleep import KubeSleep
-    from greengpu.control.sleep_control import SleepControl
-    from greengpu.control.state_store import StateStore
+    from greengpu.control.bodies.kube_body import KubeBody
+    from greengpu.control.daemon import service as daemon_module
+    from greengpu.control.hooks.kube_sleep import KubeSleep
+    from greengpu.control.hooks.sleep_control import SleepControl
+    from greengpu.control.hooks.state_store import StateStore
 
     cluster = mig_cluster(tmp_path)
     policy = load_policy("default")
@@ -180,10 +180,10 @@ def test_kubernetes_labels_that_disagree_make_the_mig_gpus_unavailable(tmp_path:
                                                                       caplog: pytest.LogCaptureFixture) -> None:
     from greengpu.backends.kubernetes import KubeApi, make_api_client
     from greengpu.backends.wol import Waker
-    from greengpu.control.kube_body import KubeBody
-    from greengpu.control.kube_sleep import KubeSleep
-    from greengpu.control.sleep_control import SleepControl
-    from greengpu.control.state_store import StateStore
+    from greengpu.control.bodies.kube_body import KubeBody
+    from greengpu.control.hooks.kube_sleep import KubeSleep
+    from greengpu.control.hooks.sleep_control import SleepControl
+    from greengpu.control.hooks.state_store import StateStore
 
     cluster = mig_cluster(tmp_path)
     policy = load_policy("default")

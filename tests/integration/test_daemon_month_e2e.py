@@ -23,13 +23,13 @@ from manual_clock import ManualClock
 from greengpu.cli import main
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_http import REPORTS_PER_MINUTE, DaemonServer, RateLimit
-from greengpu.control.daemon_meter import DaemonMeter
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.fake_cluster import FakeCluster
-from greengpu.control.meter_facts import facts_of
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.daemon_meter import DaemonMeter
+from greengpu.control.daemon.http_api import REPORTS_PER_MINUTE, DaemonServer, RateLimit
+from greengpu.control.daemon.meter_facts import facts_of
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
+from greengpu.control.fakes.fake_cluster import FakeCluster
 from greengpu.model import Job
 
 T0 = 1_700_000_000.0  # 2023-11-14

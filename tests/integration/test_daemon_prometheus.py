@@ -17,7 +17,7 @@ import pytest
 from manual_clock import ManualClock
 from test_daemon import make
 
-from greengpu.control.daemon_http import DaemonServer
+from greengpu.control.daemon.http_api import DaemonServer
 
 
 def free_port() -> int:

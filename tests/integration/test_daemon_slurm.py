@@ -26,11 +26,11 @@ from greengpu.backends import slurm
 from greengpu.cli import main
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_meter import DaemonMeter
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.slurm_body import SlurmBody
+from greengpu.control.bodies.slurm_body import SlurmBody
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.daemon_meter import DaemonMeter
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
 
 
 @pytest.mark.parametrize("slurm_cluster", [2], indirect=True)

@@ -126,7 +126,7 @@ def test_token_files_are_read_bounded_and_an_open_one_is_a_warning(
 
 
 def test_a_torn_audit_line_does_not_eat_the_next_record(tmp_path: Path) -> None:
-    from greengpu.control.audit import AuditLog
+    from greengpu.control.daemon.audit import AuditLog
 
     audit = AuditLog(tmp_path / "audit.jsonl")
     audit.write({"kind": "first"})
@@ -154,7 +154,7 @@ def test_a_torn_fake_nvml_write_does_not_eat_the_next_one(tmp_path: Path) -> Non
 
 def test_a_node_still_suspending_at_stop_gets_its_gpus_back(tmp_path: Path) -> None:
     from greengpu.config.inventory import load_cluster
-    from greengpu.control.fake_cluster import FakeCluster
+    from greengpu.control.fakes.fake_cluster import FakeCluster
     from greengpu.model import PowerState
 
     state = tmp_path / "state"

@@ -1,5 +1,5 @@
 """The daemon's wake verification on the fake cluster: a wake-up that does not come up is sent again with the
-simulator's backoff (greengpu.energy.wake_verify), and a node given up on raises one alert."""
+simulator's backoff (greengpu.sleep.wake_verify), and a node given up on raises one alert."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 from manual_clock import ManualClock
 from test_daemon import T0, make
 
-from greengpu.energy.wake_verify import last_attempt_s
 from greengpu.model import Job
+from greengpu.sleep.wake_verify import last_attempt_s
 
 
 def test_a_node_that_never_comes_up_is_woken_again_with_backoff_then_raises_one_wake_failed_alert(
         tmp_path: Path) -> None:
-    """The simulator's retry rule (greengpu.energy.wake_verify), live: `1 + wake_retries` wake-ups, each after the
+    """The simulator's retry rule (greengpu.sleep.wake_verify), live: `1 + wake_retries` wake-ups, each after the
     wake timeout and the rule's backoff, then one alert per lost node."""
     clock = ManualClock(T0)
     wide = [Job(job_id="all", tenant="a", gpus=12, duration_s=600, submit_time_s=T0 + 1200, gpus_per_node=4)]

@@ -31,12 +31,14 @@ from typing import Any
 import pytest
 from manual_clock import ManualClock
 
+from greengpu.brain.control_tick import TickAction
+from greengpu.capping.gpu_power import gpu_setting
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.fake_cluster import FakeCluster
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
+from greengpu.control.fakes.fake_cluster import FakeCluster
 from greengpu.model import (
     Cluster,
     Job,
@@ -52,8 +54,6 @@ from greengpu.policy import Policy
 from greengpu.sim.engine import Simulation
 from greengpu.sim.nodes import SimNode
 from greengpu.sim.traces import read_trace
-from greengpu.tick.power import gpu_setting
-from greengpu.tick.tick import TickAction
 
 REPO = Path(__file__).resolve().parents[2]
 Step = tuple[float, str, str, tuple[tuple[str, int, int], ...]]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from greengpu.config.inventory import load_cluster
-from greengpu.control.fake_cluster import FakeCluster
+from greengpu.control.fakes.fake_cluster import FakeCluster
 from greengpu.energy import job_pace
 from greengpu.model import GpuSlot, Job, KillJob, LockClocks, PlaceJob, SetPowerLimit
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from inventories import SITE
 
 from greengpu.config.inventory import load_cluster
-from greengpu.control.fake_cluster import SUSPEND_S, FakeCluster
+from greengpu.control.fakes.fake_cluster import SUSPEND_S, FakeCluster
 from greengpu.model import GpuSlot, Job, PlaceJob, PowerState, SleepNode, WakeNode
 
 T0 = 1_700_000_000.0

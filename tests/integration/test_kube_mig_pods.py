@@ -12,7 +12,7 @@ import pytest
 from fake_kube import FakeKube, node, pod
 
 from greengpu.backends.kubernetes import KubeApi, make_api_client
-from greengpu.control.kube_sleep import pod_job
+from greengpu.control.hooks.kube_sleep import pod_job
 
 
 def asking(name: str, *containers: dict[str, str]) -> dict[str, Any]:
@@ -54,9 +54,9 @@ def test_a_node_running_only_mig_pods_is_busy_never_slept(tmp_path: Path) -> Non
     from greengpu.backends.wol import Waker
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
-    from greengpu.control.kube_sleep import KubeSleep
-    from greengpu.control.sleep_control import SleepControl
-    from greengpu.control.state_store import StateStore
+    from greengpu.control.hooks.kube_sleep import KubeSleep
+    from greengpu.control.hooks.sleep_control import SleepControl
+    from greengpu.control.hooks.state_store import StateStore
 
     cluster = load_cluster(write_inventory(tmp_path / "c.yaml", {"g": a100_type(gpus=4)},
                                            ['{name: "gpu[1-2]", type: g}']))

@@ -21,9 +21,9 @@ from greengpu.backends.kubernetes import SLEEP_ANNOTATION, KubeApi, KubeError, m
 from greengpu.backends.wol import Waker
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.kube_sleep import KubeSleep
-from greengpu.control.sleep_control import SleepControl
-from greengpu.control.state_store import StateStore
+from greengpu.control.hooks.kube_sleep import KubeSleep
+from greengpu.control.hooks.sleep_control import SleepControl
+from greengpu.control.hooks.state_store import StateStore
 
 
 @pytest.fixture
@@ -214,7 +214,7 @@ def test_a_failed_suspend_command_leaves_the_node_awake_uncordoned_and_alerted(t
                                                                               udp: socket.socket) -> None:
     """The shipped Deployment's ssh from a pod with no key exits 255: before, the outcome said "cordoned, drained
     and suspended" and the store said asleep. Now the exit code is read: awake, uncordoned, alerted with ssh's words."""
-    from greengpu.control.sleep_control import run_suspend
+    from greengpu.control.hooks.sleep_control import run_suspend
 
     kube.pods = [pod("web-0", "u2", "gpu2", gpus=0)]
     sleeper, _, _ = setup(tmp_path, kube, udp.getsockname()[1])

@@ -24,10 +24,10 @@ from greengpu.backends.kubernetes import KubeApi, make_api_client
 from greengpu.backends.wol import Waker
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.kube_sleep import KubeSleep
-from greengpu.control.node_local_suspend import AgentSuspender
-from greengpu.control.sleep_control import SleepControl
-from greengpu.control.state_store import StateStore
+from greengpu.control.hooks.kube_sleep import KubeSleep
+from greengpu.control.hooks.node_local_suspend import AgentSuspender
+from greengpu.control.hooks.sleep_control import SleepControl
+from greengpu.control.hooks.state_store import StateStore
 
 TOKEN = "s3cret-token-for-the-agents-0123"
 

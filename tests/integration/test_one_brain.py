@@ -23,14 +23,16 @@ from greengpu.backends.fake_nvml import FakeNvml, make_gpus
 from greengpu.backends.kubernetes import KubeApi, make_api_client
 from greengpu.backends.nvml import NvmlBackend
 from greengpu.backends.wol import Waker
+from greengpu.brain.control_tick import schedule
+from greengpu.capping.gpu_power import host_share_w, plan_power
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.agent import Agent
-from greengpu.control.journal import Journal
-from greengpu.control.kube_sleep import KubeSleep
-from greengpu.control.sleep_control import SleepControl
-from greengpu.control.state_store import StateStore
-from greengpu.control.tick_source import TickSource
+from greengpu.control.agent.journal import Journal
+from greengpu.control.agent.node_agent import Agent
+from greengpu.control.agent.tick_source import TickSource
+from greengpu.control.hooks.kube_sleep import KubeSleep
+from greengpu.control.hooks.sleep_control import SleepControl
+from greengpu.control.hooks.state_store import StateStore
 from greengpu.model import (
     ClusterSnapshot,
     GpuSlot,
@@ -47,10 +49,8 @@ from greengpu.sim.clock import EventClock
 from greengpu.sim.nodes import NodeFleet
 from greengpu.sim.pace import Pacer
 from greengpu.sim.sleep_body import SleepBody
-from greengpu.tick.power import host_share_w, plan_power
-from greengpu.tick.sleep import plan_sleep, plan_wakes
-from greengpu.tick.tick import schedule
-from greengpu.tick.waiting import with_slack_verdict
+from greengpu.sleep.sleep_wake import plan_sleep, plan_wakes
+from greengpu.sleep.work_waiting import with_slack_verdict
 
 # The fake NVML's A100 preset: limits 100-400 W, default 400 W, SM clock up to 1410 MHz.
 A100X4 = ("{gpus: 4, gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300, "

@@ -28,17 +28,17 @@ from greengpu.backends.fake_nvml import FakeNvml, make_gpus
 from greengpu.backends.nvml import GpuReading, NvmlBackend
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.agent import Agent
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_http import DaemonServer
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.fake_cluster import FakeCluster
-from greengpu.control.jobclass import DaemonWaiting, GpuJob
-from greengpu.control.journal import Journal
+from greengpu.control.agent.jobclass import DaemonWaiting, GpuJob
+from greengpu.control.agent.journal import Journal
+from greengpu.control.agent.node_agent import Agent
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.http_api import DaemonServer
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
+from greengpu.control.fakes.fake_cluster import FakeCluster
 from greengpu.model import Cluster, Job
 from greengpu.sim.engine import Simulation
-from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
+from greengpu.sleep.work_waiting import NOTHING_WAITS, WorkWaiting
 
 T0 = 1_700_000_000.0
 A100 = ("gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300, "

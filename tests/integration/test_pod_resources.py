@@ -28,8 +28,8 @@ from greengpu.backends.kubernetes import (  # noqa: E402
     make_api_client,
 )
 from greengpu.backends.nvml import NvmlBackend  # noqa: E402
-from greengpu.control.agent_main import fake_backend  # noqa: E402
-from greengpu.control.jobclass import KubernetesPods  # noqa: E402
+from greengpu.control.agent.agent_main import fake_backend  # noqa: E402
+from greengpu.control.agent.jobclass import KubernetesPods  # noqa: E402
 
 
 @pytest.fixture

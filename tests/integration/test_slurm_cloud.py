@@ -20,7 +20,7 @@ import pytest
 from slurm_harness import DEPLOY_SLURM, SlurmCluster, _free_port
 from test_slurm_power_save import greengpu, require_slurm
 
-from greengpu.control.audit import AuditLog
+from greengpu.control.daemon.audit import AuditLog
 
 PROVIDER = Path(__file__).resolve().parents[1] / "helpers" / "fake_cloud_provider.py"
 CLOUD_SUSPEND_TIME_S = 1

@@ -12,7 +12,7 @@ from slurm_harness import SlurmCluster
 from test_slurm_cloud import _job_field, _waiting_for_resources, cloud_cluster  # noqa: F401 (the fixture)
 from test_slurm_power_save import greengpu
 
-from greengpu.control.audit import AuditLog
+from greengpu.control.daemon.audit import AuditLog
 
 
 def test_the_daemon_s_tick_steers_waiting_jobs_to_cloud_capacity(

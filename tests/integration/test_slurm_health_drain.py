@@ -17,7 +17,7 @@ from test_slurm_power_save import (
 
 from greengpu.backends import slurm
 from greengpu.config.inventory import load_cluster
-from greengpu.control.slurm_body import SlurmBody
+from greengpu.control.bodies.slurm_body import SlurmBody
 
 
 @pytest.mark.parametrize("slurm_cluster", [2], indirect=True)

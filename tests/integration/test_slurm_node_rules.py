@@ -24,10 +24,10 @@ from test_slurm_power_save import (
 from greengpu.backends import slurm
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.slurm_body import SlurmBody
+from greengpu.control.bodies.slurm_body import SlurmBody
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
 from greengpu.model import PowerState, WakeNode
 
 RESUME_TIMEOUT_S = 15

@@ -18,7 +18,7 @@ import pytest
 from inventories import a100_type, wol_node, write_inventory
 from slurm_harness import SlurmCluster, missing_binaries
 
-from greengpu.control.jobclass import SlurmJobs
+from greengpu.control.agent.jobclass import SlurmJobs
 
 MACS = {f"node{i}": f"02:00:5e:00:00:0{i}" for i in range(1, 5)}
 

@@ -40,7 +40,7 @@ from greengpu.cli import main
 from greengpu.commands.spot import bind_decision
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.spot_webhook import WebhookServer, answer, tls_context
+from greengpu.control.cloud.spot_webhook import WebhookServer, answer, tls_context
 from greengpu.spot.decide import CapacityKind, SpotJobFacts
 
 NOW_S = datetime.datetime(2026, 12, 1, 0, 0, tzinfo=datetime.UTC).timestamp()

@@ -22,11 +22,11 @@ from test_input_fuzz import ODD_VALUES, assert_clean, fuzz, run_cli
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_http import DaemonServer, RateLimit
-from greengpu.control.daemon_store import DaemonStore
-from greengpu.control.fake_cluster import FakeCluster
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.http_api import DaemonServer, RateLimit
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
+from greengpu.control.fakes.fake_cluster import FakeCluster
 
 T0 = 1_700_000_000.0
 NODE = ("{gpus: 2, gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, gpu_min_limit_w: 100, host_idle_w: 300, "

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from schedkit import job
 from sharingkit import a100, lab
 
+from greengpu.brain.control_tick import Scheduled, schedule
 from greengpu.cli import main
 from greengpu.config.policy import load_policy
 from greengpu.model import TIMESLICE, ClusterSnapshot, Tenant
@@ -25,7 +26,6 @@ from greengpu.policy import Policy
 from greengpu.sched.core import schedule_cycle
 from greengpu.sched.mig import A30_24GB, A100_40GB, GPU_80GB, MigFamily, fits
 from greengpu.sim.engine import Simulation
-from greengpu.tick.tick import Scheduled, schedule
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 FUZZ = settings(max_examples=120, deadline=None, derandomize=IN_CI, database=None,

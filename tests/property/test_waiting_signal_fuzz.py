@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_input_fuzz import fuzz
 
-from greengpu.control.jobclass import DaemonWaiting, LocalMap
+from greengpu.control.agent.jobclass import DaemonWaiting, LocalMap
 
 NOW_S = 1_700_000_000.0
 IDS = st.sampled_from(["a", "b", "c", "7"])

@@ -9,13 +9,13 @@ from manual_clock import ManualClock
 
 from greengpu.backends.fake_nvml import FakeGpu, FakeNvml, make_gpus
 from greengpu.backends.nvml import NvmlBackend
-from greengpu.control.agent import Agent
-from greengpu.control.jobclass import LocalMap, parse_scontrol_jobs
-from greengpu.control.journal import Journal
-from greengpu.energy.capping import decide
+from greengpu.capping.cap_decision import decide
+from greengpu.control.agent.jobclass import LocalMap, parse_scontrol_jobs
+from greengpu.control.agent.journal import Journal
+from greengpu.control.agent.node_agent import Agent
 from greengpu.energy.curves import INFERENCE
 from greengpu.policy import CappingPolicy, ClassCapping
-from greengpu.tick.waiting import NOTHING_WAITS, WorkWaiting
+from greengpu.sleep.work_waiting import NOTHING_WAITS, WorkWaiting
 
 POLICY = CappingPolicy(enabled=True, idle_to_min_limit=True, classes={
     "training": ClassCapping(mode="efficiency", max_slowdown=0.05),
@@ -196,7 +196,7 @@ def test_slurm_jobs_map_to_gpu_indices_and_classes() -> None:
 
 
 def test_capacity_is_short_only_while_a_gpu_job_waits_for_resources() -> None:
-    from greengpu.control.jobclass import SlurmJobs, gpu_jobs_waiting_for_resources
+    from greengpu.control.agent.jobclass import SlurmJobs, gpu_jobs_waiting_for_resources
 
     waiting = gpu_jobs_waiting_for_resources(SCONTROL + PENDING_GPU + PENDING_BEHIND)
     assert waiting.job_ids == ("104",)
@@ -254,7 +254,7 @@ def test_running_jobs_go_uncapped_while_gpu_work_waits_and_capped_again_after(tm
 
 
 def test_bad_class_file_names_file_line_and_key(tmp_path: Path) -> None:
-    from greengpu.control.jobclass import load_class_file
+    from greengpu.control.agent.jobclass import load_class_file
     from greengpu.errors import ConfigError
 
     path = tmp_path / "classes.yaml"
@@ -268,7 +268,7 @@ def test_kubernetes_pod_annotation_gives_the_class(tmp_path: Path) -> None:
     from fake_kube import FakeKube, pod
 
     from greengpu.backends.kubernetes import KubeApi, make_api_client
-    from greengpu.control.jobclass import KubernetesPods
+    from greengpu.control.agent.jobclass import KubernetesPods
 
     # /proc/PID/cgroup as the kubelet leaves it: systemd driver (cgroup v2) and cgroupfs driver (v1).
     inference_uid = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"

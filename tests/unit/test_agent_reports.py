@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from greengpu.control.agent_reports import MAX_REPORT_BYTES, AgentReports, ReportError, parse_report
+from greengpu.control.daemon.agent_reports import MAX_REPORT_BYTES, AgentReports, ReportError, parse_report
 from greengpu.health.score import HealthState
 
 GPUS = {"n1": 2, "n2": 2}

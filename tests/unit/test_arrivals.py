@@ -1,4 +1,4 @@
-"""The last day's arrivals, which the warm reserve's share of use follows (greengpu.energy.arrivals)."""
+"""The last day's arrivals, which the warm reserve's share of use follows (greengpu.sleep.arrivals)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedkit import make_cluster, node_type
 
-from greengpu.energy.arrivals import ARRIVAL_WINDOW_S, RecentArrivals
-from greengpu.energy.sleep import warm_reserve_target_gpus
 from greengpu.model import ClusterSnapshot, GpuSlot, Job, PendingJob, RunningJob
 from greengpu.policy import SleepPolicy
+from greengpu.sleep.arrivals import ARRIVAL_WINDOW_S, RecentArrivals
+from greengpu.sleep.suspends import warm_reserve_target_gpus
 
 T0 = 1_700_000_000.0
 DAY = ARRIVAL_WINDOW_S

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from schedkit import node_type
 
-from greengpu.energy.capping import CapDecision, LimitConstraints, busy_effect, cap_binds, decide
+from greengpu.capping.cap_decision import CapDecision, LimitConstraints, busy_effect, cap_binds, decide
 from greengpu.energy.curves import INFERENCE
 from greengpu.policy import CappingPolicy, ClassCapping
 
@@ -73,7 +73,7 @@ def test_fixed_limits_never_leave_the_constraints(limit_w: float) -> None:
 
 
 def test_capping_is_relaxed_while_jobs_wait_for_capacity() -> None:
-    from greengpu.energy.capping import LimitConstraints, decide
+    from greengpu.capping.cap_decision import LimitConstraints, decide
     from greengpu.policy import CappingPolicy, ClassCapping
 
     constraints = LimitConstraints(min_w=125.0, max_w=250.0, default_w=250.0)
@@ -88,7 +88,7 @@ def test_capping_is_relaxed_while_jobs_wait_for_capacity() -> None:
 
 
 def test_counting_the_host_share_never_picks_a_lower_limit() -> None:
-    from greengpu.energy.capping import LimitConstraints, decide
+    from greengpu.capping.cap_decision import LimitConstraints, decide
     from greengpu.policy import CappingPolicy, ClassCapping
 
     constraints = LimitConstraints(min_w=100.0, max_w=400.0, default_w=400.0)
@@ -100,7 +100,7 @@ def test_counting_the_host_share_never_picks_a_lower_limit() -> None:
 
 
 def test_a_pick_at_the_default_limit_is_no_cap_at_all() -> None:
-    from greengpu.energy.capping import ProfilePoint
+    from greengpu.capping.cap_decision import ProfilePoint
 
     # A measured profile where every lower limit costs more energy per unit of work: the least-energy
     # point is the default limit itself, so the GPU is left alone (no limit written, nothing to restore).
@@ -115,7 +115,7 @@ def test_a_pick_at_the_default_limit_is_no_cap_at_all() -> None:
 
 
 def test_a_pick_one_watt_under_the_default_is_a_cap() -> None:
-    from greengpu.energy.capping import ProfilePoint
+    from greengpu.capping.cap_decision import ProfilePoint
 
     profile = [ProfilePoint(400.0, 1.0, 300.0), ProfilePoint(399.0, 1.0, 299.0)]
     decision = decide("training", policy(training=ClassCapping("efficiency", max_slowdown=0.0)), A100, 1410,
@@ -137,7 +137,7 @@ def test_a_locked_clock_is_never_zero() -> None:
 
 
 def test_locked_clocks_run_at_the_compute_bound_speed_with_power_scaling_as_its_square() -> None:
-    from greengpu.energy.capping import CapDecision
+    from greengpu.capping.cap_decision import CapDecision
 
     gpu = node_type(8)  # 50 W idle, 400 W at full load
     # Made without a clock fraction (elsewhere): taken at the compute-bound clock of its slowdown.
@@ -194,7 +194,7 @@ def test_disabled_and_idle_without_minimum_say_so() -> None:
 
 
 def test_the_model_profile_runs_from_the_default_down_to_the_minimum_in_watt_steps() -> None:
-    from greengpu.energy.capping import model_profile
+    from greengpu.capping.cap_decision import model_profile
 
     points = model_profile(A100)
     assert [p.limit_w for p in points] == [400.0 - w for w in range(301)]  # 400 W down to 100 W inclusive
@@ -204,7 +204,7 @@ def test_the_model_profile_runs_from_the_default_down_to_the_minimum_in_watt_ste
 
 
 def test_pick_limit_counts_the_host_only_when_given_and_refuses_an_empty_profile() -> None:
-    from greengpu.energy.capping import ProfilePoint, pick_limit
+    from greengpu.capping.cap_decision import ProfilePoint, pick_limit
 
     points = [ProfilePoint(400.0, 1.0, 300.0), ProfilePoint(300.0, 0.5, 149.9)]
     best, slowdown = pick_limit(points, max_slowdown=1.0)  # GPU energy alone: 299.8 < 300 per unit of work

@@ -8,7 +8,7 @@ import statistics
 import pytest
 from conftest import public_data
 
-from greengpu.energy.capping import LimitConstraints, ProfilePoint, model_profile, pick_limit
+from greengpu.capping.cap_decision import LimitConstraints, ProfilePoint, model_profile, pick_limit
 
 # Median energy saved by the best fixed limit per workload within 5% slowdown (from the Zeus measurements).
 TARGET_PCT = {"a40": 11.7, "v100": 6.3, "rtx6000": 8.9, "p100": 7.2}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from greengpu.control.checkpoint_marks import checkpoint_in_comment, checkpoint_value
-from greengpu.control.slurm_body import parse_jobs
+from greengpu.control.bodies.checkpoint_marks import checkpoint_in_comment, checkpoint_value
+from greengpu.control.bodies.slurm_body import parse_jobs
 
 NOW = 1_700_000_000.0
 SQUEUE = (Path(__file__).parents[1] / "data" / "slurm" / "squeue-22.05.json").read_text()

@@ -13,7 +13,7 @@ import pytest
 
 from greengpu.cli import main
 from greengpu.config.inventory import load_cloud_pools
-from greengpu.control.cloud_nodes import command_argv, jobs_by_node, parse_address, run_provider, split_names
+from greengpu.control.cloud.cloud_nodes import command_argv, jobs_by_node, parse_address, run_provider, split_names
 
 INVENTORY = """\
 site: {{pue: 1.2, price_per_kwh: 0.1}}

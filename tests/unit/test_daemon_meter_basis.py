@@ -10,10 +10,10 @@ from pathlib import Path
 from fleet_inputs import report_json, run_cli
 
 from greengpu.config.inventory import load_cluster_text
-from greengpu.control.body import Observation
-from greengpu.control.daemon_meter import DaemonMeter
+from greengpu.control.bodies.body import Observation
+from greengpu.control.daemon.daemon_meter import DaemonMeter
 from greengpu.model import ClusterSnapshot
-from greengpu.tick.sleep import SleepObservation
+from greengpu.sleep.sleep_wake import SleepObservation
 
 CLUSTER = """
 site: {pue: 1.0, price_per_kwh: 0.5, carbon_g_per_kwh: 100}

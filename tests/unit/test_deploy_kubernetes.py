@@ -455,8 +455,8 @@ def test_the_alerts_fire_when_they_should_and_not_before(tmp_path: Path) -> None
 
 def test_the_daemons_grace_period_outlasts_its_longest_uncut_action() -> None:
     """SIGKILL must not land mid-suspend: the grace period covers a suspend command's timeout and the stop grace."""
-    from greengpu.control.daemon_main import STOP_WAIT_S
-    from greengpu.control.sleep_control import SUSPEND_TIMEOUT_S
+    from greengpu.control.daemon.daemon_main import STOP_WAIT_S
+    from greengpu.control.hooks.sleep_control import SUSPEND_TIMEOUT_S
 
     documents = list(yaml.safe_load_all((KUBERNETES / "daemon.yaml").read_text()))
     deployment = next(d for d in documents if d and d.get("kind") == "Deployment")

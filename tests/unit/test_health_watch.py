@@ -13,11 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from greengpu.backends.fake_nvml import FakeNvml, make_gpus
 from greengpu.backends.nvml import NvmlBackend
-from greengpu.control.agent import Agent
-from greengpu.control.exporter import agent_metrics_server
-from greengpu.control.health_watch import HealthWatch
-from greengpu.control.jobclass import LocalMap
-from greengpu.control.journal import Journal
+from greengpu.control.agent.exporter import agent_metrics_server
+from greengpu.control.agent.health_watch import HealthWatch
+from greengpu.control.agent.jobclass import LocalMap
+from greengpu.control.agent.journal import Journal
+from greengpu.control.agent.node_agent import Agent
 from greengpu.health.score import HealthState
 from greengpu.policy import CappingPolicy
 

@@ -439,7 +439,7 @@ def test_simulate_refuses_to_add_a_run_to_a_foreign_database(
 # ------------------------------------------------------------------ the agent's journal
 
 def test_damaged_journal_lines_are_skipped_and_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from greengpu.control.journal import Journal
+    from greengpu.control.agent.journal import Journal
 
     path = tmp_path / "j.jsonl"
     path.write_text('null\n[]\n{"x": 1}\n{"event": "start", "gpus": 2}\n'
@@ -455,7 +455,7 @@ def test_damaged_journal_lines_are_skipped_and_reported(tmp_path: Path, caplog: 
 
 
 def test_a_torn_last_line_does_not_swallow_the_next_entry(tmp_path: Path) -> None:
-    from greengpu.control.journal import Journal
+    from greengpu.control.agent.journal import Journal
 
     journal = Journal(tmp_path / "j.jsonl")
     journal.append("start", gpus=1)
@@ -468,7 +468,7 @@ def test_a_torn_last_line_does_not_swallow_the_next_entry(tmp_path: Path) -> Non
 
 
 def test_an_entry_appended_to_a_torn_line_by_an_older_agent_is_recovered(tmp_path: Path) -> None:
-    from greengpu.control.journal import Journal
+    from greengpu.control.agent.journal import Journal
 
     path = tmp_path / "j.jsonl"
     path.write_text('{"event": "start", "gpus": 1}\n{"event": "set_li'
@@ -516,7 +516,7 @@ def test_a_device_that_never_ends_is_refused_quickly(
 
 
 def test_an_overlong_journal_line_is_skipped_without_holding_it(tmp_path: Path) -> None:
-    from greengpu.control.journal import Journal
+    from greengpu.control.agent.journal import Journal
 
     path = tmp_path / "j.jsonl"
     path.write_text('{"event": "start"}\n' + "x" * 300_000 + '\n{"event": "set_limit", "gpu": 0, "uuid": "GPU-a", '

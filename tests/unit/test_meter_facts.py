@@ -8,15 +8,15 @@ from pathlib import Path
 
 from greengpu.accounting.cloud_rows import CloudSpan
 from greengpu.config.inventory import load_cluster_text
-from greengpu.control.agent_reports import AgentReport, AgentReports, GpuReport
-from greengpu.control.body import Observation
-from greengpu.control.daemon_meter import DaemonMeter
-from greengpu.control.fake_cloud import FakeCloud
-from greengpu.control.fake_cluster import FakeCluster
-from greengpu.control.meter_facts import FakeClusterFacts, facts_of
+from greengpu.control.bodies.body import Observation
+from greengpu.control.daemon.agent_reports import AgentReport, AgentReports, GpuReport
+from greengpu.control.daemon.daemon_meter import DaemonMeter
+from greengpu.control.daemon.meter_facts import FakeClusterFacts, facts_of
+from greengpu.control.fakes.fake_cloud import FakeCloud
+from greengpu.control.fakes.fake_cluster import FakeCluster
 from greengpu.health.score import HealthState
 from greengpu.model import ClusterSnapshot, Job
-from greengpu.tick.sleep import SleepObservation
+from greengpu.sleep.sleep_wake import SleepObservation
 
 CLUSTER = """
 site: {pue: 1.0, price_per_kwh: 0.5, carbon_g_per_kwh: 100}

@@ -10,7 +10,7 @@ from sharingkit import a100, lab
 
 from greengpu.backends.gpu_sharing import GpuSharing, MigInstance, NodeSharing, node_from_gpus
 from greengpu.backends.sharing_live import UNAVAILABLE, declared_sharing, live_partitions
-from greengpu.control.mig_actions import PartitionRefused, carry_out_partition
+from greengpu.control.daemon.mig_actions import PartitionRefused, carry_out_partition
 from greengpu.model import MigPartition, PartitionGpu
 
 

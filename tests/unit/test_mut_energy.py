@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from greengpu.energy.wake_verify import JITTER_FRACTION, MAX_BACKOFF_S, last_attempt_s
 from greengpu.policy import SleepPolicy
+from greengpu.sleep.wake_verify import JITTER_FRACTION, MAX_BACKOFF_S, last_attempt_s
 
 
 @pytest.mark.parametrize("retries", [64, 65, 100])

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 from schedkit import node_type
 
-from greengpu.energy.sleep import NodeView, idle_draw_w, plan_suspends
 from greengpu.model import PowerState
 from greengpu.policy import SleepPolicy
+from greengpu.sleep.suspends import NodeView, idle_draw_w, plan_suspends
 
 
 def test_idle_draw_is_the_host_and_every_idle_gpu() -> None:

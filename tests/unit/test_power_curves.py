@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedkit import node_type
 
+from greengpu.capping.cap_decision import busy_effect, constraints_of, decide
+from greengpu.capping.gpu_power import gpu_setting, observe_typed_gpu
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.energy.capping import busy_effect, constraints_of, decide
 from greengpu.energy.curves import CLASS_CURVES, INFERENCE, TRAINING, curve_for, gpu_draw
 from greengpu.energy.inference_curve import (
     INFERENCE_CLOCK_BOUND_SHARE,
@@ -28,7 +29,6 @@ from greengpu.energy.inference_curve import (
 )
 from greengpu.model import JOB_CLASSES, NodeType
 from greengpu.policy import CappingPolicy, ClassCapping
-from greengpu.tick.power import gpu_setting, observe_typed_gpu
 
 
 def shipped_node_types() -> list[NodeType]:

@@ -8,17 +8,17 @@ from pathlib import Path
 
 from inventories import a100_type, write_inventory
 
+from greengpu.brain.control_tick import TickResult, control_tick
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.agent_reports import AgentReport, AgentReports, GpuReport
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.body import Observation
-from greengpu.control.daemon_metrics import DaemonMetrics
-from greengpu.control.report_effects import ReportEffects
+from greengpu.control.bodies.body import Observation
+from greengpu.control.daemon.agent_reports import AgentReport, AgentReports, GpuReport
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.metrics import DaemonMetrics
+from greengpu.control.daemon.report_effects import ReportEffects
 from greengpu.health.score import HealthState
 from greengpu.model import Cluster, ClusterSnapshot
-from greengpu.tick.sleep import SleepObservation
-from greengpu.tick.tick import TickResult, control_tick
+from greengpu.sleep.sleep_wake import SleepObservation
 
 NOW = 1_700_000_000.0
 

@@ -8,12 +8,12 @@ from dataclasses import replace
 from schedkit import job
 
 from greengpu.config.policy import load_policy
-from greengpu.energy.sleep import warm_reserve_target_gpus
 from greengpu.forecast.calibration import conformal_upper
 from greengpu.forecast.reserve import HOUR_S, DemandRiseForecaster
 from greengpu.model import Cluster, Node, NodeType, Site
 from greengpu.policy import SleepPolicy
 from greengpu.sim.engine import Simulation
+from greengpu.sleep.suspends import warm_reserve_target_gpus
 
 DAY_S = 86_400.0
 T0 = 1_700_006_400.0  # a whole hour: 2023-11-15 00:00 UTC

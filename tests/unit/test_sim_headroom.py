@@ -1,4 +1,4 @@
-"""The headroom rule (greengpu.energy.headroom): with no GPUs to spare beyond the warm reserve, every cap
+"""The headroom rule (greengpu.sleep.headroom): with no GPUs to spare beyond the warm reserve, every cap
 lifts, although no job waits; when a finish gives the slack back, the caps return. Hand-computed paces."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 from schedkit import job
 from test_sim_slack import ONE_GPU, T0, capped_policy
 
-from greengpu.energy.headroom import levers_have_slack
 from greengpu.energy.power_model import busy_gpu
 from greengpu.model import Cluster, Node, Site, Tenant
 from greengpu.policy import Policy, SleepPolicy
 from greengpu.sim.engine import Simulation
+from greengpu.sleep.headroom import levers_have_slack
 
 
 @pytest.mark.parametrize(("total", "busy", "floor", "share", "slack"), [
@@ -71,7 +71,7 @@ def test_caps_lift_on_every_job_while_no_slack_is_left_and_return_with_it() -> N
 def test_a_replay_that_only_drains_keeps_no_reserve_so_its_caps_return() -> None:
     """Four jobs at once on five GPUs with a reserve of all the GPUs in use: no slack, caps lift. Two days
     on, the short one ends and nothing has arrived for a day: the reserve's share of use counts no GPUs
-    (greengpu.energy.arrivals), so the three left get their caps back."""
+    (greengpu.sleep.arrivals), so the three left get their caps back."""
     _, speed = busy_gpu(ONE_GPU, 200)
     day = 86_400
     cluster = replace(four_nodes(), nodes=tuple(Node(f"n{i}", "one") for i in range(5)),

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedkit import job, make_cluster, node_type
 
-from greengpu.energy.sleep import NodeView, plan_suspends
 from greengpu.model import Cluster, ClusterSnapshot, GpuSlot, PendingJob, PowerState, RunningJob, Tenant
 from greengpu.policy import BackfillPolicy, SchedulerPolicy, SleepPolicy
 from greengpu.sched.core import WAIT_CAPACITY, WAIT_QUOTA, CycleResult, schedule_cycle
 from greengpu.sched.slack import _GUARDS_KEPT, NO_WAIT, QueueGuard, queue_guard
 from greengpu.sched.waits import Wait, WaitReason
+from greengpu.sleep.suspends import NodeView, plan_suspends
 
 X8 = node_type(8)
 X4 = node_type(4, name="a100x4")
@@ -131,7 +131,7 @@ def test_a_job_no_gpu_model_can_hold_blocks_no_lever() -> None:
 def test_the_typed_reasons_that_block_the_levers_are_those_whose_text_says_capacity_or_wake() -> None:
     """`work_waiting` reads the typed reason; the JSON outputs' words must say the same thing."""
     from greengpu.sched.waits import Wait, WaitReason
-    from greengpu.tick.waiting import LEVER_BLOCKED_REASONS, LEVER_BLOCKED_WAITS
+    from greengpu.sleep.work_waiting import LEVER_BLOCKED_REASONS, LEVER_BLOCKED_WAITS
 
     for reason in WaitReason:
         for detail in ("", "tenant t at its quota"):

@@ -4,11 +4,11 @@ a node without reports is idle as before (no job); idle time counts from the las
 
 from __future__ import annotations
 
-from greengpu.energy.sleep import NodeUse, NodeView
 from greengpu.model import PowerState
 from greengpu.policy import SleepPolicy, SleepWindow
-from greengpu.tick.sleep import SleepObservation, plan_sleep
-from greengpu.tick.waiting import NOTHING_WAITS
+from greengpu.sleep.sleep_wake import SleepObservation, plan_sleep
+from greengpu.sleep.suspends import NodeUse, NodeView
+from greengpu.sleep.work_waiting import NOTHING_WAITS
 
 NOW = 100_000.0
 POLICY = SleepPolicy(enabled=True, idle_timeout_s=600.0, idle_util_threshold=0.2, windows=(SleepWindow(),),

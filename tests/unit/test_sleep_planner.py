@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from schedkit import job
 
 from greengpu.config.policy import load_policy
-from greengpu.energy.sleep import NodeView, plan_suspends
-from greengpu.energy.wake_verify import backoff_s
 from greengpu.model import Cluster, Node, NodeType, PowerState, Site
 from greengpu.policy import SleepPolicy, SleepWindow
 from greengpu.sim.engine import Simulation
+from greengpu.sleep.suspends import NodeView, plan_suspends
+from greengpu.sleep.wake_verify import backoff_s
 
 T0 = 1_700_000_000.0
 ONE_GPU = NodeType(name="one", gpus=1, gpu_model="A100", gpu_idle_w=50, gpu_max_w=300, gpu_min_limit_w=100,
@@ -108,7 +108,7 @@ def test_a_job_wakes_a_node_that_has_just_gone_to_sleep_and_minimum_awake_time_d
 
 def test_minimum_asleep_time_holds_back_the_warm_reserve_not_a_job() -> None:
     from greengpu.model import WakeNode
-    from greengpu.tick.sleep import SleepObservation, plan_wakes
+    from greengpu.sleep.sleep_wake import SleepObservation, plan_wakes
 
     policy = SleepPolicy(enabled=True, min_asleep_s=600, warm_reserve_gpus=2)
     views = tuple(NodeView(f"n{i}", 1, PowerState.ASLEEP, T0 - 100, False, None) for i in range(3))
@@ -145,7 +145,7 @@ def test_windows_confine_sleep() -> None:
 
 
 def test_warm_reserve_follows_use_with_a_floor() -> None:
-    from greengpu.energy.sleep import warm_reserve_target_gpus
+    from greengpu.sleep.suspends import warm_reserve_target_gpus
 
     policy = SleepPolicy(enabled=True, warm_reserve_gpus=8, warm_reserve_busy_fraction=0.25)
     assert warm_reserve_target_gpus(policy, 0) == 8
@@ -164,7 +164,7 @@ def test_warm_reserve_follows_use_with_a_floor() -> None:
 
 
 def test_reserve_shortfall_counts_free_awake_and_waking_nodes() -> None:
-    from greengpu.energy.sleep import warm_reserve_shortfall_gpus
+    from greengpu.sleep.suspends import warm_reserve_shortfall_gpus
 
     views_now = [NodeView("a", 8, PowerState.AWAKE, 0, False, 0), NodeView("b", 8, PowerState.WAKING, 0, False, 0),
                  NodeView("c", 8, PowerState.AWAKE, 0, True, None), NodeView("d", 8, PowerState.ASLEEP, 0, False, 0)]
@@ -241,7 +241,7 @@ def test_the_warm_reserve_is_held_by_the_nodes_that_cost_least_to_keep_awake() -
 
 
 def test_the_warm_reserve_wakes_the_cheapest_node_first() -> None:
-    from greengpu.tick.sleep import SleepObservation, plan_wakes
+    from greengpu.sleep.sleep_wake import SleepObservation, plan_wakes
 
     asleep = (NodeView("a-server", 4, PowerState.ASLEEP, 0.0, False, None, 558.0),
               NodeView("b-station", 2, PowerState.ASLEEP, 0.0, False, None, 190.0))
@@ -268,7 +268,7 @@ def test_the_planner_only_suspends_inside_a_window_in_local_time() -> None:
 
 
 def test_reserve_shortfall_uses_the_policy_floor_and_nothing_when_disabled() -> None:
-    from greengpu.energy.sleep import warm_reserve_shortfall_gpus
+    from greengpu.sleep.suspends import warm_reserve_shortfall_gpus
 
     views_now = [idle("a", 4, 0.0)]
     assert warm_reserve_shortfall_gpus(views_now, SleepPolicy(enabled=True, warm_reserve_gpus=6)) == 2
@@ -278,7 +278,7 @@ def test_reserve_shortfall_uses_the_policy_floor_and_nothing_when_disabled() -> 
 
 
 def test_the_forecast_headroom_counts_only_with_use_forecast() -> None:
-    from greengpu.energy.sleep import warm_reserve_target_gpus
+    from greengpu.sleep.suspends import warm_reserve_target_gpus
 
     forecasting = SleepPolicy(enabled=True, warm_reserve_gpus=4, use_forecast=True)
     assert warm_reserve_target_gpus(forecasting, 0) == 4

@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from greengpu.energy.sleep import in_window, next_window_start_s
 from greengpu.policy import WEEKDAYS, SleepWindow
+from greengpu.sleep.suspends import in_window, next_window_start_s
 
 NIGHTS = SleepWindow(days=("mon", "tue", "wed", "thu", "fri"), start_minute=19 * 60, end_minute=7 * 60)
 WEEKEND = SleepWindow(days=("sat", "sun"))

@@ -14,9 +14,9 @@ from inventories import a100_type, write_inventory
 from greengpu.backends.slurm_config import SuspendExclusions
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control.slurm_body import SlurmBody, awake_since_s
-from greengpu.tick.sleep import plan_sleep
-from greengpu.tick.waiting import NOTHING_WAITS
+from greengpu.control.bodies.slurm_body import SlurmBody, awake_since_s
+from greengpu.sleep.sleep_wake import plan_sleep
+from greengpu.sleep.work_waiting import NOTHING_WAITS
 
 DATA = Path(__file__).parents[1] / "data" / "slurm"
 SQUEUE_EMPTY = json.dumps({"jobs": []})

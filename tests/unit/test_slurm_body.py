@@ -14,8 +14,8 @@ from test_slurm_cli import dead_slurm  # noqa: F401 - a slurm.conf whose slurmct
 from greengpu.backends.slurm import SlurmError
 from greengpu.backends.slurm_config import SuspendExclusions
 from greengpu.config.inventory import load_cluster
-from greengpu.control.body import ActionFailed
-from greengpu.control.slurm_body import SlurmBody, node_power, parse_jobs
+from greengpu.control.bodies.body import ActionFailed
+from greengpu.control.bodies.slurm_body import SlurmBody, node_power, parse_jobs
 from greengpu.model import GpuSlot, PowerState, SleepNode, WakeNode
 
 DATA = Path(__file__).parents[1] / "data" / "slurm"

@@ -15,7 +15,7 @@ import pytest
 from inventories import a100_type, wol_node, write_inventory
 
 from greengpu.cli import main
-from greengpu.control.state_store import StateStore
+from greengpu.control.hooks.state_store import StateStore
 
 
 def _require_scontrol() -> None:

@@ -16,7 +16,7 @@ from inventories import a100_type, write_inventory
 from greengpu.backends.slurm import SlurmError
 from greengpu.backends.slurm_config import SuspendExclusions
 from greengpu.config.inventory import load_cluster
-from greengpu.control.slurm_body import SlurmBody, parse_jobs
+from greengpu.control.bodies.slurm_body import SlurmBody, parse_jobs
 from greengpu.model import WakeNode
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.core import schedule_cycle

@@ -15,10 +15,10 @@ from greengpu.backends.slurm_config import (
     parse_exc_nodes,
 )
 from greengpu.config.policy import load_policy
-from greengpu.control.audit import Alerts, AuditLog
-from greengpu.control.body import ActionFailed
-from greengpu.control.daemon import Daemon
-from greengpu.control.daemon_store import DaemonStore
+from greengpu.control.bodies.body import ActionFailed
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.service import Daemon
+from greengpu.control.daemon.store import DaemonStore
 from greengpu.model import PowerState, SleepNode, WakeNode
 from greengpu.policy import SchedulerPolicy
 from greengpu.sched.core import schedule_cycle

@@ -14,9 +14,9 @@ from greengpu.backends import slurm
 from greengpu.backends.wol import Waker
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
-from greengpu.control import slurm_suspend
-from greengpu.control.sleep_control import SleepControl
-from greengpu.control.state_store import StateStore
+from greengpu.control.hooks import slurm_suspend
+from greengpu.control.hooks.sleep_control import SleepControl
+from greengpu.control.hooks.state_store import StateStore
 
 
 class ScriptedSlurm:

@@ -1,5 +1,5 @@
 """`greengpu spot steer` without a slurmctld: a pending Slurm job's facts from its comment, --time and
---deadline (greengpu/spot/slurm_facts.py), and one steering pass (greengpu/control/spot_steer.py) against a
+--deadline (greengpu/spot/slurm_facts.py), and one steering pass (greengpu/control/cloud/spot_steer.py) against a
 fake Slurm at the adapter's seam: `squeue --json` answers with records of Slurm 22.05's own output
 (tests/data/slurm), `scontrol update` checks its arguments as Slurm would and can refuse with SlurmError.
 The real slurmctld run is tests/integration/test_slurm_cloud.py."""
@@ -24,7 +24,7 @@ from greengpu.backends.slurm import SlurmError
 from greengpu.cli import main
 from greengpu.config.inventory import load_cluster_text
 from greengpu.config.policy import load_policy
-from greengpu.control.spot_steer import SpotSteering, cheapest_prices
+from greengpu.control.cloud.spot_steer import SpotSteering, cheapest_prices
 from greengpu.model import Cluster
 from greengpu.spot.pod_facts import BadAnnotation
 from greengpu.spot.slurm_facts import job_facts, names_capacity, pending_job, steered_features

@@ -1,10 +1,13 @@
-"""Lever 3 in the tick (greengpu/tick/capacity.py): spot, on-demand or wait for each job waiting for capacity."""
+"""Lever 3 in the tick (greengpu/brain/capacity_choice.py): spot, on-demand or wait for each job waiting for
+capacity."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
+from greengpu.brain.capacity_choice import ChooseCapacity, plan_capacity
+from greengpu.brain.control_tick import control_tick, schedule
 from greengpu.config.inventory import load_cluster_text
 from greengpu.config.policy import load_policy
 from greengpu.model import (
@@ -19,10 +22,8 @@ from greengpu.model import (
 )
 from greengpu.policy import Policy
 from greengpu.sched.waits import WaitReason
+from greengpu.sleep.sleep_wake import SleepObservation
 from greengpu.spot.decide import SpotJobFacts
-from greengpu.tick.capacity import ChooseCapacity, plan_capacity
-from greengpu.tick.sleep import SleepObservation
-from greengpu.tick.tick import control_tick, schedule
 
 HOUR = 3600.0
 NOW_S = 1000.0

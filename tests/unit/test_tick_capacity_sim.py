@@ -8,12 +8,12 @@ import pytest
 from conftest import REPO
 from spot_traces import training_overflow, with_deadlines_and_inference
 
+from greengpu.brain.capacity_choice import CapacityQuestion, choose_capacity
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
 from greengpu.sim.cloud import CloudPools
 from greengpu.sim.cloud_choice import CloudChooser
 from greengpu.sim.engine import Simulation
-from greengpu.tick.capacity import CapacityQuestion, choose_capacity
 
 
 @pytest.mark.parametrize("trace", [training_overflow, with_deadlines_and_inference])

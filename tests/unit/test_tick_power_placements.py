@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from schedkit import job, make_cluster, node_type
 
+from greengpu.brain.control_tick import control_tick
+from greengpu.capping.gpu_power import observe_typed_gpu
 from greengpu.config.policy import load_policy
 from greengpu.model import ClusterSnapshot, PendingJob, PlaceJob, SetPowerLimit
-from greengpu.tick.power import observe_typed_gpu
-from greengpu.tick.sleep import SleepObservation
-from greengpu.tick.tick import control_tick
+from greengpu.sleep.sleep_wake import SleepObservation
 
 
 def limits_after_one_tick(pending: list[PendingJob]) -> tuple[dict[tuple[str, int], SetPowerLimit], set[str]]:

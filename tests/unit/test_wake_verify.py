@@ -11,10 +11,10 @@ from manual_clock import ManualClock
 
 from greengpu.backends.wol import Waker
 from greengpu.config.inventory import load_cluster
-from greengpu.control.sleep_control import SleepControl
-from greengpu.control.state_store import StateStore
-from greengpu.energy.wake_verify import JITTER_FRACTION, WakeStage, advance, backoff_s, next_due_s, start_wake
+from greengpu.control.hooks.sleep_control import SleepControl
+from greengpu.control.hooks.state_store import StateStore
 from greengpu.policy import SleepPolicy
+from greengpu.sleep.wake_verify import JITTER_FRACTION, WakeStage, advance, backoff_s, next_due_s, start_wake
 
 POLICY = SleepPolicy(enabled=True, wake_timeout_s=600.0, wake_retries=2, wake_backoff_s=30.0)
 
@@ -192,7 +192,7 @@ def test_a_node_already_waking_is_not_sent_twice(tmp_path: Path, udp: socket.soc
 def test_the_worst_case_last_attempt_bounds_every_simulated_retry_schedule() -> None:
     """`last_attempt_s` (what `greengpu check` compares with Slurm's ResumeTimeout) is never earlier than
     the last wake-up the pure decision sends, for any node name (jitter), polled every 60 s."""
-    from greengpu.energy.wake_verify import last_attempt_s
+    from greengpu.sleep.wake_verify import last_attempt_s
 
     bound_s = last_attempt_s(POLICY, poll_interval_s=60.0)
     for node in (f"gpu{i:03d}" for i in range(50)):

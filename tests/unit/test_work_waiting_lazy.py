@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from greengpu.sched.core import CycleResult
 from greengpu.sched.waits import Wait, WaitReason
-from greengpu.tick.waiting import LEVER_BLOCKED_WAITS, NOTHING_WAITS, WorkWaiting, work_waiting
+from greengpu.sleep.work_waiting import LEVER_BLOCKED_WAITS, NOTHING_WAITS, WorkWaiting, work_waiting
 
 CAPACITY = Wait(WaitReason.CAPACITY, "a", ("A100",), 8)
 WAKE = Wait(WaitReason.WAKE, "b", ("A100",), 4)

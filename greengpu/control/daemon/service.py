@@ -1,0 +1,394 @@
+"""The daemon's control tick on a live cluster: observe, decide with the shared tick, act, account.
+
+Each tick:
+1. observe the cluster through its body (a fake cluster, Slurm, Kubernetes); when it cannot be
+   observed, fail safe: every GPU back to its default limit, no node put to sleep, an alert;
+2. decide with `greengpu.brain.control_tick.control_tick`, the simulator's own decision;
+3. drop what this daemon must not do: job actions on a workload manager that schedules its own jobs,
+   anything on an exempt node, writes backed off after a refusal, everything while paused (then the
+   GPUs are released instead); limits and clocks a GPU already has are not asked for (the tick is given
+   the GPUs' settings);
+4. carry each action out with a journal entry written before and closed after it, and an audit line.
+Metering is a job of its own (`meter_energy`, each minute): it reads the GPU energy counters and charges the
+energy since its last reading to the tenants whose jobs the last tick saw running, so the control tick
+never waits on thousands of counter reads.
+A restart first reconciles the journal's open entries against what it observes (`reconcile`).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from greengpu.brain.capacity_choice import ChooseCapacity
+from greengpu.brain.control_tick import TickAction, TickResult, control_tick
+from greengpu.control.bodies.body import ActionFailed, ClusterBody, Observation
+from greengpu.control.daemon import status as daemon_status
+from greengpu.control.daemon.agent_reports import AgentReports
+from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.daemon_meter import DaemonMeter
+from greengpu.control.daemon.metrics import DaemonMetrics, TickReport, freeze_long_lived_heap
+from greengpu.control.daemon.mig_actions import PartitionRefused, carry_out_partition
+from greengpu.control.daemon.observation_checks import check_faults, set_gauges
+from greengpu.control.daemon.report_effects import ReportEffects
+from greengpu.control.daemon.store import DaemonStore, TickFacts
+from greengpu.control.daemon.wakes import WakeWatch
+from greengpu.errors import BadInput
+from greengpu.forecast.reserve import DemandRiseForecaster
+from greengpu.json_types import JsonObject
+from greengpu.model import (
+    KillJob,
+    LockClocks,
+    PartitionGpu,
+    PlaceJob,
+    PowerState,
+    PreemptJob,
+    SetPowerLimit,
+    SleepNode,
+    WakeNode,
+)
+from greengpu.policy import Policy
+from greengpu.sched.preemption import last_checkpoint_s
+from greengpu.sleep.arrivals import RecentArrivals
+from greengpu.sleep.sleep_wake import SleepObservation
+
+log = logging.getLogger("greengpu.daemon")
+
+RATE_WINDOW_S = 60.0
+REFUSED_BACKOFF_S = 900.0
+"""A sleep, limit or clock write or a MIG repartition that was refused (a PodDisruptionBudget, NVML without root,
+a body whose MIG partitions another owns) is not tried again on that node or GPU for this long: one alert, not
+one a tick. Wakes and job actions are always
+retried (a job must not wait on a backoff)."""
+BACKED_OFF = (SleepNode, SetPowerLimit, LockClocks, PartitionGpu)
+KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
+        SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks", ChooseCapacity: "choose_capacity",
+        PartitionGpu: "partition_gpu"}
+JOB_ACTIONS = (PlaceJob, PreemptJob, KillJob)
+__all__ = ["Daemon", "DaemonMetrics", "TickReport", "freeze_long_lived_heap"]
+
+
+class Daemon:
+    """One cluster's control loop, one tick at a time (the scheduler around it calls `tick`)."""
+
+    def __init__(self, body: ClusterBody, policy: Policy, store: DaemonStore, audit: AuditLog, alerts: Alerts,
+                 *, dry_run: bool = False, clock: Callable[[], float] = time.time,
+                 leader: Callable[[float], bool] | None = None, meter: DaemonMeter | None = None) -> None:
+        """`leader(now_s)`: whether this replica may act now (a Kubernetes Lease; None: it always may)."""
+        self.body = body
+        self.meter = meter
+        """Metering into the ledger (None: metrics only)."""
+        self.leader = leader
+        self.leading = leader is None
+        self.policy = policy
+        self.store = store
+        self.audit = audit
+        self.alerts = alerts
+        self.dry_run = dry_run
+        self.clock = clock
+        self.metrics = DaemonMetrics()
+        self.last_good_tick_s: float | None = None
+        self.last_result: TickResult | None = None
+        self.last_observation: Observation | None = None
+        self._energy_then: dict[str, float] = {}
+        self.rise_forecast = (DemandRiseForecaster() if policy.sleep.enabled and policy.sleep.use_forecast else None)
+        """With `sleep.use_forecast`: the hourly rise of demand, learnt from what the daemon observes."""
+        self.arrivals = RecentArrivals()
+        """The jobs seen arriving over the last day (greengpu.sleep.arrivals: the warm reserve follows them)."""
+        self.wakes = WakeWatch(policy.sleep)
+        """Wake-ups in flight: retried with the simulator's backoff, alerted once given up on (`_check_wakes`)."""
+        self._refused_until: dict[tuple[str, str, int | None], float] = {}
+        """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
+        self._faulted: set[str] = set()
+        """Nodes reported failed and alerted already (`check_faults`)."""
+        self.energy_by_tenant_j: dict[str, float] = {}
+        self.facts: TickFacts | None = None
+        """What the last tick read of the store (what /v1/status says when the store is locked)."""
+        self.reports = ReportEffects(AgentReports(policy.sleep.idle_util_threshold))  # POST /v1/report
+
+    # --- start-up ------------------------------------------------------------------------------
+
+    def reconcile(self) -> list[str]:
+        """Settle the journal entries a dead daemon left open, against the cluster as it is now.
+
+        An open limit or clock write is undone: every GPU goes back to its default before the first
+        tick decides afresh. An open sleep, wake or job action is closed with what is observed now;
+        a node found asleep stays asleep only if the first tick's sleep lever agrees it may (else the
+        tick wakes it when work needs it, as for any sleeping node).
+        """
+        entries = self.store.open_entries()
+        if not entries:
+            return []
+        now_s = self.clock()
+        lines: list[str] = []
+        if any(e.kind in ("set_power_limit", "lock_clocks") for e in entries):
+            lines.extend(self.body.release_gpus("reconciling a write the last daemon left open"))
+        try:
+            seen = self.body.observe(now_s, 0, 0)
+            states = {name: state.power.value for name, state in seen.snapshot.node_states.items()}
+        except Exception as error:  # noqa: BLE001 - any failure to observe: reconcile what can be
+            states = {}
+            lines.append(f"cannot observe the cluster while reconciling: {error}")
+        for entry in entries:
+            found = states.get(entry.node, PowerState.AWAKE.value) if entry.node else "n/a"
+            outcome = f"left open by the last daemon; {entry.node or entry.job} now {found}"
+            self.store.close(entry.id, now_s, "reconciled", outcome)
+            self.audit.write({"time_s": now_s, "kind": entry.kind, "node": entry.node, "gpu": entry.gpu,
+                              "job": entry.job, "outcome": "reconciled", "detail": outcome})
+            lines.append(f"{entry.kind} #{entry.id}: {outcome}")
+        for line in lines:
+            log.warning("%s", line)
+        return lines
+
+    # --- one tick ------------------------------------------------------------------------------
+
+    def tick(self) -> TickReport:
+        """One tick; whatever fails in it (the store locked by another process, a body that raises) is a
+        failed tick: counted, alerted, and failed safe (GPUs back to their defaults)."""
+        now_s = self.clock()
+        try:
+            return self._tick(now_s)
+        except Exception as error:  # noqa: BLE001 - unsure what was done: fail safe, and say why
+            kind = "store_failed" if isinstance(error, sqlite3.Error) else "tick_failed"
+            where = f"the state {self.store.path}" if kind == "store_failed" else "the tick"
+            return self._failed(now_s, f"{where} failed: {type(error).__name__}: {error}", kind)
+
+    def _tick(self, now_s: float) -> TickReport:
+        started = time.perf_counter()
+        facts = self.store.tick_facts(now_s - RATE_WINDOW_S)
+        self.facts = facts
+        paused = facts.paused
+        self.metrics.paused.set(1.0 if paused else 0.0)
+        try:
+            seen = self.body.observe(now_s, facts.sleeps_since, facts.wakes_since)
+        except Exception as error:  # noqa: BLE001 - any failure to observe means: unsure, fail safe
+            return self._failed(now_s, f"cannot observe the {self.body.name} cluster: {error}")
+        seen = self.reports.merge(seen, now_s)
+        self.last_observation = seen
+        if self.leader is not None:
+            try:
+                self.leading = self.leader(now_s)
+            except Exception as error:  # noqa: BLE001 - unsure who leads: act as a standby, never as a second leader
+                self.leading = False
+                log.warning("cannot tell whether this replica leads (%s): standing by", error)
+        if self.leading:  # a standby does not alert (the leader does)
+            self._check_wakes(seen, now_s)
+            check_faults(self, seen, now_s)
+        # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
+        result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s),
+                              seen.gpu_settings, seen.capacity_facts)
+        self.last_result = result
+        self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
+        if not self.leading:
+            report = TickReport(True, [], "standby: another replica holds the lease")
+        elif paused:
+            released = self.body.release_gpus("paused")
+            report = TickReport(True, [("release", line, "done") for line in released], "paused")
+            self.body.settle()
+        else:
+            report = TickReport(True)
+            report.actions.extend(self._carry_out(self._wanted(result, seen, facts.exempt), seen, now_s))
+            if self.body.schedules_jobs and result.scheduled.cycle.withdrawn and not self.dry_run:
+                self.body.withdraw_preemptions(list(result.scheduled.cycle.withdrawn))
+            self.body.settle()
+        if self.leading:
+            self.reports.after_tick(self, seen, now_s, act=not paused and not self.dry_run)
+        set_gauges(self.metrics, seen)
+        self.last_good_tick_s = self.clock()
+        self.metrics.ticks.labels("ok").inc()
+        self.metrics.last_good.set(self.last_good_tick_s)
+        self.metrics.tick_seconds.observe(time.perf_counter() - started)
+        return report
+
+    def meter_energy(self) -> None:
+        """Charge the GPU energy since the last reading to the tenants whose jobs ran (the metering job).
+
+        The jobs are those the last good tick observed; the energy is read now. A standby replica
+        does not meter (the leader does); a counter that cannot be read is modelled instead."""
+        seen = self.last_observation
+        if seen is None or not self.leading:
+            return
+        now_s = self.clock()
+        try:
+            energy_j = self.body.gpu_energy_j()
+        except Exception as error:  # noqa: BLE001 - unreadable counters: the ledger models those nodes
+            log.warning("cannot read the GPU energy counters (%s): modelled this minute", error)
+            energy_j = {}
+        metered = replace(seen, snapshot=replace(seen.snapshot, time_s=now_s), gpu_energy_j=energy_j)
+        self._meter(metered)
+        self._ledger(metered, now_s)
+
+    def _with_forecast(self, seen: Observation, now_s: float) -> SleepObservation:
+        """The sleep observation with the last day's arrivals (how much of its share of use the warm reserve
+        keeps) and the demand forecast's headroom (the warm reserve before a daily ramp)."""
+        snapshot = seen.snapshot
+        self.arrivals.note_snapshot(now_s, snapshot)
+        sleep = replace(seen.sleep, arrived_gpus=self.arrivals.gpus(now_s))
+        if self.rise_forecast is None:
+            return sleep
+        offered = sum(r.job.gpus for r in snapshot.running) + sum(p.job.gpus for p in snapshot.pending)
+        self.rise_forecast.observe(now_s, offered)
+        return replace(sleep, forecast_headroom_gpus=self.rise_forecast.headroom_gpus(now_s, offered))
+
+    def _ledger(self, seen: Observation, now_s: float) -> None:
+        if self.meter is None:
+            return
+        reports, then_s = self.reports.reports, self.meter.last_s  # the agents' counters: measured energy
+        try:
+            self.meter.record(seen, reports.energy_between(then_s, now_s) if then_s is not None else {},
+                              reports.checkpoint_durations(now_s))
+        except (sqlite3.Error, OSError, BadInput) as error:  # a full disk must not stop the levers
+            self.metrics.alerts.labels("ledger_failed").inc()
+            self.alerts.raise_alert("ledger_failed", f"cannot write the ledger {self.meter.path}: {error}", now_s)
+
+    def _check_wakes(self, seen: Observation, now_s: float) -> None:
+        """A wake-up not up within `wake_timeout_s` is sent again after the simulator's backoff
+        (greengpu.sleep.wake_verify); after `1 + wake_retries` attempts one `wake_failed` alert names the node."""
+        for event in self.wakes.check(seen.snapshot.node_states, now_s):
+            if event.kind == "send":
+                self._carry_out([WakeNode(event.node, event.message)], seen, now_s)
+            elif event.kind == "failed":
+                self.metrics.alerts.labels("wake_failed").inc()
+                self.alerts.raise_alert("wake_failed", event.message, now_s, node=event.node)
+
+    def _failed(self, now_s: float, message: str, kind: str = "observe_failed") -> TickReport:
+        """A failed tick: counted, GPUs released first (fail safe), then the alert (a webhook that is slow or
+        wrong must never hold the release)."""
+        self.metrics.ticks.labels("failed").inc()
+        self.metrics.alerts.labels(kind).inc()
+        self.release_gpus("the cluster cannot be observed" if kind == "observe_failed" else f"fail safe: {kind}")
+        self.alerts.raise_alert(kind, message, now_s)
+        return TickReport(False, [], message)
+
+    def stalled(self, message: str, *, alert: bool) -> TickReport:
+        """A tick that hangs past its deadline (greengpu.control.daemon.tick_deadline): a failed tick, GPUs released,
+        and one `tick_stalled` alert per stall (`alert`), not one per turn of the loop while it hangs."""
+        now_s = self.clock()
+        self.metrics.ticks.labels("failed").inc()
+        self.release_gpus("fail safe: the tick stalled")
+        if alert:
+            self.metrics.alerts.labels("tick_stalled").inc()
+            self.alerts.raise_alert("tick_stalled", message, now_s)
+        else:
+            log.error("tick failed: %s", message)
+        return TickReport(False, [], message)
+
+    def release_gpus(self, why: str) -> list[str]:
+        """Every GPU back to its default limit (fail safe); best effort, never raises."""
+        try:
+            released = self.body.release_gpus(why)
+        except Exception as error:  # noqa: BLE001 - fail safe is best effort; the agents fall back too
+            # An error, not a note: GPUs may still be capped while nobody watches (shown under -q too).
+            log.error("releasing the GPUs failed too: %s", error)
+            return []
+        for line in released:
+            log.warning("%s", line)
+        return released
+
+    def _wanted(self, result: TickResult, seen: Observation, exempt: set[str]) -> list[TickAction]:
+        wanted: list[TickAction] = []
+        for action in result.actions:
+            if isinstance(action, JOB_ACTIONS) and not self.body.schedules_jobs:
+                continue  # the workload manager schedules its own jobs
+            if isinstance(action, ChooseCapacity) and seen.capacity_held.get(action.job_id) == action.kind:
+                continue  # steered so already
+            node = getattr(action, "node", "")
+            if node in exempt and not isinstance(action, WakeNode):
+                continue
+            if isinstance(action, BACKED_OFF) and self._refused_until.get(
+                    (KIND[type(action)], node, getattr(action, "gpu_index", None)), 0.0) > seen.snapshot.time_s:
+                continue
+            wanted.append(action)
+        return wanted
+
+    def _carry_out(self, actions: list[TickAction], seen: Observation, now_s: float) -> list[tuple[str, str, str]]:
+        """Journal every action of the tick (one transaction, before any is carried out), carry them out in
+        order, then close the entries (one transaction) and write the audit lines. A daemon that dies in
+        between leaves open entries, which the next start reconciles."""
+        if not actions:
+            return []
+        named = {getattr(a, "job_id", "") for a in actions} - {""}
+        running = {r.job.job_id: r for r in seen.snapshot.running if r.job.job_id in named}
+        pending = {p.job.job_id: p.job for p in seen.snapshot.pending if p.job.job_id in named}
+        planned = []
+        for action in actions:
+            job_id = getattr(action, "job_id", "")
+            detail: JsonObject = {"reason": getattr(action, "reason", ""),
+                                      **{k: v for k, v in vars(action).items() if k not in ("reason", "slots")}}
+            job = running[job_id].job if job_id in running else pending.get(job_id)
+            if isinstance(action, PreemptJob | KillJob) and job_id in running:
+                detail["last_checkpoint_s"] = last_checkpoint_s(running[job_id], now_s)
+            planned.append((KIND[type(action)], detail, getattr(action, "node", ""),
+                            getattr(action, "gpu_index", None), job_id, job.tenant if job is not None else ""))
+        entries = self.store.begin_many(now_s, [(k, d, n, g, j) for k, d, n, g, j, _ in planned])
+        closed: list[tuple[int, str, str]] = []
+        records: list[JsonObject] = []
+        done: list[tuple[str, str, str]] = []
+        for action, (kind, detail, node, gpu, job_id, tenant), entry in zip(actions, planned, entries, strict=True):
+            state, counted, outcome = self._act(action, kind, node, job_id, tenant, now_s)
+            closed.append((entry, state, outcome))
+            self.metrics.actions.labels(kind, counted).inc()
+            records.append({"time_s": now_s, "kind": kind, "node": node, "gpu": gpu, "job": job_id, "tenant": tenant,
+                            "rule": detail["reason"], "outcome": counted, "detail": outcome,
+                            **({"last_checkpoint_s": detail["last_checkpoint_s"]}
+                               if "last_checkpoint_s" in detail else {})})
+            done.append((kind, f"{node} GPU {gpu}" if gpu is not None else node or job_id, counted))
+        self.store.close_many(self.clock(), closed)
+        self.audit.write_many(records)
+        return done
+
+    def _act(self, action: TickAction, kind: str, node: str, job_id: str, tenant: str,
+             now_s: float) -> tuple[str, str, str]:
+        """(journal state, metric outcome, what happened) of carrying out one action."""
+        if self.dry_run:
+            return "done", "dry_run", "dry run: not carried out"
+        try:
+            outcome = (carry_out_partition(self.body, action, now_s) if isinstance(action, PartitionGpu)
+                       else self.body.act(action, now_s))
+        except ActionFailed as error:
+            failed = "refused" if isinstance(error, PartitionRefused) else "failed"  # refused: nothing changed
+            if isinstance(action, BACKED_OFF):
+                self._refused_until[(kind, node, getattr(action, "gpu_index", None))] = now_s + REFUSED_BACKOFF_S
+            alert = "partition_refused" if failed == "refused" else "action_failed"
+            self.metrics.alerts.labels(alert).inc()
+            self.alerts.raise_alert(alert, f"{kind} {node or job_id}: {error}", now_s,
+                                    node=node, job=job_id, tenant=tenant)
+            return failed, failed, str(error)
+        if isinstance(action, WakeNode):
+            self.wakes.sent(action.node, now_s, action.reason)
+        if isinstance(action, ChooseCapacity):
+            self.metrics.cloud_placements.labels(action.kind, action.pool or "").inc()
+        return "done", "done", outcome
+
+    # --- accounting and gauges -----------------------------------------------------------------
+
+    def _meter(self, seen: Observation) -> None:
+        """Charge each node's GPU energy since the last tick to the tenants running there, by GPUs held."""
+        share: dict[str, dict[str, float]] = {}
+        for running in seen.snapshot.running:
+            for name, units in running.units_by_node.items():
+                node_share = share.setdefault(name, {})
+                node_share[running.job.tenant] = node_share.get(running.job.tenant, 0.0) + float(units)
+        for node, energy_j in seen.gpu_energy_j.items():
+            before = self._energy_then.get(node)
+            self._energy_then[node] = energy_j
+            if before is None or energy_j < before:
+                continue  # first sight, or a counter reset by a reboot
+            delta = energy_j - before
+            holders = share.get(node) or {"idle": 1.0}
+            total = sum(holders.values())
+            for tenant, held in holders.items():
+                joules = delta * held / total
+                self.energy_by_tenant_j[tenant] = self.energy_by_tenant_j.get(tenant, 0.0) + joules
+                self.metrics.energy.labels(tenant).inc(joules)
+
+    def waiting_signal(self) -> dict[str, object]:
+        """What `GET /v1/waiting` answers (greengpu.control.daemon.status)."""
+        return daemon_status.waiting_signal(self)
+
+    def status(self) -> dict[str, object]:
+        """What /v1/status answers (greengpu.control.daemon.status)."""
+        return daemon_status.status(self)
