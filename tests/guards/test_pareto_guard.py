@@ -75,4 +75,6 @@ def test_the_frontier_of_a_lab_sweep_end_to_end(tmp_path: Path) -> None:
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     code, text, err = run_cli(*args, "--store", str(tmp_path / "s.db"), "--frontier", "--mark", "k1")
     assert code == 0, err
-    assert "frontier:" in text and ("k1: on the frontier" in text or "k1: dominated by" in text)
+    k1 = place(points, "k1")
+    told = "k1: on the frontier" if k1.on_frontier else f"dominated by {len(k1.dominated_by)} point(s):"
+    assert f"frontier: {len(edge)} of 5 points" in text and told in text
