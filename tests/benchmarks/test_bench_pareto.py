@@ -4,7 +4,7 @@ each scenario's frontier of facility energy against p95 and p99 wait, and where 
 frontier, or which points dominate it and by how much). always-on and idle-timeout are printed for reference
 (not grid points).
 
-Run on demand (about 12 minutes of CPU, two worker processes: 6 to 8 minutes on 2 idle cores):
+Run on demand (about 10 minutes of CPU on two worker processes; 13.6 minutes of wall time on a shared 2-core machine):
     nice -n 10 python3 -m pytest tests/benchmarks/test_bench_pareto.py -s
 With GREENGPU_PARETO_CHART=docs/pareto-frontier.png it also writes the chart (matplotlib, the plan extra).
 Scenarios (tests/benchmarks/test_bench_stress.py): lab, a (the whole Philly trace), b3 (the first three days of
