@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from greengpu.commands.common import note
 from greengpu.errors import BadInput
+
+if TYPE_CHECKING:
+    from greengpu.sim.sweep import ReplaySpec
 
 
 @click.command()
@@ -34,9 +38,18 @@ from greengpu.errors import BadInput
 @click.option("--store", "store_file", required=True, metavar="FILE",
               help="SQLite file the results are kept in as each replay finishes; a rerun skips the replays it holds.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: the results in the grid's order.")
+@click.option("--frontier", "show_frontier", is_flag=True,
+              help="Print the Pareto frontier of the policies (facility energy, p95 and p99 wait) per month and seed, "
+                   "and where --mark sits on it (docs/SIMULATOR.md).")
+@click.option("--mark", default=None, metavar="POLICY",
+              help="The policy whose place on the frontier is told (a built-in's name or a file's stem; default: "
+                   "default, when the grid has it).")
+@click.option("--plot", "plot_file", default=None, metavar="FILE.png",
+              help="Write the frontier chart (energy against p95 and p99 wait) to this PNG (the plan extra).")
 def sweep(trace_file: str, trace_format: str, cluster_file: str, policies: tuple[str, ...], months: tuple[str, ...],
           seeds: tuple[int, ...], until_s: float | None, skip_bad_rows: bool, workers: int | None,
-          ray_address: str | None, store_file: str, as_json: bool) -> None:
+          ray_address: str | None, store_file: str, as_json: bool, show_frontier: bool, mark: str | None,
+          plot_file: str | None) -> None:
     """Replay a trace under every policy (x month x seed) of a grid, in parallel, each result identical to the
     serial replay's; results are kept in --store as they finish, so an interrupted sweep resumes where it was.
 
@@ -47,7 +60,8 @@ def sweep(trace_file: str, trace_format: str, cluster_file: str, policies: tuple
     from greengpu.accounting.ledger import month_bounds_s
     from greengpu.config.inventory import load_cluster
     from greengpu.config.policy import load_policy
-    from greengpu.sim.sweep import grid, load_inputs, timed_free
+    from greengpu.sim.sweep import grid, load_inputs
+    from greengpu.sim.sweep_frontier import check_frontier_flags, frontier_groups, frontier_text, group_json
     from greengpu.sim.sweep_run import run_sweep
     from greengpu.sim.sweep_store import SweepStore
 
@@ -64,6 +78,7 @@ def sweep(trace_file: str, trace_format: str, cluster_file: str, policies: tuple
     for policy in policies:
         load_policy(policy)
     specs = grid(trace_file, trace_format, cluster_file, policies, months, seeds, until_s, skip_bad_rows)
+    marked = check_frontier_flags(specs, mark, show_frontier, plot_file)
     if not load_inputs(specs[0]):
         raise BadInput(f"{trace_file}: no GPU jobs in the trace")
     store = SweepStore(Path(store_file))
@@ -73,14 +88,32 @@ def sweep(trace_file: str, trace_format: str, cluster_file: str, policies: tuple
         store.close()
     note(f"sweep: {len(specs)} replays ({outcome.ran} run, {outcome.from_store} from the store) in "
          f"{outcome.wall_s:.1f} s; results in {store_file}")
+    groups = frontier_groups(specs, outcome.results, marked) if show_frontier or plot_file else []
+    if plot_file is not None:
+        from greengpu.sim.sweep_chart import write_chart
+
+        write_chart([(g.title(), g.points, g.mark) for g in groups], Path(plot_file))
+        note(f"sweep: frontier chart in {plot_file}")
     if as_json:
-        click.echo(json.dumps({"results": outcome.results, "replays": len(specs), "ran": outcome.ran,
-                               "from_store": outcome.from_store, "wall_s": round(outcome.wall_s, 3)}))
+        doc = {"results": outcome.results, "replays": len(specs), "ran": outcome.ran,
+               "from_store": outcome.from_store, "wall_s": round(outcome.wall_s, 3)}
+        if show_frontier:
+            doc["frontiers"] = [group_json(g) for g in groups]
+        click.echo(json.dumps(doc))
         return
-    for spec, result in zip(specs, outcome.results, strict=True):
+    for line in frontier_text(groups) if show_frontier else _replay_lines(specs, outcome.results):
+        click.echo(line)
+
+
+def _replay_lines(specs: list[ReplaySpec], results: list[dict[str, Any]]) -> list[str]:
+    from greengpu.sim.sweep import timed_free
+
+    lines = []
+    for spec, result in zip(specs, results, strict=True):
         figures = timed_free(result)
         if figures.get("empty"):
-            click.echo(f"{spec.label():<40} no jobs")
+            lines.append(f"{spec.label():<40} no jobs")
             continue
-        click.echo(f"{spec.label():<40} energy {figures['energy_kwh']:>12,.1f} kWh  cost {figures['cost']:>12,.2f}  "
-                   f"CO2 {figures['co2_kg']:>10,.1f} kg  wait p95 {figures['wait_s']['p95']:>9,.0f} s")
+        lines.append(f"{spec.label():<40} energy {figures['energy_kwh']:>12,.1f} kWh  cost {figures['cost']:>12,.2f}  "
+                     f"CO2 {figures['co2_kg']:>10,.1f} kg  wait p95 {figures['wait_s']['p95']:>9,.0f} s")
+    return lines
