@@ -130,8 +130,6 @@ class Simulation:
         self.check_known_cycles = check_known_cycles
         """Ask the core anyway at every known cycle and fail if it decides otherwise (tests)."""
 
-    # ------------------------------------------------------------------ views kept for callers
-
     @property
     def now_s(self) -> float:
         return self.clock.now_s
