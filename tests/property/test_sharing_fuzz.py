@@ -24,6 +24,7 @@ from greengpu.config.policy import load_policy
 from greengpu.model import TIMESLICE, ClusterSnapshot, Tenant
 from greengpu.policy import Policy
 from greengpu.sched.core import schedule_cycle
+from greengpu.sched.memory import SchedulerMemory
 from greengpu.sched.mig import A30_24GB, A100_40GB, GPU_80GB, MigFamily, fits
 from greengpu.sim.engine import Simulation
 
@@ -129,9 +130,10 @@ def test_fits_agrees_with_brute_force(data: st.DataObject, family: MigFamily) ->
 # ------------------------------------------------------------------ random workloads, replayed
 
 
-def _compared(snapshot: ClusterSnapshot, policy: Policy) -> Scheduled:
-    """The tick's scheduling, checked against a cycle that decides every job on its own (no memos)."""
-    got = schedule(snapshot, policy)
+def _compared(snapshot: ClusterSnapshot, policy: Policy, memory: SchedulerMemory | None = None) -> Scheduled:
+    """The tick's scheduling (with the replay's memory), checked against a cycle that decides every job on its
+    own (no memos)."""
+    got = schedule(snapshot, policy, memory)
     alone = schedule_cycle(snapshot, policy.scheduler, policy.interval_s, incremental=False, purpose="compare")
     assert got.cycle.actions == alone.actions
     assert dict(got.cycle.waits) == dict(alone.waits)
