@@ -241,3 +241,12 @@ def test_the_reserve_forecaster_counts_a_boot_per_band_of_demand() -> None:
     assert forecaster.reserve_gpus(quiet_s + 4000, 650.0, known_only=True) == 80
     forecaster.observe(quiet_s + 4060, 950.0)  # a band never seen: not known, the share of use holds
     assert forecaster.reserve_gpus(quiet_s + 4060, 950.0, known_only=True) is None
+
+
+def test_the_daemon_builds_the_same_reserve_forecaster_from_its_inventory() -> None:
+    from greengpu.forecast.reserve import cluster_reserve_forecaster, reserve_forecaster
+
+    cluster = ramp_cluster(5)  # five 4-GPU nodes booting in 300 s
+    assert cluster_reserve_forecaster(True, cluster) == reserve_forecaster(True, 300.0, 20.0)
+    assert cluster_reserve_forecaster(True, cluster).band_gpus == 2.0
+    assert cluster_reserve_forecaster(False, cluster) == DemandRiseForecaster()
