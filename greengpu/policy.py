@@ -117,6 +117,9 @@ class SleepPolicy:
     warm_reserve_busy_fraction: float = 0.0
     """Keep this share of the GPUs in use free and awake as well (sleep.suspends.warm_reserve_target_gpus)."""
     use_forecast: bool = False
+    warm_reserve_from_forecast: bool = False
+    """Where the demand forecast knows this hour of day, its calibrated upper rise sizes the reserve in place of
+    the share of use (sleep.suspends.warm_reserve_target_gpus); before that, the share of use holds."""
     priority_aware: bool = True
     max_suspends_per_min: int = 10
     max_wakes_per_min: int = 60
@@ -126,6 +129,11 @@ class SleepPolicy:
     wake_retries: int = 3
     wake_backoff_s: float = 30.0
     """First delay before a wake-up is sent again; doubles per attempt (sleep.wake_verify)."""
+
+    @property
+    def forecasts_demand(self) -> bool:
+        """Whether the sleep lever learns the hourly demand forecast (greengpu.forecast.reserve)."""
+        return self.use_forecast or self.warm_reserve_from_forecast
 
 
 ON_DEMAND_VALUE = "on-demand"

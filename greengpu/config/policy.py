@@ -188,7 +188,7 @@ def _sleep(fields: Fields | None) -> SleepPolicy:
         return SleepPolicy()
     fields.reject_unknown(
         ("enabled", "idle_timeout_s", "idle_util_threshold", "windows", "warm_reserve_gpus",
-         "warm_reserve_busy_fraction", "use_forecast",
+         "warm_reserve_busy_fraction", "use_forecast", "warm_reserve_from_forecast",
          "priority_aware", "max_suspends_per_min", "max_wakes_per_min", "min_asleep_s", "min_awake_s",
          "wake_timeout_s", "wake_retries", "wake_backoff_s")
     )
@@ -213,6 +213,7 @@ def _sleep(fields: Fields | None) -> SleepPolicy:
         warm_reserve_busy_fraction=_num(fields, "warm_reserve_busy_fraction", d.warm_reserve_busy_fraction,
                                         maximum=1.0),
         use_forecast=fields.boolean("use_forecast", d.use_forecast),
+        warm_reserve_from_forecast=fields.boolean("warm_reserve_from_forecast", d.warm_reserve_from_forecast),
         priority_aware=fields.boolean("priority_aware", d.priority_aware),
         max_suspends_per_min=_int(fields, "max_suspends_per_min", d.max_suspends_per_min),
         max_wakes_per_min=_int(fields, "max_wakes_per_min", d.max_wakes_per_min),

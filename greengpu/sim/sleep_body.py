@@ -12,7 +12,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Collection
 
-from greengpu.forecast.reserve import HOUR_S, DemandRiseForecaster
+from greengpu.forecast.reserve import HOUR_S, reserve_forecaster
 from greengpu.model import PowerState, WakeNode
 from greengpu.policy import Policy
 from greengpu.sim.clock import EventClock, EventKind
@@ -43,7 +43,10 @@ class SleepBody:
         """(GPUs allocated, GPUs offered: running + pending) now."""
         self.arrived = arrived
         """GPUs asked by the last day's arrivals (greengpu.sleep.arrivals); None: the reserve follows use alone."""
-        self.rise_forecast = (DemandRiseForecaster() if self.sleep.enabled and self.sleep.use_forecast else None)
+        self.rise_forecast = (reserve_forecaster(self.sleep.warm_reserve_from_forecast,
+                                                 max((n.boot_s for n in fleet.nodes.values()), default=HOUR_S),
+                                                 sum(n.gpus for n in fleet.nodes.values()))
+                              if self.sleep.enabled and self.sleep.forecasts_demand else None)
         self.wake_tracks: dict[str, WakeTrack] = {}
         self.failed_nodes: list[str] = []
         self.suspend_times: deque[float] = deque()
@@ -63,11 +66,12 @@ class SleepBody:
             times.popleft()
         return len(times)
 
-    def forecast_headroom_gpus(self) -> int:
-        """The demand forecast's reserve now (0 without `use_forecast`)."""
+    def forecast_headroom_gpus(self) -> int | None:
+        """The demand forecast's reserve now (None without a forecast or before it knows this hour)."""
         if self.rise_forecast is None:
-            return 0
-        return self.rise_forecast.headroom_gpus(self.clock.now_s, self.demand()[1])
+            return None
+        return self.rise_forecast.reserve_gpus(self.clock.now_s, self.demand()[1],
+                                              self.sleep.warm_reserve_from_forecast)
 
     def arrived_gpus(self) -> float | None:
         return self.arrived() if self.arrived is not None else None

@@ -31,8 +31,9 @@ class SleepObservation:
     ready_idle_gpus: int = 0
     """GPUs on nodes without work that are awake or already waking (what the warm reserve counts)."""
     busy_gpus: float = 0.0
-    forecast_headroom_gpus: int = 0
-    """The demand forecast's calibrated rise at this hour (greengpu.forecast.reserve); 0 without one."""
+    forecast_headroom_gpus: int | None = None
+    """The demand forecast's calibrated rise at this hour (greengpu.forecast.reserve); None without one, or
+    before it has history of this hour."""
     arrived_gpus: float | None = None
     """GPUs asked by the jobs that arrived over the last day (greengpu.sleep.arrivals); None: not known,
     the warm reserve follows use alone."""

@@ -109,7 +109,7 @@ def idle_draw_w(node_type: NodeType) -> float:
     return node_type.host_idle_w + node_type.gpus * node_type.gpu_idle_w
 
 
-def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_headroom_gpus: int = 0,
+def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_headroom_gpus: int | None = None,
                              arrived_gpus: float | None = None) -> int:
     """Free GPUs to keep awake: the fixed floor, a share of the GPUs in use, and (with `use_forecast`)
     the forecast's headroom, whichever is most. With `arrived_gpus` (GPUs asked by the jobs that arrived
@@ -120,15 +120,20 @@ def warm_reserve_target_gpus(policy: SleepPolicy, busy_gpus: float, forecast_hea
     cluster is busy: a reserve that follows use keeps them from waiting a boot at busy times and
     costs little at quiet ones (docs/SLEEP.md has the Philly figures). The forecast's headroom
     (greengpu.forecast.reserve: the calibrated upper rise of demand at this hour of day, less what has
-    already arrived) wakes nodes before a daily ramp.
+    already arrived; None: the forecast has no history of this hour yet, or there is none) wakes nodes
+    before a daily ramp. With `warm_reserve_from_forecast`, a known headroom sizes the reserve alone
+    (above the fixed floor): the reserve is for the work that may arrive before a node could boot, and
+    the forecast's upper bound is that; the share of use holds until the forecast knows the hour.
     """
-    headroom = forecast_headroom_gpus if policy.use_forecast else 0
     # The share of use rounds down: a reserve is what use justifies, in whole GPUs. Rounded up, a third
     # of a GPU in use kept a whole GPU (on a small cluster, a whole server) awake; a site that wants a
     # minimum whatever the use says sets the fixed floor.
     followed_gpus = busy_gpus if arrived_gpus is None else min(busy_gpus, arrived_gpus)
-    return max(policy.warm_reserve_gpus, math.floor(policy.warm_reserve_busy_fraction * followed_gpus + 1e-9),
-               headroom)
+    share = math.floor(policy.warm_reserve_busy_fraction * followed_gpus + 1e-9)
+    if policy.warm_reserve_from_forecast and forecast_headroom_gpus is not None:
+        return max(policy.warm_reserve_gpus, forecast_headroom_gpus)
+    headroom = (forecast_headroom_gpus or 0) if policy.use_forecast else 0
+    return max(policy.warm_reserve_gpus, share, headroom)
 
 
 def plan_suspends(now_s: float, nodes: Sequence[NodeView], policy: SleepPolicy, *, blocked_pending: bool,

@@ -159,3 +159,94 @@ def test_a_gap_longer_than_the_window_leaves_only_zeros() -> None:
     forecaster.observe(T0 + 600, 19.0)  # 00:00 rose 9
     forecaster.observe(T0 + 10 * DAY_S + 1, 10.0)  # ten quiet days later
     assert forecaster.upper_rise_gpus(T0 + 11 * DAY_S) == 0.0  # 00:00 holds two quiet days now
+
+
+def test_a_forecast_reserve_follows_the_upper_bound_above_the_floor_and_falls_back_without_history() -> None:
+    policy = SleepPolicy(enabled=True, warm_reserve_gpus=8, warm_reserve_busy_fraction=0.35,
+                         warm_reserve_from_forecast=True)
+    # With history the forecast's upper bound sizes it alone: 600 GPUs in use no longer keep 210 awake ...
+    assert warm_reserve_target_gpus(policy, 600, forecast_headroom_gpus=40) == 40
+    assert warm_reserve_target_gpus(policy, 600, forecast_headroom_gpus=300) == 300
+    # ... never below the fixed floor (a quiet hour's forecast of 0 still keeps the floor) ...
+    assert warm_reserve_target_gpus(policy, 600, forecast_headroom_gpus=0) == 8
+    # ... and before the forecast knows the hour (None) the share of use holds, as without the key.
+    assert warm_reserve_target_gpus(policy, 600, forecast_headroom_gpus=None) == 210
+    assert warm_reserve_target_gpus(policy, 600) == warm_reserve_target_gpus(
+        replace(policy, warm_reserve_from_forecast=False), 600)
+
+
+def test_the_reserve_forecast_says_nothing_before_history_and_then_the_rise_over_a_boot() -> None:
+    forecaster = DemandRiseForecaster(min_samples=3, horizon_s=300.0)
+    forecaster.observe(T0, 10.0)
+    at_ramp = 9 * HOUR_S + 1200
+
+    def sweep(day: int) -> None:
+        """A sweep at 09:20: 40 GPUs asked within two minutes, 30 more an hour into the 10:00 hour."""
+        base = T0 + day * DAY_S
+        forecaster.observe(base + at_ramp, 30.0)
+        forecaster.observe(base + at_ramp + 120, 50.0)
+        forecaster.observe(base + 10 * HOUR_S + 1800, 80.0)
+        forecaster.observe(base + 17 * HOUR_S, 10.0)
+
+    for day in range(2):
+        sweep(day)
+    assert forecaster.reserve_gpus(T0 + 2 * DAY_S + 9 * HOUR_S, 10.0, known_only=True) is None
+    assert forecaster.reserve_gpus(T0 + 2 * DAY_S + 9 * HOUR_S, 10.0) == 0  # use_forecast's reading: 0
+    sweep(2)
+    forecaster.observe(T0 + 3 * DAY_S, 10.0)
+    # Three days known: the 09:00 hour's rise within a boot is the sweep's 40 GPUs; the 10:00 hour's 30.
+    assert forecaster.reserve_gpus(T0 + 3 * DAY_S + 9 * HOUR_S, 10.0, known_only=True) == 40
+    assert forecaster.reserve_gpus(T0 + 3 * DAY_S + 10 * HOUR_S, 50.0, known_only=True) == 30
+    # A quiet hour is known too, and keeps nothing for bursts that never came at that hour.
+    assert forecaster.reserve_gpus(T0 + 3 * DAY_S + 3 * HOUR_S, 10.0, known_only=True) == 0
+    # Over the whole hour (the default horizon) a slow climb counts: 10 -> 50 at 09:00.
+    hourly = DemandRiseForecaster(min_samples=3)
+    hourly.observe(T0, 10.0)
+    for day in range(3):
+        base = T0 + day * DAY_S
+        hourly.observe(base + 9 * HOUR_S + 60, 30.0)
+        hourly.observe(base + 9 * HOUR_S + 3000, 50.0)
+        hourly.observe(base + 17 * HOUR_S, 10.0)
+    hourly.observe(T0 + 3 * DAY_S, 10.0)
+    assert hourly.reserve_gpus(T0 + 3 * DAY_S + 9 * HOUR_S, 10.0, known_only=True) == 40
+    slow = DemandRiseForecaster(min_samples=3, horizon_s=300.0)
+    slow.observe(T0, 10.0)
+    for day in range(3):
+        base = T0 + day * DAY_S
+        slow.observe(base + 9 * HOUR_S + 60, 30.0)
+        slow.observe(base + 9 * HOUR_S + 3000, 50.0)
+        slow.observe(base + 17 * HOUR_S, 10.0)
+    slow.observe(T0 + 3 * DAY_S, 10.0)
+    assert slow.reserve_gpus(T0 + 3 * DAY_S + 9 * HOUR_S, 10.0, known_only=True) == 20  # a node boots in between
+
+
+def test_the_reserve_forecaster_counts_a_boot_per_band_of_demand() -> None:
+    from greengpu.forecast.reserve import RESERVE_LEVEL, reserve_forecaster
+
+    hourly = reserve_forecaster(False, 300.0, 1000.0)
+    assert (hourly.horizon_s, hourly.band_gpus, hourly.level) == (HOUR_S, 0.0, 0.95)  # use_forecast's, unchanged
+    forecaster = reserve_forecaster(True, 300.0, 1000.0)
+    assert (forecaster.horizon_s, forecaster.band_gpus, forecaster.level) == (300.0, 100.0, RESERVE_LEVEL)
+    # Busy hours (demand 600-699 at their start) see 80-GPU sweeps within a boot; quiet ones (100-199) none.
+    forecaster.observe(T0, 650.0)
+    for hour in range(4):
+        base = T0 + hour * HOUR_S
+        forecaster.observe(base + 600, 650.0 + 80.0)
+        forecaster.observe(base + 1200, 650.0)
+    forecaster.observe(T0 + 4 * HOUR_S + 60, 150.0)  # a fall is no rise
+    quiet_s = T0 + 9 * HOUR_S
+    forecaster.observe(quiet_s, 150.0)
+    assert forecaster.reserve_gpus(quiet_s, 150.0, known_only=True) == 0
+    forecaster.observe(quiet_s + 4000, 650.0)
+    assert forecaster.reserve_gpus(quiet_s + 4000, 650.0, known_only=True) == 80
+    forecaster.observe(quiet_s + 4060, 950.0)  # a band never seen: not known, the share of use holds
+    assert forecaster.reserve_gpus(quiet_s + 4060, 950.0, known_only=True) is None
+
+
+def test_the_daemon_builds_the_same_reserve_forecaster_from_its_inventory() -> None:
+    from greengpu.forecast.reserve import cluster_reserve_forecaster, reserve_forecaster
+
+    cluster = ramp_cluster(5)  # five 4-GPU nodes booting in 300 s
+    assert cluster_reserve_forecaster(True, cluster) == reserve_forecaster(True, 300.0, 20.0)
+    assert cluster_reserve_forecaster(True, cluster).band_gpus == 2.0
+    assert cluster_reserve_forecaster(False, cluster) == DemandRiseForecaster()

@@ -38,7 +38,7 @@ from greengpu.control.daemon.report_effects import ReportEffects
 from greengpu.control.daemon.store import DaemonStore, TickFacts
 from greengpu.control.daemon.wakes import WakeWatch
 from greengpu.errors import BadInput
-from greengpu.forecast.reserve import DemandRiseForecaster
+from greengpu.forecast.reserve import DemandRiseForecaster, cluster_reserve_forecaster
 from greengpu.json_types import JsonObject
 from greengpu.model import (
     KillJob,
@@ -98,8 +98,8 @@ class Daemon:
         self.last_result: TickResult | None = None
         self.last_observation: Observation | None = None
         self._energy_then: dict[str, float] = {}
-        self.rise_forecast = (DemandRiseForecaster() if policy.sleep.enabled and policy.sleep.use_forecast else None)
-        """With `sleep.use_forecast`: the hourly rise of demand, learnt from what the daemon observes."""
+        self.rise_forecast: DemandRiseForecaster | None = None
+        """With `sleep.use_forecast` or `warm_reserve_from_forecast`: the rise of demand (from the first tick)."""
         self.caps = ForecastCaps(policy)  # with `capping.forecast_slack` (greengpu.capping.forecast_caps)
         self.arrivals = RecentArrivals()
         """The jobs seen arriving over the last day (greengpu.sleep.arrivals: the warm reserve follows them)."""
@@ -228,16 +228,19 @@ class Daemon:
         self._ledger(metered, now_s)
 
     def _with_forecast(self, seen: Observation, now_s: float) -> SleepObservation:
-        """The sleep observation with the last day's arrivals (how much of its share of use the warm reserve
-        keeps) and the demand forecast's headroom (the warm reserve before a daily ramp)."""
+        """The sleep observation with the last day's arrivals and the demand forecast's reserve (the warm reserve's)."""
         snapshot = seen.snapshot
         self.arrivals.note_snapshot(now_s, snapshot)
         sleep = replace(seen.sleep, arrived_gpus=self.arrivals.gpus(now_s))
-        if self.rise_forecast is None:
+        sleep_policy = self.policy.sleep
+        if not (sleep_policy.enabled and sleep_policy.forecasts_demand):
             return sleep
+        if self.rise_forecast is None:
+            self.rise_forecast = cluster_reserve_forecaster(sleep_policy.warm_reserve_from_forecast, snapshot.cluster)
         offered = sum(r.job.gpus for r in snapshot.running) + sum(p.job.gpus for p in snapshot.pending)
         self.rise_forecast.observe(now_s, offered)
-        return replace(sleep, forecast_headroom_gpus=self.rise_forecast.headroom_gpus(now_s, offered))
+        return replace(sleep, forecast_headroom_gpus=self.rise_forecast.reserve_gpus(
+            now_s, offered, sleep_policy.warm_reserve_from_forecast))
 
     def _ledger(self, seen: Observation, now_s: float) -> None:
         if self.meter is None:
