@@ -52,7 +52,7 @@ class PowerCurve:
 
 
 # Fitted by fit_curve() from the public Zeus power-limit traces (1,609 measurements, 4 GPUs,
-# 6 workloads; Zeus, NSDI'23, Apache-2.0). tests/unit/test_power_model.py refits and compares;
+# 6 workloads; Zeus, NSDI'23, Apache-2.0). tests/unit/energy/test_power_model.py refits and compares;
 # scripts/fit_power_curves.py prints it.
 TRAINING_CURVE = PowerCurve(
     fractions=(0.35, 0.40, 0.45, 0.50, 0.55, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.95, 1.00),

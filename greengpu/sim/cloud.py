@@ -23,7 +23,6 @@ checkpoint's work saved and are requeued; replays without pools never see these 
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -36,9 +35,10 @@ from greengpu.sched.waits import Wait
 from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.cloud_choice import CloudChooser
 from greengpu.sim.cloud_parts import BURST_REASONS, CloudJob, CloudNode
+from greengpu.sim.cloud_stops import CloudStops
 from greengpu.sim.results import JobOutcomes, PoolFigures
-from greengpu.spot.decide import CapacityKind, leaves_spot
-from greengpu.spot.wait_or_rent import ComeBackFacts, comes_back, slack_runs_out
+from greengpu.spot.decide import CapacityKind
+from greengpu.spot.wait_or_rent import slack_runs_out
 
 
 class CloudPools:
@@ -69,7 +69,7 @@ class CloudPools:
         self.moves: list[tuple[str, float]] = []
         """(job, time) of each proactive move off spot at a checkpoint (leaves_spot)."""
         self._serial = 0
-        self._tokens: dict[str, int] = {}
+        self.tokens: dict[str, int] = {}
         self._started = dict.fromkeys(self.pools, 0)
         """Nodes each pool runs now (at most its max_nodes)."""
         self._shape: dict[str, tuple[int, int]] = {}
@@ -84,6 +84,8 @@ class CloudPools:
         """Above every job of the trace: where a deadline job whose slack runs out waits (`_urgent_if_late`)."""
         self.come_backs: list[tuple[str, float]] = []
         """(job, time) of each move back on-premises at a checkpoint (greengpu.spot.wait_or_rent.comes_back)."""
+        self.stops = CloudStops(self)
+        """Interruptions and the moves at periodic checkpoints (sim/cloud_stops.py)."""
 
     @property
     def busy(self) -> bool:
@@ -190,8 +192,8 @@ class CloudPools:
             node.jobs.add(job.job_id)
             node.idle_token += 1
             units_by_node[node.name] = units
-        token = self._tokens.get(job.job_id, 0) + 1
-        self._tokens[job.job_id] = token
+        token = self.tokens.get(job.job_id, 0) + 1
+        self.tokens[job.job_id] = token
         self.jobs[job.job_id] = CloudJob(waiting, kind, units_by_node, token)
         by_class = self.figures[pool.name].placements_by_class
         by_class[job.job_class] = by_class.get(job.job_class, 0) + 1
@@ -203,7 +205,7 @@ class CloudPools:
     def handle(self, data: tuple[str, str, int]) -> None:
         what, name, token = data
         if what == "notice":
-            self._notice(name)
+            self.stops.notice(name)
         elif what == "reclaim":
             node = self.nodes.get(name)
             if node is not None:
@@ -221,9 +223,9 @@ class CloudPools:
             elif what == "finish":
                 self._finish(cloud_job)
             elif what == "stop":
-                self._stop(cloud_job)
+                self.stops.stop(cloud_job)
             elif what == "checkpoint":
-                self._checkpoint(cloud_job)
+                self.stops.checkpoint(cloud_job)
 
     def _start_job(self, cloud_job: CloudJob) -> None:
         now_s = self.clock.now_s
@@ -231,54 +233,9 @@ class CloudPools:
         cloud_job.start_s = now_s
         self.outcomes.first_start.setdefault(job.job_id, now_s)
         self.clock.push(now_s + job.duration_s, EventKind.CLOUD, ("finish", job.job_id, cloud_job.token))
-        self._next_checkpoint(cloud_job, now_s)
+        self.stops.next_checkpoint(cloud_job, now_s)
 
-    def _next_checkpoint(self, cloud_job: CloudJob, now_s: float) -> None:
-        """A job is decided again at its next periodic checkpoint (before its end): a deadline job on spot
-        (Uniform Progress) and, with `come_back`, any job that checkpoints (it may return on-premises)."""
-        job = cloud_job.pending.job
-        interval = job.checkpoint_interval_s
-        if not interval or cloud_job.start_s is None:
-            return
-        deadline_on_spot = cloud_job.kind == "spot" and job.deadline_s is not None
-        if not (deadline_on_spot or (self.policy.spot.enabled and self.policy.spot.come_back)):
-            return
-        at_s = now_s + interval
-        if at_s < cloud_job.start_s + job.duration_s:
-            self.clock.push(at_s, EventKind.CLOUD, ("checkpoint", job.job_id, cloud_job.token))
-
-    def _checkpoint(self, cloud_job: CloudJob) -> None:
-        """A periodic checkpoint: a deadline job moves off spot here when rule 4 says so, and a job comes back
-        on-premises when room is free there and the move pays; else it runs on to its next one."""
-        now_s = self.clock.now_s
-        job = cloud_job.pending.job
-        assert cloud_job.start_s is not None
-        ran_s = now_s - cloud_job.start_s
-        pool = self.pools[self.nodes[next(iter(cloud_job.units_by_node))].pool]
-        left = replace(job, duration_s=job.duration_s - ran_s)
-        facts = self.chooser.facts(left, now_s)
-        if cloud_job.kind == "spot" and leaves_spot(facts, self.chooser.price(job, pool), self.policy.spot):
-            self.moves.append((job.job_id, now_s))
-            back = False
-        elif self._comes_back(left, facts.deadline_remaining_s, pool):
-            self.come_backs.append((job.job_id, now_s))
-            back = True
-        else:
-            self._next_checkpoint(cloud_job, now_s)
-            return
-        cloud_job.saved_s = ran_s  # the checkpoint just written: nothing is lost
-        self._stop(cloud_job, counted=not back)
-
-    def _comes_back(self, left: Job, deadline_remaining_s: float | None, pool: Pool) -> bool:
-        spot = self.policy.spot
-        if not (spot.enabled and spot.come_back):
-            return False
-        facts = ComeBackFacts(left.job_class, left.gpus, left.duration_s, self.chooser.gpu_price(pool),
-                              self.fits_on_premises(left), spot.restart_s,
-                              self.chooser.on_demand_per_gpu_hour(left), deadline_remaining_s)
-        return comes_back(facts, spot.waiting)
-
-    def _leave(self, cloud_job: CloudJob, release_idle: bool = False) -> None:
+    def leave(self, cloud_job: CloudJob, release_idle: bool = False) -> None:
         """The job's units go back to its nodes; its run time and GPU-hours are counted. `release_idle`: a node
         it leaves idle stops at once (the job went back on-premises: nothing here is waiting for it)."""
         now_s = self.clock.now_s
@@ -304,58 +261,11 @@ class CloudPools:
 
     def _finish(self, cloud_job: CloudJob) -> None:
         job = cloud_job.pending.job
-        self._leave(cloud_job)
+        self.leave(cloud_job)
         self.outcomes.completed.add(job.job_id)
         self.completed.add(job.job_id)
         self.finish_s[job.job_id] = self.last_finish_s = self.clock.now_s
         self.finished(job.gpus)
-
-    def _notice(self, name: str) -> None:
-        """A spot interruption's notice: checkpoint if the notice allows it, else run until taken back."""
-        node = self.nodes.get(name)
-        if node is None:
-            return  # released before its interruption came
-        now_s = self.clock.now_s
-        node.reclaim_s = now_s + self.policy.spot.notice_s
-        self.figures[node.pool].interruptions += 1
-        for job_id in sorted(node.jobs):
-            cloud_job = self.jobs[job_id]
-            job = cloud_job.pending.job
-            if cloud_job.start_s is None:  # still waiting for its nodes: back to the queue, nothing lost
-                self._leave(cloud_job)
-                self.requeue(cloud_job.pending)
-                continue
-            cloud_job.token += 1
-            self._tokens[job_id] = cloud_job.token
-            end_s = cloud_job.start_s + job.duration_s
-            cost_s = self.policy.spot.checkpoint_cost_s
-            if job.checkpoint_interval_s and cost_s <= self.policy.spot.notice_s:
-                cloud_job.saved_s = now_s - cloud_job.start_s
-                stop_s = now_s + cost_s
-            else:
-                stop_s = node.reclaim_s
-            what = "finish" if end_s <= stop_s else "stop"
-            self.clock.push(min(end_s, stop_s), EventKind.CLOUD, (what, job_id, cloud_job.token))
-        self.clock.push(node.reclaim_s, EventKind.CLOUD, ("reclaim", name, 0))
-
-    def _stop(self, cloud_job: CloudJob, counted: bool = True) -> None:
-        """An interrupted job stops: requeued with the work saved by its checkpoint taken off. `counted`: it
-        counts as a preemption (a move back on-premises at a checkpoint does not: nothing was taken from it)."""
-        now_s = self.clock.now_s
-        job = cloud_job.pending.job
-        assert cloud_job.start_s is not None
-        saved_s = cloud_job.saved_s
-        if saved_s is None:  # no checkpoint in the notice: the work since the last periodic one is lost
-            ran_s = now_s - cloud_job.start_s
-            interval = job.checkpoint_interval_s
-            saved_s = math.floor(ran_s / interval) * interval if interval else 0.0
-            lost_s = ran_s - saved_s
-            pool = self.nodes[next(iter(cloud_job.units_by_node))].pool
-            self.figures[pool].lost_gpu_s += lost_s * job.gpus
-        self._leave(cloud_job, release_idle=not counted)
-        self.preemptions += counted
-        remaining = replace(job, duration_s=max(1.0, job.duration_s - saved_s))
-        self.requeue(PendingJob(remaining, preemptions=cloud_job.pending.preemptions))
 
     def _release(self, node: CloudNode) -> None:
         """The node stops (or is taken back): it is paid up to now."""

@@ -41,9 +41,9 @@ class MeteredCloudPools(CloudPools):
                                        tuple(sorted(cloud_job.units_by_node)), 0.0, 0.0, 0.0, 0.0,
                                        submit_s=job.submit_time_s, pool=pool))
 
-    def _leave(self, cloud_job: CloudJob, release_idle: bool = False) -> None:
+    def leave(self, cloud_job: CloudJob, release_idle: bool = False) -> None:
         self._used(cloud_job, self.clock.now_s)  # before the nodes it held may stop
-        super()._leave(cloud_job, release_idle)
+        super().leave(cloud_job, release_idle)
 
     def _bill(self, node: CloudNode, until_s: float) -> None:
         self.spans.append(CloudSpan(node.pool, "", node.requested_s, until_s, 1.0))

@@ -16,7 +16,6 @@ import gc
 import math
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
 
 from greengpu.accounting.attribution import Attribution
 from greengpu.accounting.meter import EnergyMeter
@@ -32,7 +31,6 @@ from greengpu.model import (
     PartitionGpu,
     PendingJob,
     PlaceJob,
-    PowerState,
     PreemptJob,
     RunningJob,
     WakeNode,
@@ -47,8 +45,9 @@ from greengpu.sim.clock import EventClock, EventKind
 from greengpu.sim.cloud import CloudPools
 from greengpu.sim.cloud_choice import fits_free_awake
 from greengpu.sim.cloud_ledger import MeteredCloudPools
+from greengpu.sim.engine_events import ReplayEvents
 from greengpu.sim.engine_results import known_result, result_of
-from greengpu.sim.failures import FailureReplay, GpuEvent
+from greengpu.sim.failures import FailureReplay
 from greengpu.sim.jobs import JobRunner
 from greengpu.sim.mig_body import MigPartitions
 from greengpu.sim.nodes import NodeFleet, SimNode
@@ -96,11 +95,14 @@ class Simulation:
         self.mig = MigPartitions(cluster)
         """MIG GPUs' partitions and repartitions (sim/mig_body.py; empty without MIG GPUs)."""
         self.usage = TenantUsage(policy.scheduler.fair_share)
+        self.events = ReplayEvents(self)
+        """What each event does (sim/engine_events.py)."""
         self.work = JobRunner(self.clock, self.fleet, self.pacer, self.sleep, self.checks, self.usage,
                               self.attribution, policy.scheduler.preemption.grace_s)
         self.cloud = ((MeteredCloudPools if attribute else CloudPools)(  # Metered: spans for --ledger
             cluster, policy, self.clock, self.work.outcomes, self.work.finish_s, {job.job_id: job for job in self.jobs},
-            seed, self._requeued, self._demand_changed_by, self.meter.price_per_kwh) if cluster.pools else None)
+            seed, self.events.requeued, self.events.demand_changed_by, self.meter.price_per_kwh)
+            if cluster.pools else None)
         """The inventory's cloud pools (sim/cloud.py; None without pools: every figure as before)."""
         if self.cloud is not None:  # a come-back never jumps the on-premises queue
             self.cloud.fits_on_premises = lambda job: not self.pending and fits_free_awake(
@@ -119,9 +121,9 @@ class Simulation:
         self.caps = ForecastCaps(policy)
         self.memory = SchedulerMemory()  # the scheduling core's, kept for the replay (greengpu.sched.memory)
         self._model_of = model_of_nodes(cluster, self.memory)
-        self._dirty = False
-        self._sleep_check = False
-        self._tick_pending = False
+        self.dirty = False
+        self.sleep_check = False
+        self.tick_pending = False
         self._known: tuple[float, ClusterSnapshot, Scheduled] | None = None
         """The last cycle's result while it stands (`CycleResult.unchanged_until_s`), with its snapshot."""
         self.known_cycles = 0
@@ -169,8 +171,8 @@ class Simulation:
     # ------------------------------------------------------------------ the loop
 
     def _ensure_tick(self) -> None:
-        if not self._tick_pending:
-            self._tick_pending = True
+        if not self.tick_pending:
+            self.tick_pending = True
             interval = self.policy.interval_s
             self.clock.push((math.floor(self.clock.now_s / interval) + 1) * interval, EventKind.TICK, None)
 
@@ -218,7 +220,7 @@ class Simulation:
         self.waiting = scheduled.waiting
         if self._lifts_caps:
             self._follow_slack(was)
-        self._sleep_check = False  # the sleep lever is asked at every cycle, as a daemon asks it at every tick
+        self.sleep_check = False  # the sleep lever is asked at every cycle, as a daemon asks it at every tick
         self.sleep.ask([a for a in actions if isinstance(a, WakeNode)], self.waiting)
         if self.pending and not actions and self._nothing_can_change():
             self.stalled = True  # every later cycle would be this one: the pending jobs never start
@@ -269,6 +271,7 @@ class Simulation:
         end_s = origin_s + self.until_s if self.until_s is not None else math.inf
         processed = 0
         clock = self.clock
+        handle = self.events.handle
         while clock.events:
             time_s = clock.events[0][0]
             if time_s > end_s:
@@ -276,7 +279,7 @@ class Simulation:
             self._advance(time_s)
             while (event := clock.pop_at(time_s)) is not None:
                 processed += 1
-                self._handle(*event)
+                handle(*event)
             self._decide()
             if self.progress is not None and processed % 5000 < 8:
                 self.progress(len(self.work.outcomes.completed), len(self.jobs))
@@ -302,14 +305,14 @@ class Simulation:
 
     def _decide(self) -> None:
         """After the events of one instant: a cycle when something changed and work waits, else the levers alone."""
-        if (self._dirty or self._sleep_check) and (self.pending or self.work.any_signalled()):
-            self._dirty = False  # the sleep lever is asked with a cycle, as a daemon's tick asks them together
+        if (self.dirty or self.sleep_check) and (self.pending or self.work.any_signalled()):
+            self.dirty = False  # the sleep lever is asked with a cycle, as a daemon's tick asks them together
             self._cycle()
-        elif self._dirty or self._sleep_check:  # nothing waits: a cycle could not place anything
+        elif self.dirty or self.sleep_check:  # nothing waits: a cycle could not place anything
             # a finish may have given the slack back; the forecast rule is asked at each decision, as a tick does
-            if self._lifts_caps and ((self._dirty and self.work.no_slack) or self.caps.active):
+            if self._lifts_caps and ((self.dirty and self.work.no_slack) or self.caps.active):
                 self._follow_slack(self.waiting.guard)
-            self._dirty = self._sleep_check = False  # use fell: the warm reserve may let a node it held sleep now
+            self.dirty = self.sleep_check = False  # use fell: the warm reserve may let a node it held sleep now
             self.sleep.ask([], self.waiting)
 
     def _close(self, end_s: float) -> None:
@@ -322,76 +325,6 @@ class Simulation:
             self.work.charge_all()
         if self.check_every_cycle:
             self._check_all()
-
-    def _handle(self, kind: EventKind, data: Any) -> None:
-        if kind is EventKind.ARRIVE:
-            job = self.jobs[data]
-            self.work.arrive(PendingJob(job))
-            self.arrivals.add(job, self.clock.now_s)
-            self.arrivals_left -= 1
-            self._dirty = True
-            self._demand_changed(job.gpus)
-        elif kind is EventKind.FINISH:
-            gpus = self.work.finish(*data)
-            if gpus is not None:
-                self._dirty = True
-                self._demand_changed(-gpus)
-        elif kind is EventKind.WAKE_DONE:
-            if self.sleep.wake_done(data):
-                self._dirty = True
-        elif kind is EventKind.WAKE_CHECK:
-            if self.sleep.verify_wake(data):
-                self._dirty = True  # the core plans the waiting work elsewhere
-        elif kind is EventKind.SUSPEND_DONE:
-            if self.sleep.suspend_done(data):
-                self._dirty = bool(self.pending)
-        elif kind is EventKind.IDLE_CHECK and data is None:
-            self._sleep_check = True  # the shared re-check of deferred idle nodes
-        elif kind is EventKind.IDLE_CHECK:
-            name, token = data
-            node = self.fleet.nodes[name]
-            if node.idle_token == token and node.power is PowerState.AWAKE and node.jobs == 0:
-                self._sleep_check = self.sleep.came_due(node)
-        elif kind is EventKind.TICK:
-            if data is None:
-                self._tick_pending = False
-            self._dirty = True
-        elif kind is EventKind.HOUR:
-            self.sleep.hour_turns(bool(self.arrivals_left or self.pending or self.running))
-        elif kind is EventKind.GPU_EVENT:
-            self._gpu_event(data)
-        elif kind is EventKind.CLOUD:
-            assert self.cloud is not None
-            self.cloud.handle(data)
-
-    def _gpu_event(self, event: GpuEvent) -> None:
-        """A health change the scheduler may see, or a failure: the jobs on the GPU are requeued with the work
-        since their last checkpoint lost (counted apart from preemptions)."""
-        assert self.failures is not None
-        applied = self.failures.apply(event, lambda name: self.fleet.nodes[name].jobs > 0)
-        self._dirty = self._dirty or applied.changed
-        for later in applied.later:  # the next life of a GPU replaced before it failed
-            self.clock.push(later.time_s, EventKind.GPU_EVENT, later)
-        if not applied.failed:
-            return
-        for job_id in self.failures.jobs_on(self.running, event):
-            victim, lost_gpu_s = self.work.fail(job_id)
-            self.failures.charge(victim, lost_gpu_s)
-            self._dirty = True
-
-    def _requeued(self, waiting: PendingJob) -> None:
-        """An interrupted cloud job is back in the queue."""
-        self.pending[waiting.job.job_id] = waiting
-        self._dirty = True
-
-    def _demand_changed_by(self, finished_gpus: float) -> None:
-        """A cloud job finished: less demand, and room in the cloud for what waits."""
-        self._dirty = True
-        self._demand_changed(-finished_gpus)
-
-    def _demand_changed(self, delta_gpus: float) -> None:
-        self.offered_gpus += delta_gpus
-        self.sleep.demand_changed()
 
 
 def simulate(cluster: Cluster, policy: Policy, jobs: Sequence[Job], *, until_s: float | None = None,

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from greengpu.energy.curves import INFERENCE
 
-TRAINING_LIMIT_W = 367.0  # the default policy's efficiency pick for an A100 (tests/unit/test_agent.py)
+TRAINING_LIMIT_W = 367.0  # the default policy's efficiency pick for an A100 (tests/unit/control/test_agent.py)
 INFERENCE_CLOCK_MHZ = round(1410 * INFERENCE.clock_fraction_within(0.05, 0.8))  # the inference curve's clock
 
 

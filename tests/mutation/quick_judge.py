@@ -1,6 +1,6 @@
 """Judge mutants fast with a chosen set of test files, in one process, and record the verdicts in mutmut's cache.
 
-    python3 tests/mutation/quick_judge.py 'greengpu.sched.slack.*' --tests tests/unit/test_slack.py
+    python3 tests/mutation/quick_judge.py 'greengpu.sched.slack.*' --tests tests/unit/sched/test_slack.py
 
 `run.sh` runs, for every mutant, every unit and property test that reaches the mutated function: for
 the scheduler that is hundreds of tests and seconds per mutant on a small machine. This runs only the

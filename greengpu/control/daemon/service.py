@@ -8,7 +8,8 @@ Each tick:
    anything on an exempt node, writes backed off after a refusal, everything while paused (then the
    GPUs are released instead); limits and clocks a GPU already has are not asked for (the tick is given
    the GPUs' settings);
-4. carry each action out with a journal entry written before and closed after it, and an audit line.
+4. carry each action out with a journal entry written before and closed after it, and an audit line
+   (steps 3 and 4: greengpu.control.daemon.daemon_actions).
 Metering is a job of its own (`meter_energy`, each minute): it reads the GPU energy counters and charges the
 energy since its last reading to the tenants whose jobs the last tick saw running, so the control tick
 never waits on thousands of counter reads.
@@ -23,53 +24,33 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from greengpu.brain.capacity_choice import ChooseCapacity
-from greengpu.brain.control_tick import TickAction, TickResult, control_tick
+from greengpu.brain.control_tick import TickResult, control_tick
 from greengpu.capping.forecast_caps import ForecastCaps
-from greengpu.control.bodies.body import ActionFailed, ClusterBody, Observation
+from greengpu.control.bodies.body import ClusterBody, Observation
 from greengpu.control.daemon import status as daemon_status
 from greengpu.control.daemon.agent_reports import AgentReports
 from greengpu.control.daemon.audit import Alerts, AuditLog
+from greengpu.control.daemon.daemon_actions import DaemonActions
 from greengpu.control.daemon.daemon_meter import DaemonMeter
 from greengpu.control.daemon.metrics import DaemonMetrics, TickReport, freeze_long_lived_heap
-from greengpu.control.daemon.mig_actions import PartitionRefused, carry_out_partition
 from greengpu.control.daemon.observation_checks import check_faults, set_gauges
 from greengpu.control.daemon.report_effects import ReportEffects
 from greengpu.control.daemon.store import DaemonStore, TickFacts
 from greengpu.control.daemon.wakes import WakeWatch
 from greengpu.errors import BadInput
 from greengpu.forecast.reserve import DemandRiseForecaster, cluster_reserve_forecaster
-from greengpu.json_types import JsonObject
 from greengpu.model import (
-    KillJob,
-    LockClocks,
-    PartitionGpu,
-    PlaceJob,
     PowerState,
-    PreemptJob,
-    SetPowerLimit,
-    SleepNode,
     WakeNode,
 )
 from greengpu.policy import Policy
 from greengpu.sched.memory import SchedulerMemory
-from greengpu.sched.preemption import last_checkpoint_s
 from greengpu.sleep.arrivals import RecentArrivals
 from greengpu.sleep.sleep_wake import SleepObservation
 
 log = logging.getLogger("greengpu.daemon")
 
 RATE_WINDOW_S = 60.0
-REFUSED_BACKOFF_S = 900.0
-"""A sleep, limit or clock write or a MIG repartition that was refused (a PodDisruptionBudget, NVML without root,
-a body whose MIG partitions another owns) is not tried again on that node or GPU for this long: one alert, not
-one a tick. Wakes and job actions are always
-retried (a job must not wait on a backoff)."""
-BACKED_OFF = (SleepNode, SetPowerLimit, LockClocks, PartitionGpu)
-KIND = {PlaceJob: "place", PreemptJob: "preempt", KillJob: "kill", SleepNode: "sleep", WakeNode: "wake",
-        SetPowerLimit: "set_power_limit", LockClocks: "lock_clocks", ChooseCapacity: "choose_capacity",
-        PartitionGpu: "partition_gpu"}
-JOB_ACTIONS = (PlaceJob, PreemptJob, KillJob)
 __all__ = ["Daemon", "DaemonMetrics", "TickReport", "freeze_long_lived_heap"]
 
 
@@ -105,8 +86,8 @@ class Daemon:
         """The jobs seen arriving over the last day (greengpu.sleep.arrivals: the warm reserve follows them)."""
         self.wakes = WakeWatch(policy.sleep)
         """Wake-ups in flight: retried with the simulator's backoff, alerted once given up on (`_check_wakes`)."""
-        self._refused_until: dict[tuple[str, str, int | None], float] = {}
-        """Nodes a wake-up went to, and when: an alert if one is not up within the wake timeout."""
+        self.actions = DaemonActions(self)
+        """The tick's actions filtered, journaled, carried out and audited (greengpu.control.daemon.daemon_actions)."""
         self._faulted: set[str] = set()
         """Nodes reported failed and alerted already (`check_faults`)."""
         self.energy_by_tenant_j: dict[str, float] = {}
@@ -196,7 +177,7 @@ class Daemon:
             self.body.settle()
         else:
             report = TickReport(True)
-            report.actions.extend(self._carry_out(self._wanted(result, seen, facts.exempt), seen, now_s))
+            report.actions.extend(self.actions.carry_out(self.actions.wanted(result, seen, facts.exempt), seen, now_s))
             if self.body.schedules_jobs and result.scheduled.cycle.withdrawn and not self.dry_run:
                 self.body.withdraw_preemptions(list(result.scheduled.cycle.withdrawn))
             self.body.settle()
@@ -258,7 +239,7 @@ class Daemon:
         (greengpu.sleep.wake_verify); after `1 + wake_retries` attempts one `wake_failed` alert names the node."""
         for event in self.wakes.check(seen.snapshot.node_states, now_s):
             if event.kind == "send":
-                self._carry_out([WakeNode(event.node, event.message)], seen, now_s)
+                self.actions.carry_out([WakeNode(event.node, event.message)], seen, now_s)
             elif event.kind == "failed":
                 self.metrics.alerts.labels("wake_failed").inc()
                 self.alerts.raise_alert("wake_failed", event.message, now_s, node=event.node)
@@ -296,81 +277,6 @@ class Daemon:
         for line in released:
             log.warning("%s", line)
         return released
-
-    def _wanted(self, result: TickResult, seen: Observation, exempt: set[str]) -> list[TickAction]:
-        wanted: list[TickAction] = []
-        for action in result.actions:
-            if isinstance(action, JOB_ACTIONS) and not self.body.schedules_jobs:
-                continue  # the workload manager schedules its own jobs
-            if isinstance(action, ChooseCapacity) and seen.capacity_held.get(action.job_id) == action.kind:
-                continue  # steered so already
-            node = getattr(action, "node", "")
-            if node in exempt and not isinstance(action, WakeNode):
-                continue
-            if isinstance(action, BACKED_OFF) and self._refused_until.get(
-                    (KIND[type(action)], node, getattr(action, "gpu_index", None)), 0.0) > seen.snapshot.time_s:
-                continue
-            wanted.append(action)
-        return wanted
-
-    def _carry_out(self, actions: list[TickAction], seen: Observation, now_s: float) -> list[tuple[str, str, str]]:
-        """Journal every action of the tick (one transaction, before any is carried out), carry them out in
-        order, then close the entries (one transaction) and write the audit lines. A daemon that dies in
-        between leaves open entries, which the next start reconciles."""
-        if not actions:
-            return []
-        named = {getattr(a, "job_id", "") for a in actions} - {""}
-        running = {r.job.job_id: r for r in seen.snapshot.running if r.job.job_id in named}
-        pending = {p.job.job_id: p.job for p in seen.snapshot.pending if p.job.job_id in named}
-        planned = []
-        for action in actions:
-            job_id = getattr(action, "job_id", "")
-            detail: JsonObject = {"reason": getattr(action, "reason", ""),
-                                      **{k: v for k, v in vars(action).items() if k not in ("reason", "slots")}}
-            job = running[job_id].job if job_id in running else pending.get(job_id)
-            if isinstance(action, PreemptJob | KillJob) and job_id in running:
-                detail["last_checkpoint_s"] = last_checkpoint_s(running[job_id], now_s)
-            planned.append((KIND[type(action)], detail, getattr(action, "node", ""),
-                            getattr(action, "gpu_index", None), job_id, job.tenant if job is not None else ""))
-        entries = self.store.begin_many(now_s, [(k, d, n, g, j) for k, d, n, g, j, _ in planned])
-        closed: list[tuple[int, str, str]] = []
-        records: list[JsonObject] = []
-        done: list[tuple[str, str, str]] = []
-        for action, (kind, detail, node, gpu, job_id, tenant), entry in zip(actions, planned, entries, strict=True):
-            state, counted, outcome = self._act(action, kind, node, job_id, tenant, now_s)
-            closed.append((entry, state, outcome))
-            self.metrics.actions.labels(kind, counted).inc()
-            records.append({"time_s": now_s, "kind": kind, "node": node, "gpu": gpu, "job": job_id, "tenant": tenant,
-                            "rule": detail["reason"], "outcome": counted, "detail": outcome,
-                            **({"last_checkpoint_s": detail["last_checkpoint_s"]}
-                               if "last_checkpoint_s" in detail else {})})
-            done.append((kind, f"{node} GPU {gpu}" if gpu is not None else node or job_id, counted))
-        self.store.close_many(self.clock(), closed)
-        self.audit.write_many(records)
-        return done
-
-    def _act(self, action: TickAction, kind: str, node: str, job_id: str, tenant: str,
-             now_s: float) -> tuple[str, str, str]:
-        """(journal state, metric outcome, what happened) of carrying out one action."""
-        if self.dry_run:
-            return "done", "dry_run", "dry run: not carried out"
-        try:
-            outcome = (carry_out_partition(self.body, action, now_s) if isinstance(action, PartitionGpu)
-                       else self.body.act(action, now_s))
-        except ActionFailed as error:
-            failed = "refused" if isinstance(error, PartitionRefused) else "failed"  # refused: nothing changed
-            if isinstance(action, BACKED_OFF):
-                self._refused_until[(kind, node, getattr(action, "gpu_index", None))] = now_s + REFUSED_BACKOFF_S
-            alert = "partition_refused" if failed == "refused" else "action_failed"
-            self.metrics.alerts.labels(alert).inc()
-            self.alerts.raise_alert(alert, f"{kind} {node or job_id}: {error}", now_s,
-                                    node=node, job=job_id, tenant=tenant)
-            return failed, failed, str(error)
-        if isinstance(action, WakeNode):
-            self.wakes.sent(action.node, now_s, action.reason)
-        if isinstance(action, ChooseCapacity):
-            self.metrics.cloud_placements.labels(action.kind, action.pool or "").inc()
-        return "done", "done", outcome
 
     # --- accounting and gauges -----------------------------------------------------------------
 

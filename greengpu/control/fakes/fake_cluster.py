@@ -15,19 +15,16 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from greengpu.backends.fake_nvml import FakeGpu, FakeNvml
-from greengpu.backends.nvml import NvmlBackend
 from greengpu.brain.capacity_choice import ChooseCapacity
 from greengpu.brain.control_tick import TickAction
-from greengpu.capping.gpu_power import NOMINAL_MAX_CLOCK_MHZ, GpuObservation, host_share_w
-from greengpu.control.agent.jobclass import GpuJob
-from greengpu.control.agent.node_agent import gpu_observation
+from greengpu.capping.gpu_power import GpuObservation
 from greengpu.control.bodies.body import ActionFailed, Observation
 from greengpu.control.fakes.fake_cloud import FakeCloud
 from greengpu.control.fakes.fake_cluster_state import FakeClusterState, FakeNode
 from greengpu.control.fakes.fake_gpus import FakeGpus
 from greengpu.control.fakes.fake_jobs import first_start_s, generated_jobs
 from greengpu.control.fakes.fake_mig import FakeMig
+from greengpu.control.fakes.fake_node_gpus import FakeNodeGpus
 from greengpu.control.fakes.fake_pace import FakePaces
 from greengpu.energy.job_pace import Pace
 from greengpu.model import (
@@ -38,7 +35,6 @@ from greengpu.model import (
     KillJob,
     LockClocks,
     NodeState,
-    NodeType,
     PartitionGpu,
     PendingJob,
     PlaceJob,
@@ -55,7 +51,6 @@ from greengpu.sleep.sleep_wake import SleepObservation
 from greengpu.sleep.suspends import NodeView, idle_draw_w
 
 SUSPEND_S = 30.0
-BUSY_UTILIZATION = 0.9
 __all__ = ["FakeCluster", "FakeNode", "first_start_s", "generated_jobs"]
 
 
@@ -89,37 +84,19 @@ class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
         self.cloud = FakeCloud(cluster, state_dir)
         """The inventory's cloud pools: where the tick's capacity lever sends waiting jobs (`ChooseCapacity`)."""
         self._type_of = {n.name: n.type_name for n in cluster.nodes}
-        self._views: dict[str, tuple[list[GpuObservation], dict[tuple[str, int], tuple[float, int | None]]]] = {}
-        """Each awake node's GPUs as last read (observations and settings), until something changes them."""
-        self._stale: set[str] = set(self.nodes)
-        """Nodes whose GPUs must be read again at the next observation."""
         self._changed = True
         """Whether the cluster's state (jobs, nodes) changed since it was last written down."""
         self._slots_text: dict[str, str] = {}
         """Each running job's GPUs as written down (they do not change while it runs)."""
-        self._taken: dict[tuple[str, int], int] = {}
-        """Milli-GPUs in use on each GPU that holds a job (fractional jobs share a GPU, as the core packs them)."""
-        for slot in (s for r in self.running.values() for s in r.slots):
-            self._taken[(slot.node, slot.gpu_index)] = self._taken.get((slot.node, slot.gpu_index), 0) + slot.units
         self._jobs_on = dict.fromkeys(self.nodes, 0)
         for slot in (s for r in self.running.values() for s in r.slots):
             self._jobs_on[slot.node] += 1
-        self.nvml: dict[str, NvmlBackend] = {}
-        self.fakes: dict[str, FakeNvml] = {}
         self._now_s = start_s
         """The fake cluster's time (its latest observation): the fake GPUs' energy counters run on it, so that
         under a test's manual clock they measure the cluster's time, not the wall's (the ledger's `measured`)."""
-        for node in cluster.nodes:
-            t = cluster.node_types[node.type_name]
-            gpus = [FakeGpu(name=f"fake {t.gpu_model}", min_limit_w=t.gpu_min_limit_w, max_limit_w=t.gpu_max_w,
-                            default_limit_w=t.gpu_max_w, idle_w=t.gpu_idle_w, draw_w=t.gpu_max_w,
-                            max_sm_clock_mhz=t.gpu_max_clock_mhz or NOMINAL_MAX_CLOCK_MHZ,
-                            uuid=f"GPU-{node.name}-{i}") for i in range(t.gpus)]
-            self.fakes[node.name] = FakeNvml(gpus, state_path=state_dir / f"nvml-{node.name}.json",
-                                             clock=lambda: self._now_s)
-            backend = NvmlBackend(lib=self.fakes[node.name])
-            backend.open()
-            self.nvml[node.name] = backend
+        self.node_gpus = FakeNodeGpus(cluster, state_dir, lambda: self._now_s, self.running.values())
+        """The nodes' fake GPUs: NVML, load and the cached reads (greengpu.control.fakes.fake_node_gpus)."""
+        self.nvml, self.fakes = self.node_gpus.nvml, self.node_gpus.fakes
         self.mig = FakeMig(cluster, self.fakes, self.nvml, state_dir)
         """The MIG GPUs, repartitioned and read through the fake NVML (greengpu.control.fakes.fake_mig)."""
 
@@ -140,7 +117,7 @@ class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
                 for gpu in self.fakes[node.name].gpus:  # a power cycle puts NVML's limits and clocks back
                     gpu.limit_w, gpu.locked_clock_mhz = gpu.default_limit_w, None
                 self.fakes[node.name].save()
-                self._stale.add(node.name)
+                self.node_gpus.stale.add(node.name)
                 self._changed = True
         for job_id, running in list(self.running.items()):
             if running.expected_end_s <= now_s:
@@ -164,15 +141,7 @@ class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
         self.paces.pop(job_id, None)
         self._changed = True
         for slot in running.slots:
-            key = (slot.node, slot.gpu_index)
-            self._taken[key] = self._taken.get(key, 0) - slot.units
-            if self._taken[key] <= 0:
-                del self._taken[key]
-                self._note_gpu(slot.node, slot.gpu_index, None)
-                self.fakes[slot.node].set_load(slot.gpu_index, 0.0, [])
-            else:  # a shared GPU: it is set for a job still on it
-                self._note_gpu(slot.node, slot.gpu_index, next(
-                    r.job for r in self.running.values() if any((t.node, t.gpu_index) == key for t in r.slots)))
+            self.node_gpus.unload(slot, self.running.values())
             self._jobs_on[slot.node] -= 1
         for name in {s.node for s in running.slots}:
             if self._jobs_on[name] == 0:
@@ -190,7 +159,7 @@ class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
                                    states, mig_partitions=self.mig.partitions())
         busy_nodes = {n for n, count in self._jobs_on.items() if count}
         on_gpu = ({(s.node, s.gpu_index): r.job for r in self.running.values() for s in r.slots}
-                  if self._stale else {})
+                  if self.node_gpus.stale else {})
         gpus: list[GpuObservation] = []
         settings: dict[tuple[str, int], tuple[float, int | None]] = {}
         idle_awake, asleep, ready = [], [], 0
@@ -202,7 +171,7 @@ class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
                                        idle_draw_w(node_type)))
                 continue
             if power is PowerState.AWAKE:
-                node_gpus, node_settings = self._gpu_view(node.name, node_type, on_gpu)
+                node_gpus, node_settings = self.node_gpus.view(node.name, node_type, on_gpu)
                 gpus.extend(node_gpus)
                 settings.update(node_settings)
                 if node.name not in busy_nodes:
@@ -216,27 +185,6 @@ class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
                                  timezone=self.cluster.site.timezone)
         return Observation(snapshot, tuple(gpus), sleep, {}, settings)
 
-    def _gpu_view(self, name: str, node_type: NodeType, on_gpu: dict[tuple[str, int], Job]) -> tuple[
-            list[GpuObservation], dict[tuple[str, int], tuple[float, int | None]]]:
-        """Node `name`'s GPUs as the tick sees them: read through the NVML adapter when something changed
-        them since the last reading, else as last read."""
-        view = self._views.get(name)
-        if view is not None and name not in self._stale:
-            return view
-        backend, fakes = self.nvml[name], self.fakes[name].gpus
-        gpus: list[GpuObservation] = []
-        settings: dict[tuple[str, int], tuple[float, int | None]] = {}
-        share_w = host_share_w(node_type)
-        for index in range(backend.gpu_count):
-            reading = backend.read(index)
-            settings[(name, index)] = (reading.limit_w, fakes[index].locked_clock_mhz)
-            job = on_gpu.get((name, index))
-            seen = GpuJob(job.job_id, job.job_class, job.tenant) if job else None
-            gpus.append(gpu_observation(name, reading, seen, False, share_w))
-        self._views[name] = (gpus, settings)
-        self._stale.discard(name)
-        return gpus, settings
-
     def release_gpus(self, reason: str) -> list[str]:
         """Every GPU back to its default limit and clocks (FakeGpus): the jobs on them run uncapped from now."""
         lines = super().release_gpus(reason)
@@ -246,25 +194,7 @@ class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
 
     def reread_gpus(self) -> None:
         """Read every GPU through NVML again at the next observation (an agent restarted; the tests)."""
-        self._stale.update(self.nodes)
-
-    def _note_gpu(self, name: str, index: int, job: Job | None) -> None:
-        """A job started on (or left) GPU `index` of `name`: its cached view follows (a shared GPU shows the
-        job set on it first)."""
-        view = self._views.get(name)
-        if view is None or name in self._stale:
-            return
-        gpus = view[0]
-        seen = gpus[index]
-        assert seen.gpu_index == index
-        gpus[index] = replace(seen, job_class=job.job_class if job is not None else None,
-                              job_id=job.job_id if job is not None else None)
-
-    def _note_setting(self, name: str, index: int, limit_w: float, clock_mhz: int | None) -> None:
-        """greengpu wrote GPU `index` of `name`: its cached settings follow what the GPU now holds."""
-        view = self._views.get(name)
-        if view is not None and name not in self._stale:
-            view[1][(name, index)] = (limit_w, clock_mhz)
+        self.node_gpus.stale.update(self.nodes)
 
     def act(self, action: TickAction, now_s: float) -> str:
         try:
@@ -278,7 +208,7 @@ class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
     def _act(self, action: TickAction, now_s: float) -> str:
         if isinstance(action, PlaceJob):
             waiting = self.pending.get(action.job_id)
-            if waiting is None or any(self._taken.get((s.node, s.gpu_index), 0) + s.units > GPU_UNITS
+            if waiting is None or any(self.node_gpus.taken.get((s.node, s.gpu_index), 0) + s.units > GPU_UNITS
                                       for s in action.slots) or any(
                     self.nodes[s.node].power != PowerState.AWAKE.value or self.nodes[s.node].drained
                     for s in action.slots):
@@ -293,11 +223,7 @@ class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
                                                      preemptions=waiting.preemptions)
             self._pace_begin(action.job_id, now_s)  # at the pace its GPUs' settings give it
             for slot in action.slots:
-                key = (slot.node, slot.gpu_index)
-                if key not in self._taken:  # a shared GPU stays set for the job that was there first
-                    self.fakes[slot.node].set_load(slot.gpu_index, BUSY_UTILIZATION, [hash(action.job_id) % 30000 + 1])
-                    self._note_gpu(slot.node, slot.gpu_index, waiting.job)
-                self._taken[key] = self._taken.get(key, 0) + slot.units
+                self.node_gpus.load(slot, waiting.job)
                 self.nodes[slot.node].idle_since_s = None
                 self._jobs_on[slot.node] += 1
             return f"{action.job_id} started on {len(action.slots)} GPU(s)"
@@ -347,7 +273,7 @@ class FakeCluster(FakePaces, FakeClusterState, FakeGpus):
                 return self._write(action)
             finally:
                 gpu = self.fakes[action.node].gpus[action.gpu_index]
-                self._note_setting(action.node, action.gpu_index, gpu.limit_w, gpu.locked_clock_mhz)
+                self.node_gpus.note_setting(action.node, action.gpu_index, gpu.limit_w, gpu.locked_clock_mhz)
                 self._retuned(action.node, action.gpu_index, now_s)
         raise ActionFailed(f"unknown action {action!r}")
 

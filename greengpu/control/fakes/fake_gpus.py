@@ -8,6 +8,7 @@ from greengpu.backends.fake_nvml import FakeNvml
 from greengpu.backends.nvml import NvmlBackend
 from greengpu.control.bodies.body import ActionFailed
 from greengpu.control.fakes.fake_cluster_state import FakeNode
+from greengpu.control.fakes.fake_node_gpus import FakeNodeGpus
 from greengpu.model import LockClocks, PowerState, SetPowerLimit
 
 
@@ -17,7 +18,7 @@ class FakeGpus:
     nodes: dict[str, FakeNode]
     nvml: dict[str, NvmlBackend]
     fakes: dict[str, FakeNvml]
-    _stale: set[str]
+    node_gpus: FakeNodeGpus
 
     def gpu_energy_j(self) -> dict[str, float]:
         """Each awake node's GPU energy counters now (J), summed; nodes without counters are left out."""
@@ -53,7 +54,7 @@ class FakeGpus:
 
     def release_gpus(self, reason: str) -> list[str]:
         lines = []
-        self._stale.update(self.nvml)
+        self.node_gpus.stale.update(self.nvml)
         for name, backend in self.nvml.items():
             # A node still suspending has its GPUs powered, at whatever limit they were given: they go back
             # too (after a SIGTERM they stayed at 100 W). Asleep or booting, a node's GPUs are off.

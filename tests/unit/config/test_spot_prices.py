@@ -13,7 +13,7 @@ from greengpu.config.inventory import load_cloud_pools, load_cluster
 from greengpu.config.prices import read_price_csv
 from greengpu.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXCERPT = REPO / "examples" / "cloud-prices" / "aws-gpu-prices-excerpt.csv"
 
 RUNPOD_ROWS = """\

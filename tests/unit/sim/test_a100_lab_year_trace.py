@@ -15,7 +15,7 @@ import pytest
 
 from greengpu.sim.traces import read_trace
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TRACE = ROOT / "examples/a100-lab.year.trace.csv"
 
 

@@ -11,7 +11,7 @@ from greengpu.cli import main
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONTRACT_KEYS = {
     "policy", "jobs", "jobs_completed", "makespan_s", "energy_kwh", "gpu_energy_kwh", "cost", "co2_kg", "wait_s",
     "wait_s_by_class", "gpu_hours_allocated", "gpu_hours_capacity", "slowdown_mean", "preemptions",

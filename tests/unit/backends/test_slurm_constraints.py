@@ -22,7 +22,7 @@ from greengpu.policy import SchedulerPolicy
 from greengpu.sched.core import schedule_cycle
 from greengpu.slurm_json import feature_alternatives, node_constraints
 
-DATA = Path(__file__).parents[1] / "data" / "slurm"
+DATA = Path(__file__).parents[2] / "data" / "slurm"
 SQUEUE = json.loads((DATA / "squeue-22.05-constraints.json").read_text())
 SINFO = json.loads((DATA / "sinfo-22.05-features.json").read_text())
 NODES = {f"node{i}" for i in range(1, 5)}

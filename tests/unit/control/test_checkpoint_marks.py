@@ -12,7 +12,7 @@ from greengpu.control.bodies.checkpoint_marks import checkpoint_in_comment, chec
 from greengpu.control.bodies.slurm_body import parse_jobs
 
 NOW = 1_700_000_000.0
-SQUEUE = (Path(__file__).parents[1] / "data" / "slurm" / "squeue-22.05.json").read_text()
+SQUEUE = (Path(__file__).parents[2] / "data" / "slurm" / "squeue-22.05.json").read_text()
 
 
 @pytest.mark.parametrize(("comment", "expected"), [

@@ -22,7 +22,7 @@ from greengpu.accounting.ledger_write import append_usage, open_metered_run, wri
 from greengpu.accounting.meter import EnergyMeter
 from greengpu.model import Site
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FIRST = dt.datetime(2024, 3, 4, tzinfo=dt.UTC)
 MONTH = "2024-03"
 MONEY = ("cost", "cloud_cost", "total_cost", "chargeback")

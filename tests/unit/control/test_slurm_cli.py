@@ -142,7 +142,7 @@ def _check(tmp_path: Path, boot_s: float, resume_timeout: str | None, policy: st
 
 def test_check_refuses_wake_retries_that_slurm_would_cut_short(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     # The default policy retries 3 times after 600 s each: the old shipped ResumeTimeout=600 gave up first.
     code, err = _check(tmp_path, 300, "600", "default", capsys)
     assert code == 2 and err.count("\n") == 1
@@ -162,7 +162,7 @@ def test_the_shipped_hook_wrappers_call_commands_that_exist() -> None:
     """Each wrapper in deploy/slurm runs `greengpu slurm ... SUBCOMMAND "$1"` with options the group has."""
     from greengpu.cli import slurm
 
-    deploy = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
+    deploy = Path(__file__).resolve().parents[3] / "deploy" / "slurm"
     wrappers = sorted(deploy.glob("greengpu-slurm-*"))
     assert [w.name for w in wrappers] == ["greengpu-slurm-resume", "greengpu-slurm-resume-fail",
                                           "greengpu-slurm-suspend"]

@@ -18,7 +18,7 @@ from greengpu.control.bodies.slurm_body import SlurmBody, awake_since_s
 from greengpu.sleep.sleep_wake import plan_sleep
 from greengpu.sleep.work_waiting import NOTHING_WAITS
 
-DATA = Path(__file__).parents[1] / "data" / "slurm"
+DATA = Path(__file__).parents[2] / "data" / "slurm"
 SQUEUE_EMPTY = json.dumps({"jobs": []})
 
 

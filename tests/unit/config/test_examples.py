@@ -10,7 +10,7 @@ import pytest
 from greengpu.cli import main
 from greengpu.config.policy import BUILTIN_POLICIES, builtin_policy_text, load_policy
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 INVENTORIES = sorted((REPO / "examples").glob("*.cluster.yaml"))
 POLICIES = sorted((REPO / "policies").glob("*.yaml"))
 

@@ -17,7 +17,7 @@ from greengpu.config.policy import load_policy
 from greengpu.model import Cluster, Node, NodeType, Site, TimeSeries
 from greengpu.sim.engine import Simulation
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # 2024-01-31 23:00 UTC: a job started here crosses into February.
 JAN_31_23H = 1_706_742_000.0
 TWO_GPU = NodeType(name="two", gpus=2, gpu_model="A100", gpu_idle_w=50, gpu_max_w=300, gpu_min_limit_w=100,

@@ -15,7 +15,7 @@ from greengpu.policy import Policy
 from greengpu.sim.engine import Simulation
 
 HOUR = 3600.0
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def replay(policy: Policy, jobs: list[Job], cluster_file: str = "burst-cloud") -> tuple[dict[str, Any], Simulation]:

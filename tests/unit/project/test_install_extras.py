@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 OPTIONAL = ("pandas", "numpy", "statsmodels", "scipy", "matplotlib", "jinja2", "kubernetes", "psycopg", "ray")
 WITHOUT_EXTRAS = f"""
 import sys

@@ -18,7 +18,7 @@ from greengpu.control.bodies.body import ActionFailed
 from greengpu.control.bodies.slurm_body import SlurmBody, node_power, parse_jobs
 from greengpu.model import GpuSlot, PowerState, SleepNode, WakeNode
 
-DATA = Path(__file__).parents[1] / "data" / "slurm"
+DATA = Path(__file__).parents[2] / "data" / "slurm"
 SQUEUE = (DATA / "squeue-22.05.json").read_text()
 SINFO = (DATA / "sinfo-22.05.json").read_text()
 

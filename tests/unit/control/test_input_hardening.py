@@ -17,7 +17,7 @@ import pytest
 
 from greengpu.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CLUSTER = (REPO / "examples" / "lab-a100.cluster.yaml").read_text(encoding="utf-8")
 TRACE = REPO / "examples" / "lab-a100.week.trace.csv"
 FAST_S = 5.0

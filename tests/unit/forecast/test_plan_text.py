@@ -48,7 +48,7 @@ def plan(series: pd.Series, installed: int | None, lead_time_days: int) -> dict[
     return payload_of(make_plan(series, installed, settings), series)
 
 
-# Worked out in tests/unit/test_plan.py for this series: level 172.5, growth 2.0/day, upper offset 8, so
+# Worked out in tests/unit/forecast/test_plan.py for this series: level 172.5, growth 2.0/day, upper offset 8, so
 # day k ahead (k = 1 is 2026-04-06) needs ceil(180.5 + 2 k) GPUs: 183 on the first day, 421 on the 120th.
 
 

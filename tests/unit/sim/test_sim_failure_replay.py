@@ -13,7 +13,7 @@ from greengpu.sim.engine import Simulation
 from greengpu.sim.failures import FailureModel, FailureReplay, GpuEvent, GpuEventKind, failure_replay
 from greengpu.sim.traces import read_trace
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CLUSTER = load_cluster(REPO / "examples" / "lab-a100.cluster.yaml")
 JOBS = read_trace(REPO / "examples" / "lab-a100.week.trace.csv", "csv").jobs
 FAILURE_KEYS = {"gpu_failures", "gpus_replaced_before_failing", "jobs_hit_by_failures",

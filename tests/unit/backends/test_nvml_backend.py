@@ -150,7 +150,7 @@ def test_probe_script_records_values_and_exact_errors_and_restores() -> None:
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "scripts" / "nvml_probe.py"
+    script = Path(__file__).resolve().parents[3] / "scripts" / "nvml_probe.py"
     out = subprocess.run([sys.executable, str(script), "--fake"], check=True, capture_output=True, text=True).stdout
     result = json.loads(out)
     assert result["nvmlDeviceGetPowerManagementLimitConstraints_mW"] == [200000, 700000]

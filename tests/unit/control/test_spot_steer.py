@@ -29,7 +29,7 @@ from greengpu.model import Cluster
 from greengpu.spot.pod_facts import BadAnnotation
 from greengpu.spot.slurm_facts import job_facts, names_capacity, pending_job, steered_features
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "slurm" / "squeue-22.05.json"
+DATA = Path(__file__).resolve().parents[2] / "data" / "slurm" / "squeue-22.05.json"
 NOW_S = 1_796_070_200.0
 INVENTORY = """\
 site: {{pue: 1.2, price_per_kwh: 0.1}}

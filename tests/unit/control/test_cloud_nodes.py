@@ -119,7 +119,7 @@ def test_other_nodes_go_to_the_on_premises_program_as_one_hostlist(tmp_path: Pat
     assert record.read_text() == "node[1-2]"
 
 
-DEPLOY_SLURM = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
+DEPLOY_SLURM = Path(__file__).resolve().parents[3] / "deploy" / "slurm"
 
 
 @pytest.mark.parametrize(("wrapper", "subcommand", "on_premises"), [
