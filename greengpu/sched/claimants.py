@@ -66,6 +66,15 @@ class ClaimantNeeds:
         capped = self.capped
         return need, len(capped) > 1 or (len(capped) == 1 and tenant not in capped), units
 
+    def most(self) -> tuple[frozenset[str], tuple[int | None, bool, int | None]]:
+        """The few tenants for whom `others` may answer differently (the two smallest of each list, the only
+        capped one), and what it answers for every other tenant: a thousand tenants share one answer."""
+        few = {other for _, other in self.whole[:2]} | {other for _, other in self.shares[:2]}
+        if len(self.capped) == 1:
+            few |= self.capped
+        return frozenset(few), (self.whole[0][0] if self.whole else None, bool(self.capped),
+                                self.shares[0][0] if self.shares else None)
+
 
 class ClaimantFinder:
     """Each tenant's claimant among the kept queue's jobs not in `gone` (the cycle's starts, a set it grows)."""

@@ -78,14 +78,35 @@ class KeptClaims(ClaimsUpkeep):
         key = (tenant, models)
         found = self._everywhere.get(key)
         if found is None:
-            # The answer reads the tenant only through the other tenants' claimants' needs: tenants that are not
-            # claimants themselves share it, so a thousand tenants cost one answer per start, not a thousand.
-            buckets = self.state.buckets
-            needs = tuple((model, self._others(model, tenant)) for model in models if model in buckets)
-            found = self._everywhere_by_needs.get(needs)
-            if found is None:
-                found = self._everywhere_by_needs[needs] = self._owed_everywhere(needs)
+            # The answer reads the tenant only through the other tenants' claimants' needs: all but a few tenants
+            # (those with the smallest claimants) read the same needs and share one answer, so a thousand tenants
+            # cost one answer per start, not a thousand.
+            most = self._everywhere_most.get(models)
+            if most is None:
+                most = self._everywhere_most[models] = self._everywhere_of_most(models)
+            few, found = most
+            if tenant in few:
+                buckets = self.state.buckets
+                found = self._by_needs(tuple((model, self._others(model, tenant)) for model in models
+                                             if model in buckets))
             self._everywhere[key] = found
+        return found
+
+    def _everywhere_of_most(self, models: tuple[str, ...]) -> tuple[frozenset[str], bool]:
+        """The tenants that read other claimants' needs on `models` than the rest, and the rest's answer."""
+        few: set[str] = set()
+        needs = []
+        for model in models:
+            if model in self.state.buckets:
+                apart, others = self._others_of_most(model)
+                few |= apart
+                needs.append((model, others))
+        return frozenset(few), self._by_needs(tuple(needs))
+
+    def _by_needs(self, needs: tuple[tuple[str, tuple[int | None, bool, int | None]], ...]) -> bool:
+        found = self._everywhere_by_needs.get(needs)
+        if found is None:
+            found = self._everywhere_by_needs[needs] = self._owed_everywhere(needs)
         return found
 
     def _owed_everywhere(self, needs: tuple[tuple[str, tuple[int | None, bool, int | None]], ...]) -> bool:

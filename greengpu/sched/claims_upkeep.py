@@ -62,6 +62,8 @@ class ClaimsUpkeep:
         self._everywhere: dict[tuple[str, tuple[str, ...]], bool] = {}
         """owed_everywhere's answers, until anything changes."""
         self._everywhere_by_needs: dict[tuple[object, ...], bool] = {}
+        self._everywhere_most: dict[tuple[str, ...], tuple[frozenset[str], bool]] = {}
+        """Per models: the tenants whose claimants' needs set them apart, and the answer of every other tenant."""
         """The same answers by what they read of the claimants (every tenant but the claimants' own reads the same)."""
 
     # ------------------------------------------------------------------ upkeep
@@ -75,6 +77,7 @@ class ClaimsUpkeep:
         self._sets.clear()
         self._everywhere.clear()
         self._everywhere_by_needs.clear()
+        self._everywhere_most.clear()
         new = self._started[self._seen_started:]
         self._seen_started = len(self._started)
         index = self.state.index
@@ -259,5 +262,11 @@ class ClaimsUpkeep:
         self._active_by_model()
         assert self._needs is not None
         return self._needs[model].others(tenant)
+
+    def _others_of_most(self, model: str) -> tuple[frozenset[str], tuple[int | None, bool, int | None]]:
+        """`_others` as every tenant but the returned few reads it (ClaimantNeeds.most)."""
+        self._active_by_model()
+        assert self._needs is not None
+        return self._needs[model].most()
 
     # ------------------------------------------------------------------ answers
