@@ -14,9 +14,12 @@ TENANTS = [f"t{i}" for i in range(6)]
 
 
 def _claimant(tenant: str, gpus: int, per_node: bool, share_units: int) -> Job:
+    made: Job
     if share_units:
-        return job(f"{tenant}-share", gpus=share_units / GPU_UNITS, tenant=tenant)
-    return job(f"{tenant}-whole", gpus=gpus, tenant=tenant, gpus_per_node=gpus if per_node else None)
+        made = job(f"{tenant}-share", gpus=share_units / GPU_UNITS, tenant=tenant)
+    else:
+        made = job(f"{tenant}-whole", gpus=gpus, tenant=tenant, gpus_per_node=gpus if per_node else None)
+    return made
 
 
 claimants = st.tuples(st.sampled_from(TENANTS), st.integers(1, 16), st.booleans(),
