@@ -73,16 +73,14 @@ def schedule(snapshot: ClusterSnapshot, policy: Policy, memory: SchedulerMemory 
 def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuObservation],
                  sleep: SleepObservation, gpu_settings: GpuSettings | None = None,
                  capacity_facts: Mapping[str, SpotJobFacts] | None = None,
-                 cap_refused: frozenset[str] = frozenset(), memory: SchedulerMemory | None = None,
-                 cap_partial: Mapping[str, float] | None = None) -> TickResult:
+                 cap_refused: frozenset[str] = frozenset(), memory: SchedulerMemory | None = None) -> TickResult:
     """One tick over every lever: `gpus` as observed now, `sleep` the nodes' power states and rates.
 
     With `gpu_settings` (the limits and clocks the GPUs hold now), the capping lever returns only the
     writes that change something. `capacity_facts`: the body's own spot facts of the jobs it lets the
     capacity lever steer (greengpu.brain.capacity_choice.plan_capacity; None: every waiting job, from the snapshot).
     `cap_refused`: the running jobs whose caps the forecast slack does not cover (greengpu.capping.forecast_caps):
-    they run uncapped too; `cap_partial`: those it covers partial caps of (job -> slowdown). `memory`: the
-    scheduler's memory the body keeps between ticks (greengpu.sched.memory)."""
+    they run uncapped too. `memory`: the scheduler's memory the body keeps between ticks (greengpu.sched.memory)."""
     scheduled = schedule(snapshot, policy, memory)
     asked = tuple(a for a in scheduled.cycle.actions if isinstance(a, WakeNode))
     # The levers see the cluster as the cycle leaves it (the simulator starts the jobs before it asks them).
@@ -102,5 +100,5 @@ def control_tick(snapshot: ClusterSnapshot, policy: Policy, gpus: Sequence[GpuOb
     if placed:
         gpus = gpus_after_placements(gpus, placed, {p.job.job_id: p.job for p in snapshot.pending})
     capacity = plan_capacity(snapshot, scheduled.cycle, policy.spot, capacity_facts)
-    power = plan_power(gpus, policy.capping, scheduled.waiting, gpu_settings, cap_partial)
-    return TickResult(scheduled, power, sleeps, wakes, capacity, plan_checkpoints(snapshot), plan_drains(snapshot))
+    return TickResult(scheduled, plan_power(gpus, policy.capping, scheduled.waiting, gpu_settings), sleeps, wakes,
+                      capacity, plan_checkpoints(snapshot), plan_drains(snapshot))

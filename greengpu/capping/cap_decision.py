@@ -20,7 +20,7 @@ Idle GPUs go to their minimum limit when `idle_to_min_limit` is set.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from greengpu.energy.curves import ClassCurve, curve_for, gpu_draw
 from greengpu.energy.power_model import TRAINING_CURVE, PowerCurve
@@ -120,7 +120,6 @@ def decide(
     cap_not_binding: bool = False,
     host_share_w: float = 0.0,
     capacity_short: bool = False,
-    slowdown_budget: float | None = None,
 ) -> CapDecision:
     """The setting for one GPU running a job of `job_class` (None: the GPU is idle).
 
@@ -132,8 +131,6 @@ def decide(
     scheduling core's typed wait results (greengpu.sched.slack.queue_guard: the tenant's own jobs for
     a quota wait, the jobs on a reservation's nodes, the jobs on every node a capacity-bound job
     could use); a body that cannot tell passes True for every job while anything waits for capacity.
-    `slowdown_budget`: a partial cap, the slowdown the forecast slack leaves this job (one of `cap_levels`,
-    greengpu.capping.occupancy); the class's `max_slowdown` when it is None or larger.
     """
     if not policy.enabled:
         return CapDecision(None, None, "capping disabled")
@@ -147,8 +144,6 @@ def decide(
                                        "(a slower job would lengthen the queue)")
     if rule.mode == "off":
         return CapDecision(None, None, f"class {job_class}: capping off")
-    if slowdown_budget is not None and slowdown_budget < rule.max_slowdown:
-        rule = replace(rule, max_slowdown=max(0.0, slowdown_budget))
     curve = curve_for(job_class)
     if rule.mode == "fixed":
         wanted = rule.limit_w if rule.limit_w is not None else constraints.default_w
@@ -181,39 +176,6 @@ def decide(
                            f"{rule.max_slowdown:.0%} slowdown ({source})", expected_slowdown=slowdown,
                            job_class=job_class)
     raise ValueError(f"unknown capping mode {rule.mode!r}")
-
-
-def cap_levels(job_class: str | None, policy: CappingPolicy, constraints: LimitConstraints, max_clock_mhz: int,
-               profile: Sequence[ProfilePoint] | None = None, cap_not_binding: bool = False,
-               host_share_w: float = 0.0) -> tuple[float, ...]:
-    """The slowdowns of the caps `decide` may give this GPU's job, shallowest first, the deepest its class's own:
-    the partial caps (`slowdown_budget`). Efficiency: each limit that is the least-energy pick at some budget
-    (the profile's points); clocks: each whole MHz from the class's clock up; fixed: its one limit."""
-    full = decide(job_class, policy, constraints, max_clock_mhz, profile, cap_not_binding, host_share_w)
-    deepest = full.expected_slowdown
-    if deepest <= 0.0 or job_class is None:
-        return ()
-    if full.locked_clock_mhz is not None:
-        curve = curve_for(job_class)
-        levels = {curve.clock_slowdown(mhz / max_clock_mhz)
-                  for mhz in range(full.locked_clock_mhz, max_clock_mhz)}
-        return tuple(sorted(s for s in levels if 0.0 < s <= deepest))
-    if full.limit_w is None or policy.classes.get(job_class, ClassCapping()).mode != "efficiency":
-        return (deepest,)
-    points = list(profile) if profile else model_profile(constraints, curve_for(job_class).limit)
-    reference = max(points, key=lambda p: p.limit_w)
-    found: list[float] = []
-    best: tuple[float, float] | None = None
-    for point in sorted(points, key=lambda p: (reference.throughput / p.throughput, -p.limit_w)):
-        slowdown = reference.throughput / point.throughput - 1.0
-        if slowdown > deepest + 1e-9:
-            break
-        key = ((point.power_w + host_share_w) / point.throughput, -point.limit_w)
-        if best is None or key < best:
-            best = key
-            if slowdown > 0.0 and constraints.clamp(point.limit_w) < constraints.default_w:
-                found.append(slowdown)
-    return tuple(sorted(set(found)))
 
 
 def constraints_of(node_type: NodeType) -> LimitConstraints:

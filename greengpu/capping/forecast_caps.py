@@ -5,30 +5,27 @@ A body (the simulator, the daemon) holds one `ForecastCaps` and calls `refused` 
 demand it sees (running + pending GPUs), which the forecast learns from, and its running jobs' cap candidates
 (`candidate`); the verdict is taken again once per control interval and kept between (the rule reads
 hours, not seconds). Those jobs run uncapped, on top of the slack rule's (greengpu.sched.slack) and the
-headroom rule's lifts; the jobs of `partial` run at the shallower caps the slack covers.
+headroom rule's lifts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from greengpu.capping.demand_forecast import DemandPeakForecaster
-from greengpu.capping.gpu_power import GpuObservation, gpu_levels, gpu_setting
-from greengpu.capping.occupancy import CapCandidate, cap_verdict, free_gpus
+from greengpu.capping.gpu_power import GpuObservation, gpu_setting
+from greengpu.capping.occupancy import CapCandidate, free_gpus, jobs_to_cap
 from greengpu.model import ClusterSnapshot, RunningJob
 from greengpu.policy import CappingPolicy, Policy
 from greengpu.sleep.suspends import warm_reserve_target_gpus
 
 
-def candidate(running: RunningJob, now_s: float, slowdown: float,
-              levels: Iterable[float] = ()) -> CapCandidate | None:
+def candidate(running: RunningJob, now_s: float, slowdown: float) -> CapCandidate | None:
     """`running` as a cap candidate: what the core knows of its end (at the pace it runs now), `slowdown`
-    its class's cap on its GPUs (`CapDecision.expected_slowdown`), `levels` its partial caps' slowdowns
-    (`gpu_power.gpu_levels`); None: a job the policy never caps."""
+    its class's cap on its GPUs (`CapDecision.expected_slowdown`); None: a job the policy never caps."""
     if slowdown <= 0.0:
         return None
-    return CapCandidate(running.job.job_id, running.held_gpus, max(0.0, running.expected_end_s - now_s), slowdown,
-                        tuple(sorted(set(levels))))
+    return CapCandidate(running.job.job_id, running.held_gpus, max(0.0, running.expected_end_s - now_s), slowdown)
 
 
 def gpu_candidates(gpus: Iterable[GpuObservation], running: Iterable[RunningJob], capping: CappingPolicy,
@@ -36,19 +33,15 @@ def gpu_candidates(gpus: Iterable[GpuObservation], running: Iterable[RunningJob]
     """The running jobs the policy would cap, priced at the slowdown the capping lever decides for each of
     their GPUs as observed (the most of them: the slowest GPU sets a gang's pace)."""
     slowdowns: dict[str, float] = {}
-    levels: dict[str, set[float]] = {}
-    decided: dict[tuple[object, ...], tuple[float, tuple[float, ...]]] = {}
+    decided: dict[tuple[object, ...], float] = {}
     for gpu in gpus:
         if gpu.job_id is None or gpu.job_class is None:
             continue
-        found_here = decided.get(gpu.decision_key)
-        if found_here is None:
-            found_here = decided[gpu.decision_key] = (gpu_setting(gpu, capping, False).expected_slowdown,
-                                                      gpu_levels(gpu, capping))
-        slowdowns[gpu.job_id] = max(found_here[0], slowdowns.get(gpu.job_id, 0.0))
-        levels.setdefault(gpu.job_id, set()).update(found_here[1])
-    found = (candidate(run, now_s, slowdowns.get(run.job.job_id, 0.0), levels.get(run.job.job_id, ()))
-             for run in running)
+        slowdown = decided.get(gpu.decision_key)
+        if slowdown is None:
+            slowdown = decided[gpu.decision_key] = gpu_setting(gpu, capping, False).expected_slowdown
+        slowdowns[gpu.job_id] = max(slowdown, slowdowns.get(gpu.job_id, 0.0))
+    found = (candidate(run, now_s, slowdowns.get(run.job.job_id, 0.0)) for run in running)
     return [made for made in found if made is not None]
 
 
@@ -68,8 +61,6 @@ class ForecastCaps:
         self.next_s = float("-inf")
         self.last: frozenset[str] = frozenset()
         """The jobs whose caps the last verdict refused."""
-        self.partial: Mapping[str, float] = {}
-        """The jobs the last verdict gave partial caps, with the slowdown each may take (`slowdown_budget`)."""
 
     def observe(self, now_s: float, demand_gpus: float) -> None:
         """The demand the body sees now (running + pending GPUs)."""
@@ -94,8 +85,8 @@ class ForecastCaps:
             return free_gpus(total, forecaster.upper_at(hour, now_s, demand_gpus), reserve_of)
 
         listed = list(candidates())
-        whole, self.partial = cap_verdict(listed, now_s, free_of)
-        self.last = frozenset(c.job_id for c in listed if c.job_id not in whole and c.job_id not in self.partial)
+        capped = jobs_to_cap(listed, now_s, free_of)
+        self.last = frozenset(c.job_id for c in listed if c.job_id not in capped)
         return self.last
 
     def refused_in(self, snapshot: ClusterSnapshot, gpus: Iterable[GpuObservation],

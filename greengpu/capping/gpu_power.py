@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from greengpu.capping.cap_decision import CapDecision, ProfilePoint, cap_levels, constraints_of, decide
+from greengpu.capping.cap_decision import CapDecision, ProfilePoint, constraints_of, decide
 from greengpu.model import Job, LimitConstraints, LockClocks, NodeType, PlaceJob, SetPowerLimit
 from greengpu.policy import CappingPolicy
 from greengpu.sleep.work_waiting import WorkWaiting
@@ -94,21 +94,13 @@ def after_placements(gpus: Sequence[GpuObservation], placed: Sequence[PlaceJob],
             if gpu.job_class is None and gpu.slot in starting else gpu for gpu in gpus]
 
 
-def gpu_setting(gpu: GpuObservation, policy: CappingPolicy, waiting: WorkWaiting | bool,
-                slowdown_budget: float | None = None) -> CapDecision:
+def gpu_setting(gpu: GpuObservation, policy: CappingPolicy, waiting: WorkWaiting | bool) -> CapDecision:
     """The limit and clocks `gpu` should run at now; `waiting`: the slack rule's verdict (`WorkWaiting.lifts_cap`:
-    the GPU's job is in a waiting job's way, or the cluster has no slack), or a bool for this one GPU;
-    `slowdown_budget`: the job's partial cap (greengpu.capping.occupancy), None: its class's."""
+    the GPU's job is in a waiting job's way, or the cluster has no slack), or a bool for this one GPU."""
     short = waiting.lifts_cap(gpu.job_id) if isinstance(waiting, WorkWaiting) else waiting
     return decide(gpu.job_class, policy, gpu.constraints, gpu.max_clock_mhz, profile=gpu.profile,
                   cap_not_binding=gpu.cap_not_binding, host_share_w=gpu.host_share_w,
-                  capacity_short=short, slowdown_budget=slowdown_budget)
-
-
-def gpu_levels(gpu: GpuObservation, policy: CappingPolicy) -> tuple[float, ...]:
-    """The slowdowns of the caps `gpu`'s job may run at, shallowest first (`cap_decision.cap_levels`)."""
-    return cap_levels(gpu.job_class, policy, gpu.constraints, gpu.max_clock_mhz, gpu.profile, gpu.cap_not_binding,
-                      gpu.host_share_w)
+                  capacity_short=short)
 
 
 def setting_actions(gpu: GpuObservation, decision: CapDecision,
@@ -127,25 +119,22 @@ def setting_actions(gpu: GpuObservation, decision: CapDecision,
 
 
 def plan_power(gpus: Sequence[GpuObservation], policy: CappingPolicy, waiting: WorkWaiting | bool,
-               current: GpuSettings | None = None,
-               partial: Mapping[str, float] | None = None) -> tuple[PowerAction, ...]:
+               current: GpuSettings | None = None) -> tuple[PowerAction, ...]:
     """Every GPU's limit and clock actions, in the order of `gpus`.
 
     With `current` (what each GPU holds now), only the actions that change something: a daemon over
     thousands of GPUs otherwise builds and discards two actions per GPU per tick. A GPU missing from
     `current` gets both. GPUs alike in everything the decision reads get one decision: a cluster of
     thousands of GPUs has a handful of (class, model) pairs, and the efficiency pick walks a profile of
-    hundreds of limits. `partial`: the jobs on partial caps, with the slowdown each may take
-    (greengpu.capping.forecast_caps).
+    hundreds of limits.
     """
     actions: list[PowerAction] = []
     decided: dict[tuple[object, ...], CapDecision] = {}
     for gpu in gpus:
         short = waiting.lifts_cap(gpu.job_id) if isinstance(waiting, WorkWaiting) else waiting
-        budget = partial.get(gpu.job_id) if partial and gpu.job_id is not None else None
-        key = (gpu.decision_key, short, budget)  # per job: only the jobs in a waiting job's way run uncapped
+        key = (gpu.decision_key, short)  # per job: only the jobs in a waiting job's way run uncapped
         decision = decided.get(key)
         if decision is None:
-            decision = decided[key] = gpu_setting(gpu, policy, short, budget)
+            decision = decided[key] = gpu_setting(gpu, policy, short)
         actions.extend(setting_actions(gpu, decision, current.get(gpu.slot) if current is not None else None))
     return tuple(actions)

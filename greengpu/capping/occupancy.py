@@ -9,15 +9,13 @@ give back what it already added. So a cap is worth keeping only while the free c
 expects over the hours of its tail (capacity less the forecast upper demand, less the warm reserve) covers
 the job's GPUs through the tail.
 
-The rule (`cap_verdict`) spends the forecast slack as a budget of GPU-seconds per hour, granted to the
+The rule (`jobs_to_cap`) spends the forecast slack as a budget of GPU-seconds per hour, granted to the
 running jobs shortest-remaining first. A long job capped just before a busy period is the expensive case:
-its tail lands in the busy hours, where the forecast leaves no slack, and the rule refuses it its whole cap,
-while a short job whose tail ends before the rise may still be capped. A job whose whole tail does not fit gets
-the deepest shallower cap its class allows (`levels`: the limits or clocks the capping decision may pick) whose
-shorter tail does: the rule spends exactly the slack the forecast gives, and no job gets a cap it has not.
-The rule is re-asked every tick, so a cap lifts (or gets shallower) as soon as the forecast says the slack
-of its tail is gone (a forecast rise), before the queue forms, and returns when a quieter forecast gives the
-slack back. An hour the forecast does not know yet (None) is not limited: then the present's rules (greengpu.sched.slack, greengpu.sleep.headroom) hold alone.
+its tail lands in the busy hours, where the forecast leaves no slack, and the rule refuses it, while a short
+job whose tail ends before the rise may still be capped. The rule is re-asked every tick, so a cap lifts as
+soon as the forecast says the slack of its tail is gone (a forecast rise), before the queue forms, and
+returns when a quieter forecast gives the slack back. An hour the forecast does not know yet (None) is not
+limited: then the present's rules (greengpu.sched.slack, greengpu.sleep.headroom) hold alone.
 """
 
 from __future__ import annotations
@@ -44,9 +42,6 @@ class CapCandidate:
     """Run time left at its uncapped pace."""
     slowdown: float
     """The cap's run-time increase as a fraction (0.05: 5% slower; 0: a cap that costs no time)."""
-    levels: tuple[float, ...] = ()
-    """The slowdowns of the shallower caps its class allows (`cap_decision.cap_levels`), shallowest first: the
-    partial caps it may get when the slack does not cover its whole cap."""
 
     @property
     def added_gpu_s(self) -> float:
@@ -79,9 +74,9 @@ class SlackBudget:
             self.left_gpu_s[hour] = None if free is None else max(0.0, free) * HOUR_S
         return self.left_gpu_s[hour]
 
-    def take(self, start_s: float, end_s: float, gpus: float, spend: bool = True) -> bool:
+    def take(self, start_s: float, end_s: float, gpus: float) -> bool:
         """Spend `gpus` GPUs from `start_s` to `end_s` if every hour between has them free and their GPU-seconds
-        left; False: not spent (`spend` False: only whether they would be)."""
+        left; False: not spent."""
         if end_s <= start_s or gpus <= 0.0:
             return True
         needs: list[tuple[int, float]] = []
@@ -93,8 +88,6 @@ class SlackBudget:
                 if need > left + 1e-6 or gpus > (self.free_of(hour) or 0.0) + 1e-9:
                     return False
                 needs.append((hour, need))
-        if not spend:
-            return True
         for hour, need in needs:
             left = self.left_gpu_s[hour]
             assert left is not None
@@ -102,43 +95,11 @@ class SlackBudget:
         return True
 
 
-def deepest_fitting(budget: SlackBudget, job: CapCandidate, now_s: float) -> float | None:
-    """The deepest of `job`'s partial caps (`levels`) whose tail the slack left covers; None: not even the
-    shallowest. Levels fit or not in order (a deeper cap's tail holds a shallower one's), so by bisection."""
-    levels = [level for level in job.levels if 0.0 < level < job.slowdown]
-    start_s = now_s + job.remaining_s
-    low, high = 0, len(levels)  # levels[:low] fit, levels[high:] do not
-    while low < high:
-        middle = (low + high) // 2
-        if budget.take(start_s, start_s + job.remaining_s * levels[middle], job.gpus, spend=False):
-            low = middle + 1
-        else:
-            high = middle
-    return levels[low - 1] if low else None
-
-
-def cap_verdict(candidates: Iterable[CapCandidate], now_s: float,
-                free_of: FreeGpus) -> tuple[frozenset[str], dict[str, float]]:
-    """Which candidates keep their whole caps and which get partial ones (job -> its slowdown), by the forecast
-    slack (`free_of`: the GPUs free beyond the reserve per hour); the rest run uncapped. Shortest remaining run
-    first, each job gets the deepest cap (its class's, else one of its `levels`) whose tail still has its GPUs
-    free in every hour after the caps granted before it: the rule spends exactly the slack the forecast gives."""
-    budget = SlackBudget(free_of)
-    whole: list[str] = []
-    partial: dict[str, float] = {}
-    for job in sorted(candidates, key=lambda c: (c.remaining_s, c.job_id)):
-        if job.slowdown <= 0.0 or budget.take(*job.tail_s(now_s), job.gpus):
-            whole.append(job.job_id)
-            continue
-        level = deepest_fitting(budget, job, now_s)
-        if level is not None:
-            start_s = now_s + job.remaining_s
-            budget.take(start_s, start_s + job.remaining_s * level, job.gpus)
-            partial[job.job_id] = level
-    return frozenset(whole), partial
-
-
 def jobs_to_cap(candidates: Iterable[CapCandidate], now_s: float, free_of: FreeGpus) -> frozenset[str]:
-    """The candidates that keep a cap, whole or partial (`cap_verdict`); the rest run uncapped."""
-    whole, partial = cap_verdict(candidates, now_s, free_of)
-    return whole | frozenset(partial)
+    """The candidates whose caps the forecast slack covers (`free_of`: the GPUs free beyond the reserve per
+    hour); the rest run uncapped. Shortest remaining run first, each cap is kept while every hour of its
+    tail still has its GPUs free after the caps kept before it."""
+    budget = SlackBudget(free_of)
+    capped = [c.job_id for c in sorted(candidates, key=lambda c: (c.remaining_s, c.job_id))
+              if c.slowdown <= 0.0 or budget.take(*c.tail_s(now_s), c.gpus)]
+    return frozenset(capped)

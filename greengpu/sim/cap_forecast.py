@@ -20,8 +20,7 @@ def cap_candidates(now_s: float, running: dict[str, RunningJob], pacer: Pacer,
         if run.start_time_s >= now_s:
             continue
         slowdown = max(pacer.capped_slowdown(run.job, nodes[name]) for name in run.nodes)
-        levels = {level for name in run.nodes for level in pacer.capped_levels(run.job, nodes[name])}
-        made = candidate(run, now_s, slowdown, levels)
+        made = candidate(run, now_s, slowdown)
         if made is not None:
             found.append(made)
     return found

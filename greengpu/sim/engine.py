@@ -233,11 +233,8 @@ class Simulation:
         no_slack = not levers_have_slack(self.cluster.total_gpus, self.work.allocated_gpus, self.policy.sleep, arrived)
         refused = self.caps.refused(now_s, self.offered_gpus, self.cluster.total_gpus, lambda: cap_candidates(
             now_s, self.running, self.pacer, self.fleet.nodes), arrived)
-        partial = self.caps.partial
-        if refused != self.work.cap_refused or self.waiting.guard != guard_was or no_slack != self.work.no_slack \
-                or partial != self.work.cap_partial:
+        if refused != self.work.cap_refused or self.waiting.guard != guard_was or no_slack != self.work.no_slack:
             self.work.cap_refused = refused
-            self.work.cap_partial = partial
             self.work.no_slack = no_slack
             self.work.set_lifted(self.waiting.guard, self._model_of)
 

@@ -121,8 +121,6 @@ class JobRunner:
         self.cap_refused: frozenset[str] = frozenset()
         """The running jobs whose caps the forecast slack does not cover (greengpu.capping.occupancy): they run
         uncapped. A job started since the last verdict is judged at the next one."""
-        self.cap_partial: Mapping[str, float] = {}
-        """The running jobs the forecast slack gives partial caps, with the slowdown each may take."""
         self._version = 0
         self._cache: tuple[int, tuple[RunningJob, ...]] | None = None
 
@@ -166,23 +164,18 @@ class JobRunner:
         This is the capping lever's answer to the slack rule (greengpu.sched.slack): a slower job in a
         waiting job's way lengthens the queue; a job in nobody's way saves energy at no queue time.
         """
-        lifted, partial = self.pacer.lifted, self.pacer.partial
+        lifted = self.pacer.lifted
         for running in list(self.running.values()):
             job_id = running.job.job_id
             lift = (self.no_slack or guard.lifts(running.job.tenant, running.nodes, model_of)
                     or job_id in self.cap_refused)
-            budget = None if lift else self.cap_partial.get(job_id)
-            if lift == (job_id in lifted) and budget == partial.get(job_id):
+            if lift == (job_id in lifted):
                 continue
             watts_then = self.pacer.busy_w(running, self.fleet.nodes)
             if lift:
                 lifted.add(job_id)
             else:
                 lifted.discard(job_id)
-            if budget is None:
-                partial.pop(job_id, None)
-            else:
-                partial[job_id] = budget
             self._repace(running, watts_then)
 
     def withdraw(self, job_id: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from greengpu.capping.cap_decision import busy_effect
-from greengpu.capping.gpu_power import GpuObservation, gpu_levels, gpu_setting, observe_typed_gpu
+from greengpu.capping.gpu_power import GpuObservation, gpu_setting, observe_typed_gpu
 from greengpu.energy import job_pace
 from greengpu.energy.job_pace import Pace
 from greengpu.model import Cluster, Job, RunningJob
@@ -22,17 +22,15 @@ __all__ = ["Pace", "Pacer"]
 
 
 class Pacer:
-    """The capping effect per (node type, class, lifted, partial cap) and every running job's paces."""
+    """The capping effect per (node type, class, lifted) and every running job's paces."""
 
     def __init__(self, cluster: Cluster, policy: CappingPolicy) -> None:
         self.cluster = cluster
         self.policy = policy
-        self._effects: dict[tuple[str, str, bool, float | None], tuple[float, float]] = {}
-        self._slowdowns: dict[tuple[str, str], tuple[float, tuple[float, ...]]] = {}
+        self._effects: dict[tuple[str, str, bool], tuple[float, float]] = {}
+        self._slowdowns: dict[tuple[str, str], float] = {}
         self.lifted: set[str] = set()
         """Running jobs whose caps are lifted because work waits (`relax_when_queued`)."""
-        self.partial: dict[str, float] = {}
-        """Running jobs on partial caps, with the slowdown each may take (greengpu.capping.forecast_caps)."""
         self.paces: dict[str, list[Pace]] = {}
 
     def observation(self, node: SimNode, gpu_index: int, job_class: str | None) -> GpuObservation:
@@ -42,8 +40,7 @@ class Pacer:
     def effect(self, job: Job, node: SimNode) -> tuple[float, float]:
         """(busy watts per GPU, speed) of `job` on `node` under the capping lever now."""
         lifted = job.job_id in self.lifted
-        budget = self.partial.get(job.job_id)
-        key = (node.type_name, job.job_class, lifted, budget)
+        key = (node.type_name, job.job_class, lifted)
         effect = self._effects.get(key)
         if effect is None:
             node_type = self.cluster.node_types[node.type_name]
@@ -52,7 +49,7 @@ class Pacer:
                 # that of the setting the GPU would hold (its limit, its clock in whole MHz), as the fake
                 # cluster paces a job by what its GPUs hold (greengpu.energy.job_pace).
                 gpu = self.observation(node, 0, job.job_class)
-                decision = gpu_setting(gpu, self.policy, lifted, budget)
+                decision = gpu_setting(gpu, self.policy, lifted)
                 speed = job_pace.setting_speed(node_type, job.job_class, decision.limit_w, decision.locked_clock_mhz,
                                                gpu.max_clock_mhz)
                 effect = (busy_effect(decision, node_type)[0], speed)
@@ -68,20 +65,12 @@ class Pacer:
     def capped_slowdown(self, job: Job, node: SimNode) -> float:
         """The run-time increase (0.05: 5% slower) the capping lever expects of `job`'s cap on `node` (its cap
         not lifted), as every body prices a cap (greengpu.capping.forecast_caps); 0 for a class never capped."""
-        return self._priced(job, node)[0]
-
-    def capped_levels(self, job: Job, node: SimNode) -> tuple[float, ...]:
-        """The slowdowns of `job`'s partial caps on `node`, shallowest first (`gpu_power.gpu_levels`)."""
-        return self._priced(job, node)[1]
-
-    def _priced(self, job: Job, node: SimNode) -> tuple[float, tuple[float, ...]]:
         key = (node.type_name, job.job_class)
-        priced = self._slowdowns.get(key)
-        if priced is None:
+        slowdown = self._slowdowns.get(key)
+        if slowdown is None:
             gpu = self.observation(node, 0, job.job_class)
-            priced = self._slowdowns[key] = (gpu_setting(gpu, self.policy, False).expected_slowdown,
-                                             gpu_levels(gpu, self.policy))
-        return priced
+            slowdown = self._slowdowns[key] = gpu_setting(gpu, self.policy, False).expected_slowdown
+        return slowdown
 
     def busy_w(self, running: RunningJob, nodes: dict[str, SimNode]) -> dict[str, float]:
         """Watts of each of `running`'s busy GPUs, per node, under its capping now."""
@@ -113,4 +102,3 @@ class Pacer:
         """The job stopped: forget its paces and its lifted cap."""
         self.paces.pop(job_id, None)
         self.lifted.discard(job_id)
-        self.partial.pop(job_id, None)

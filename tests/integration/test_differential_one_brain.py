@@ -108,15 +108,14 @@ def replayed(cluster: Cluster, policy: Policy, jobs: list[Job]) -> Run:
     cycle, ask, start, signal, kill = sim._cycle, sim.sleep.ask, sim.work.start, sim.work.signal, sim.work.kill
     set_power = sim.fleet.set_power
 
-    decided: dict[tuple[str, str, bool, float | None], tuple[float, int | None]] = {}
+    decided: dict[tuple[str, str, bool], tuple[float, int | None]] = {}
 
     def setting(node: str, index: int, running: RunningJob) -> tuple[float, int | None]:
         sim_node = sim.fleet.nodes[node]
-        job_id = running.job.job_id
-        key = (sim_node.type_name, running.job.job_class, job_id in sim.pacer.lifted, sim.pacer.partial.get(job_id))
+        key = (sim_node.type_name, running.job.job_class, running.job.job_id in sim.pacer.lifted)
         if key not in decided:  # GPUs of a type are alike in a replay
             gpu = sim.pacer.observation(sim_node, index, running.job.job_class)
-            decision = gpu_setting(gpu, policy.capping, key[2], key[3])
+            decision = gpu_setting(gpu, policy.capping, key[2])
             limit_w = decision.limit_w if decision.limit_w is not None else gpu.constraints.default_w
             decided[key] = (limit_w, decision.locked_clock_mhz)
         return decided[key]

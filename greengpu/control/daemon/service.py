@@ -166,8 +166,7 @@ class Daemon:
         # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
         result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s),
                               seen.gpu_settings, seen.capacity_facts,
-                              self.caps.refused_in(seen.snapshot, seen.gpus, self.arrivals.gpus(now_s)), self.memory,
-                              self.caps.partial)
+                              self.caps.refused_in(seen.snapshot, seen.gpus, self.arrivals.gpus(now_s)), self.memory)
         self.last_result = result
         self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
         if not self.leading:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from schedkit import node_type
 
-from greengpu.capping.cap_decision import CapDecision, LimitConstraints, busy_effect, cap_binds, cap_levels, decide
+from greengpu.capping.cap_decision import CapDecision, LimitConstraints, busy_effect, cap_binds, decide
 from greengpu.energy.curves import INFERENCE
 from greengpu.energy.power_model import TRAINING_CURVE
 from greengpu.policy import CappingPolicy, ClassCapping
@@ -228,36 +228,3 @@ def test_pick_limit_counts_the_host_only_when_given_and_refuses_an_empty_profile
 def test_an_unknown_mode_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="^unknown capping mode 'turbo'$"):
         decide("x", CappingPolicy(enabled=True, classes={"x": ClassCapping("turbo")}), A100, 1410)
-
-
-@pytest.mark.parametrize(("job_class", "rule"), [
-    ("training", ClassCapping("efficiency", max_slowdown=0.05)),
-    ("batch", ClassCapping("efficiency", max_slowdown=0.10)),
-    ("inference", ClassCapping("clocks", clock_fraction=0.8, max_slowdown=0.05)),
-])
-def test_each_partial_cap_level_is_a_setting_decide_gives_within_that_budget(job_class: str,
-                                                                             rule: ClassCapping) -> None:
-    capping = policy(**{job_class: rule})
-    whole = decide(job_class, capping, A100, 1410)
-    levels = cap_levels(job_class, capping, A100, 1410)
-    assert len(levels) > 1 and list(levels) == sorted(set(levels))
-    assert levels[0] > 0.0 and levels[-1] <= whole.expected_slowdown + 1e-9
-    settings = set()
-    for level in levels:
-        partial = decide(job_class, capping, A100, 1410, slowdown_budget=level)
-        assert partial.expected_slowdown == pytest.approx(level, abs=1e-9)
-        settings.add((partial.limit_w, partial.locked_clock_mhz))
-    assert len(settings) == len(levels)  # every level is its own limit or clock
-    shallow = decide(job_class, capping, A100, 1410, slowdown_budget=levels[0] + (levels[1] - levels[0]) / 10)
-    first = decide(job_class, capping, A100, 1410, slowdown_budget=levels[0])
-    # between two levels: the shallower one
-    assert (shallow.limit_w, shallow.locked_clock_mhz) == (first.limit_w, first.locked_clock_mhz)
-    assert decide(job_class, capping, A100, 1410, slowdown_budget=1.0) == whole  # a budget beyond the class's
-
-
-def test_a_class_never_capped_has_no_partial_caps() -> None:
-    capping = policy(interactive=ClassCapping("off"))
-    assert cap_levels("interactive", capping, A100, 1410) == ()
-    assert cap_levels(None, capping, A100, 1410) == ()
-    fixed = policy(training=ClassCapping("fixed", limit_w=300))
-    assert cap_levels("training", fixed, A100, 1410) == (decide("training", fixed, A100, 1410).expected_slowdown,)

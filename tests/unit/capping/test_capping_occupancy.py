@@ -6,15 +6,7 @@ from __future__ import annotations
 import pytest
 
 from greengpu.capping.demand_forecast import DemandPeakForecaster
-from greengpu.capping.occupancy import (
-    HOUR_S,
-    CapCandidate,
-    FreeGpus,
-    SlackBudget,
-    cap_verdict,
-    free_gpus,
-    jobs_to_cap,
-)
+from greengpu.capping.occupancy import HOUR_S, CapCandidate, FreeGpus, SlackBudget, free_gpus, jobs_to_cap
 
 TOTAL = 100.0
 DAY_S = 24 * HOUR_S
@@ -129,45 +121,3 @@ def test_the_budget_spends_gpu_seconds_per_hour() -> None:
 def test_a_cap_that_costs_no_time_is_always_kept() -> None:
     assert jobs_to_cap([CapCandidate("free", 8, 100 * HOUR_S, 0.0)], 0.0, lambda hour: 0.0) == {"free"}
     assert jobs_to_cap([CapCandidate("slow", 8, 100 * HOUR_S, 0.05)], 0.0, lambda hour: 0.0) == frozenset()
-
-
-def quiet_then_full(hour: int) -> float:
-    """Four GPUs free beyond the reserve until hour 10, none after."""
-    return 4.0 if hour < 10 else 0.0
-
-
-def test_a_long_job_whose_whole_tail_does_not_fit_gets_a_shallower_cap_whose_tail_does() -> None:
-    """The tail starts 600 s before the cluster fills: the whole cap's 1,770 s tail crosses into the full hour,
-    the 1% cap's 354 s tail ends before it, the 2% cap's 708 s does not."""
-    remaining_s = 10 * HOUR_S - 600.0
-    job = CapCandidate("long", gpus=4, remaining_s=remaining_s, slowdown=0.05, levels=(0.01, 0.02, 0.03, 0.04))
-    whole, partial = cap_verdict([job], 0.0, quiet_then_full)
-    assert whole == frozenset()
-    assert partial == {"long": 0.01}
-    start_s, _ = job.tail_s(0.0)
-    assert start_s + remaining_s * partial["long"] <= 10 * HOUR_S < start_s + remaining_s * 0.02
-    assert jobs_to_cap([job], 0.0, quiet_then_full) == {"long"}
-
-
-def test_a_job_with_no_slack_gets_no_cap_not_even_a_partial_one() -> None:
-    job = CapCandidate("j", gpus=4, remaining_s=10 * HOUR_S, slowdown=0.05, levels=(0.001, 0.01, 0.02))
-    assert cap_verdict([job], 0.0, lambda hour: 0.0) == (frozenset(), {})
-    too_wide = CapCandidate("wide", gpus=8, remaining_s=HOUR_S, slowdown=0.05, levels=(0.001, 0.01))
-    assert cap_verdict([too_wide], 0.0, quiet_then_full) == (frozenset(), {})  # 8 GPUs are never free
-
-
-def test_a_partial_cap_spends_the_slack_left_after_the_shorter_jobs() -> None:
-    """Two GPUs free in hour 0 only (7,200 GPU-seconds): the short job's tail spends 6,000, which leaves 1,200
-    for the next one's: its whole 2,000 no longer fits, its 50% cap's 1,000 does, its 75% cap's 1,500 does not."""
-    short = CapCandidate("short", gpus=2, remaining_s=600.0, slowdown=5.0)
-    longer = CapCandidate("longer", gpus=2, remaining_s=1000.0, slowdown=1.0, levels=(0.25, 0.5, 0.75))
-    assert cap_verdict([longer, short], 0.0, lambda hour: 2.0 if hour == 0 else 0.0) == (
-        frozenset({"short"}), {"longer": 0.5})
-    assert cap_verdict([longer], 0.0, lambda hour: 2.0 if hour == 0 else 0.0) == (frozenset({"longer"}), {})
-
-
-def test_a_partial_cap_is_one_its_class_allows_and_no_deeper_than_its_whole_cap() -> None:
-    """100 s of slack before the cluster fills: the whole cap's 175 s tail does not fit, its 2% cap's 70 s does;
-    levels at or beyond its whole cap are never given."""
-    job = CapCandidate("j", gpus=1, remaining_s=HOUR_S - 100.0, slowdown=0.05, levels=(0.02, 0.05, 0.08))
-    assert cap_verdict([job], 0.0, lambda hour: 1.0 if hour == 0 else 0.0) == (frozenset(), {"j": 0.02})
