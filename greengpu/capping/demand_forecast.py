@@ -16,9 +16,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from greengpu.forecast.reserve import conformal_upper
+from greengpu.forecast.reserve import HOUR_S, conformal_upper
 
-HOUR_S = 3600.0
 DAY_HOURS = 24
 
 
@@ -27,7 +26,6 @@ class DemandPeakForecaster:
     level: float = 0.95
     window_days: int = 14
     min_samples: int = 3
-    utc_offset_s: float = 0.0
     _peaks: dict[int, deque[float]] = field(default_factory=dict)
     _upper: dict[int, float] = field(default_factory=dict)
     """The upper bound per hour of day, kept up to date as each hour closes."""
@@ -36,7 +34,7 @@ class DemandPeakForecaster:
     _last_gpus: float = 0.0
 
     def hour_of_day(self, hour_index: int) -> int:
-        return int((hour_index + self.utc_offset_s / HOUR_S) % DAY_HOURS)
+        return hour_index % DAY_HOURS
 
     def _record(self, hour_index: int, peak_gpus: float) -> None:
         slot = self.hour_of_day(hour_index)

@@ -20,9 +20,6 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
-DAY_S = 86_400.0
-"""The longest interval, timeout or deadline a command accepts: a longer one is a typo, and past about
-2^31 s the waits it becomes overflow the platform's timers (a traceback instead of exit 2)."""
 VERBOSITY = "greengpu.verbosity"
 """Key in click's shared context meta: -1 quiet, 0 normal, 1 and more verbose."""
 

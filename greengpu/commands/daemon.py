@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from greengpu.commands.common import DAY_S
+from greengpu.localtime import DAY_S  # the ceiling of interval and timeout flags (longer: a typo, or a timer overflow)
 from greengpu.model import Job
 
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from greengpu.commands.common import DAY_S, EXIT_FAILURE, HelpFirstGroup, echo_events
+from greengpu.commands.common import EXIT_FAILURE, HelpFirstGroup, echo_events
+from greengpu.localtime import DAY_S  # the ceiling of interval and timeout flags (longer: a typo, or a timer overflow)
 
 if TYPE_CHECKING:
     from greengpu.control.hooks.kube_sleep import KubeSleep

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from greengpu.commands.common import DAY_S, HelpFirstGroup, echo_events, echo_lines
+from greengpu.commands.common import HelpFirstGroup, echo_events, echo_lines
+from greengpu.localtime import DAY_S  # the ceiling of interval and timeout flags (longer: a typo, or a timer overflow)
 
 if TYPE_CHECKING:
     from greengpu.control.hooks.slurm_hooks import HookContext

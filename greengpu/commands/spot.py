@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from greengpu.commands.common import DAY_S, HelpFirstGroup
+from greengpu.commands.common import HelpFirstGroup
+from greengpu.localtime import DAY_S  # the ceiling of interval and timeout flags (longer: a typo, or a timer overflow)
 from greengpu.model import Cluster
 from greengpu.policy import Policy
 from greengpu.spot.decide import CapacityKind, PoolPrice, SpotJobFacts, cloud_capacity_for
