@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from greengpu.brain.control_tick import TickResult, control_tick
-from greengpu.capping.forecast_caps import ForecastCaps
+from greengpu.capping.forecast_caps import ForecastCaps, offered_gpus
 from greengpu.control.bodies.body import ClusterBody, Observation
 from greengpu.control.daemon import status as daemon_status
 from greengpu.control.daemon.agent_reports import AgentReports
@@ -218,7 +218,7 @@ class Daemon:
             return sleep
         if self.rise_forecast is None:
             self.rise_forecast = cluster_reserve_forecaster(sleep_policy.warm_reserve_from_forecast, snapshot.cluster)
-        offered = sum(r.job.gpus for r in snapshot.running) + sum(p.job.gpus for p in snapshot.pending)
+        offered = offered_gpus(snapshot)
         self.rise_forecast.observe(now_s, offered)
         return replace(sleep, forecast_headroom_gpus=self.rise_forecast.reserve_gpus(
             now_s, offered, sleep_policy.warm_reserve_from_forecast))
