@@ -103,6 +103,7 @@ def test_daemon_flags(site: Path, flag: str, value: str) -> None:
 
 @fuzz(25)
 @given(name=st.sampled_from(STATE_FILES), edits=_text_edits(), whole=st.booleans(), raw=st.binary(max_size=64))
+@example(name="daemon.db", edits=[(12287, 0, "nan")], whole=False, raw=b"")  # a page past those the check read
 def test_daemon_state_files(site: Path, name: str, edits: list[tuple[int, int, str]], whole: bool,
                             raw: bytes) -> None:
     state = _fresh(site)

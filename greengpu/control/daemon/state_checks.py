@@ -63,11 +63,17 @@ def check_daemon_db(path: Path, schema_version: int) -> None:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             version = (db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
                        if "meta" in tables else None)
+            # Every page, not only the ones read above: a page damaged further in (a settings row the start
+            # reads next) would otherwise end the start in a traceback. Once per start, read-only.
+            damage = [row[0] for row in db.execute("PRAGMA quick_check(1)")]
         finally:
             db.close()
     except sqlite3.DatabaseError as error:
         raise BadInput(f"--state: {path} is not a readable SQLite database ({error}): damaged, or another file; "
                        "move it away to start with an empty state") from None
+    if damage != ["ok"]:
+        raise BadInput(f"--state: {path} is a damaged SQLite database ({_one_line(damage)}): move it away to start "
+                       "with an empty state")
     tables.discard("sqlite_sequence")
     if tables and not tables & {"journal", "settings"}:
         shown = ", ".join(sorted(tables)[:5])
@@ -108,3 +114,7 @@ def read_token(path: str | Path) -> str:
         log.warning("--token-file %s is readable by others (mode %04o): chmod 600 %s", path, stat.S_IMODE(mode),
                     path)
     return token
+
+
+def _one_line(messages: list[str]) -> str:
+    return " ".join(" ".join(messages).split())[:200]
