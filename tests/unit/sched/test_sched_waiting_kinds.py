@@ -249,11 +249,10 @@ def one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_jobs_that_only_wait_are_taken_a_run_at_a_time_up_to_the_one_that_backfills(one_by_one: list[str]) -> None:
     """n0000 has 4 GPUs free until its job ends at 10,000 s, and the 8-GPU head of the queue reserves it from
     then. Tenant b's 4-GPU jobs could backfill it if they end by then: only `b-short` does. Tenant c's 6-GPU
-    jobs wait whatever their length. The walk asks jobs one by one until as many have waited since the
-    cycle's state last changed as the queue has kinds (three: the head's, b's and c's), then asks each kind
-    once: after the head, `b-first` and `b-twin`, every job up to `b-short` takes its wait without being asked
-    (c's as its kind, b's others as the first b job's, which ended no later): the walk takes them in runs,
-    not one by one, and `b-short` still backfills."""
+    jobs wait whatever their length. Once the head has taken the one reservation, every job whose kind's wait
+    is known is taken in runs, not one by one: `b-twin` (it ends with `b-first`, which was asked) and, after
+    `c002` (the first of c's kind, asked on its own), every job up to `b-short` (c's as their kind, b's as the
+    first b job's, which ended no later). `b-short` is asked, and still backfills."""
     policy = SchedulerPolicy(preemption=PreemptionPolicy(enabled=False), backfill=BackfillPolicy(reservations=1))
     driver = Driver(make_cluster([(2, node_type(8), "d0")]), policy)
     driver.start_running(_busy("r0", "n0000", 4, end_s=10_000.0))
@@ -272,4 +271,4 @@ def test_jobs_that_only_wait_are_taken_a_run_at_a_time_up_to_the_one_that_backfi
     assert set(placed(result.actions)) == {"b-short"}
     assert placed(result.actions)["b-short"].backfilled
     assert len(result.waits) == 201
-    assert one_by_one == ["head", "b-first", "b-twin", "b-short"]
+    assert one_by_one == ["head", "b-first", "c002", "b-short"]
