@@ -30,7 +30,7 @@ class IndexOrder(Iterator[PendingJob]):
     applies them."""
 
     __slots__ = ("_groups", "_taken", "_now_s", "_boost_per_s", "_boost_max", "_share_of", "_queues", "_heads",
-                 "_heap", "_returning")
+                 "_heap", "_returning", "_levels")
 
     def __init__(self, groups: list[tuple[float, str, list[_Entry]]], now_s: float, boost_per_s: float,
                  boost_max: float, share_of: Callable[[str], float]) -> None:
@@ -41,6 +41,9 @@ class IndexOrder(Iterator[PendingJob]):
         self._queues: dict[str, list[_Entry]] = {}
         self._heads: dict[str, int] = {}
         self._heap: list[tuple[float, float, str]] = []
+        self._levels: list[tuple[float, int]] | None = None
+        """Per group with jobs left, (minus the effective priority of its next job, its place): the next level's
+        groups are the heap's top, so a level costs its own groups, not every tenant's (built when first read)."""
         self._returning: str | None = None
         """The tenant whose job was taken last: it rejoins the merge with its share read when the next job
         is asked for (after the caller has decided the last one, as a generator resumed would)."""
@@ -105,28 +108,29 @@ class IndexOrder(Iterator[PendingJob]):
         def effective(priority: float, submit_s: float) -> float:  # queue_order's expression
             return priority + age_boost((now_s - submit_s) * boost_per_s, boost_max)
 
-        # The highest effective priority left (each group's oldest job has its highest).
-        level: float | None = None
-        for g, (priority, _, entries) in enumerate(groups):
-            if taken[g] < len(entries):
-                value = effective(priority, entries[taken[g]][0])
-                if level is None or value > level:
-                    level = value
-        if level is None:
+        levels = self._levels
+        if levels is None:  # each group's oldest job left has its highest effective priority
+            levels = self._levels = [(-effective(priority, entries[taken[g]][0]), g)
+                                     for g, (priority, _, entries) in enumerate(groups) if taken[g] < len(entries)]
+            heapq.heapify(levels)
+        if not levels:
             return False
+        top = levels[0][0]
+        level = -top
         parts: dict[str, list[list[_Entry]]] = {}
-        for g, (priority, tenant, entries) in enumerate(groups):
+        while levels and levels[0][0] == top:
+            g = heapq.heappop(levels)[1]
+            priority, tenant, entries = groups[g]
             start = taken[g]
-            if start >= len(entries) or effective(priority, entries[start][0]) != level:
-                continue
             # Effective priority falls along the list (older first): this level is a prefix of what is left.
             end = bisect_left(entries, True, start, key=self._below(priority, level))
             taken[g] = end
             parts.setdefault(tenant, []).append(entries[start:end])
+            if end < len(entries):
+                heapq.heappush(levels, (-effective(priority, entries[end][0]), g))
         self._queues = {tenant: lists[0] if len(lists) == 1 else sorted(e for part in lists for e in part)
                         for tenant, lists in parts.items()}
         self._heads = dict.fromkeys(self._queues, 0)
         self._heap = [(self._share_of(t), q[0][0], t) for t, q in self._queues.items()]
         heapq.heapify(self._heap)
         return True
-
