@@ -112,7 +112,8 @@ def _mapping(value: object, where: str, keys: set[str], required: set[str]) -> J
         raise ReportError(f"{where}: expected an object")
     unknown = sorted(set(value) - keys)
     if unknown:
-        raise ReportError(f"{where}.{unknown[0][:40]}: unknown key")
+        # Escaped: a key is anything a client sent, and the refusal stays one line (a newline in a key included).
+        raise ReportError(f"{where}.{unknown[0][:40].encode('unicode_escape').decode('ascii')}: unknown key")
     missing = sorted(required - set(value))
     if missing:
         raise ReportError(f"{where}.{missing[0]}: missing")

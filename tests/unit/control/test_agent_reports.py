@@ -45,6 +45,7 @@ def test_a_good_report_is_read_whole() -> None:
     ({"pids": ["a"]}, "report.gpus[0].pids[0]"),
     ({"jobs": [""]}, "report.gpus[0].jobs[0]"),
     ({"colour": 1}, "report.gpus[0].colour: unknown key"),
+    ({"\n": 1}, "report.gpus[0].\\n: unknown key"),  # a client's key, escaped: the refusal stays one line
 ])
 def test_a_bad_field_is_one_line_naming_it(change: dict[str, Any], where: str) -> None:
     with pytest.raises(ReportError) as error:
