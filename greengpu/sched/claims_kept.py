@@ -81,16 +81,22 @@ class KeptClaims(ClaimsUpkeep):
             # The answer reads the tenant only through the other tenants' claimants' needs: all but a few tenants
             # (those with the smallest claimants) read the same needs and share one answer, so a thousand tenants
             # cost one answer per start, not a thousand.
-            most = self._everywhere_most.get(models)
-            if most is None:
-                most = self._everywhere_most[models] = self._everywhere_of_most(models)
-            few, found = most
+            few, found = self.owed_everywhere_by_most(models)
             if tenant in few:
                 buckets = self.state.buckets
                 found = self._by_needs(tuple((model, self._others(model, tenant)) for model in models
                                              if model in buckets))
             self._everywhere[key] = found
         return found
+
+    def owed_everywhere_by_most(self, models: tuple[str, ...]) -> tuple[frozenset[str], bool]:
+        """`owed_everywhere`'s answer for every tenant but the returned few (whose answers may differ), kept until
+        anything changes."""
+        self._refresh()
+        most = self._everywhere_most.get(models)
+        if most is None:
+            most = self._everywhere_most[models] = self._everywhere_of_most(models)
+        return most
 
     def _everywhere_of_most(self, models: tuple[str, ...]) -> tuple[frozenset[str], bool]:
         """The tenants that read other claimants' needs on `models` than the rest, and the rest's answer."""

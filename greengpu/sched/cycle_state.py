@@ -95,6 +95,13 @@ class CycleState:
         # EVERYWHERE or the claims' state when it read the lending rule (greengpu.sched.cycle.alike `_kind_valid`).
         self._alike_marks: dict[tuple[object, ...], tuple[int, object]] = {}
         self._claims_probe: object = None
+        self._kind_standing: dict[tuple[object, ...], tuple[int, Wait | None, bool, tuple[str, ...]]] = {}
+        """Per kind, what `refused_wait` read of its tenant (usage version, quota verdict, whether it borrows on
+        every model it may use) and its models."""
+        self._everywhere_most: dict[tuple[str, ...], tuple[object, frozenset[str], bool]] = {}
+        """Per set of models, the epoch and KeptClaims.owed_everywhere_by_most's answer at it."""
+        self._refused_waits: dict[tuple[object, ...], Wait] = {}
+        """Per kind, its wait when refused everywhere (capacity, or a node to wake: neither moves in a cycle)."""
         """What of the lending rule the step being decided read (greengpu.sched.cycle.lending `_claims_read`)."""
         self._valid_at: dict[tuple[object, ...], object] = {}
         """Per kind, the epoch at which its memos were last found to hold (greengpu.sched.cycle.alike `_valid_now`)."""

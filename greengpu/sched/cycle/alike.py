@@ -131,7 +131,7 @@ class AlikeWaits(StartSteps):
             # Refused everywhere before: its tenant's usage is the same, so only whether every free node is still
             # owed can have changed (greengpu.sched.claims_kept.KeptClaims.owed_everywhere).
             if claims is EVERYWHERE and isinstance(self.claims, KeptClaims) and \
-                    self.claims.owed_everywhere(job.tenant, models):
+                    self._owed_everywhere_now(job.tenant, models):
                 return True
         del self._alike_marks[key]
         self._valid_at.pop(key, None)
@@ -215,7 +215,7 @@ class AlikeWaits(StartSteps):
             self._waits_from(key, ends_at_s)
             return wait
         # The steps of `consider` that change nothing, in its order.
-        wait = self.quota_blocked(job, models)
+        wait = self.quota_blocked(job, models, key)
         everywhere = False  # refused by the lending rule wherever it went, whatever its length
         if wait is None:
             excluded = self.excluded_for_job(job)
@@ -230,6 +230,55 @@ class AlikeWaits(StartSteps):
         # the kind however short, while the kind's memos hold.
         self._waits_from(key, -math.inf if wait.reason in _KIND_WAITS or everywhere else ends_at_s)
         return wait
+
+    def refused_wait(self, job: Job, key: tuple[object, ...], epoch: object) -> Wait | None:
+        """The wait `wait_alike` gives `job` (of kind `key`, asked at `epoch`: `_epoch()`) when that reads nothing
+        of its own kind's memos: its quota's, or, when its tenant borrows on every model it may use and every free
+        node is owed to another tenant's claimant (as `_lending_refuses` finds: no placement and no backfill is
+        lent to it, however short), waiting for capacity or for a node to wake. None otherwise (the walk asks
+        it). Changes nothing but memos of answers.
+
+        With a thousand tenants most kinds of job in a saturated queue are borrowers refused this way, and each
+        start moves the epoch: so what a kind reads of its tenant (quota verdict, whether it borrows) is kept by
+        the tenant's usage version, and whether every free node is owed is read once per epoch for all tenants
+        but the few whose own claimants set them apart (KeptClaims.owed_everywhere_by_most)."""
+        if job.job_id in self.held_for or job.job_id in self.stopping_for:
+            return None
+        version = self.ledger.tenant_version.get(job.tenant, 0)
+        standing = self._kind_standing.get(key)
+        if standing is None or standing[0] != version:
+            models = self.models_for(job)
+            blocked = self.quota_blocked(job, models, key)
+            within = self.ledger.within_nominal_after
+            borrows = blocked is None and self._lending_checked and isinstance(self.claims, KeptClaims) and \
+                not any(within(job, model, job.units) for model in models)
+            standing = self._kind_standing[key] = (version, blocked, borrows, models)
+        _, blocked, borrows, models = standing
+        if blocked is not None:
+            return blocked
+        if not borrows:
+            return None
+        if not self._owed_everywhere_now(job.tenant, models, epoch):
+            return None
+        wait = self._refused_waits.get(key)
+        if wait is None:
+            wait = self._refused_waits[key] = self.wait(
+                job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
+        return wait
+
+    def _owed_everywhere_now(self, tenant: str, models: tuple[str, ...], epoch: object = None) -> bool:
+        """KeptClaims.owed_everywhere, read once per epoch (`epoch`: `_epoch()`, when the caller has it) for every
+        tenant but the few whose own claimants set them apart: a thousand tenants' kinds ask it after every start."""
+        claims = self.claims
+        assert isinstance(claims, KeptClaims)
+        if epoch is None:
+            epoch = self._epoch()
+        most = self._everywhere_most.get(models)
+        if most is None or most[0] != epoch:
+            most = self._everywhere_most[models] = (epoch, *claims.owed_everywhere_by_most(models))
+        if tenant in most[1]:
+            return claims.owed_everywhere(tenant, models)
+        return most[2]
 
     def _waits_from(self, key: tuple[object, ...], ends_at_s: float) -> None:
         bound = self._alike_wait_from.get(key)

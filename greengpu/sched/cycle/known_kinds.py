@@ -73,15 +73,18 @@ class KnownKinds(AlikeWaits):
         epoch = self._epoch()
         valid_at = self._valid_at
         own = self.held_for.keys() | self.stopping_for.keys()  # decided on their own, never as their kind
+        refused_wait = self.refused_wait
 
         def wait_of(entry: tuple[float, str, PendingJob]) -> Wait | None:
             job_id = entry[1]
             if own and job_id in own:
                 return None
             key = cast(tuple[object, ...], kind_of[job_id])
-            if valid_at.get(key) != epoch and not self._valid_now(key, entry[2].job, epoch):
+            if valid_at.get(key) != epoch and (key not in marks or not self._valid_now(key, entry[2].job, epoch)):
                 kind_waits.pop(key, None)
-                return None  # its kind's memos no longer hold: the walk asks it
+                # Its kind's memos no longer hold (or were never made): the walk asks it, unless it is refused
+                # whatever it asks for (`refused_wait`).
+                return refused_wait(entry[2].job, key, epoch)
             known = kind_waits.get(key)
             if known is not None and marks.get(key) is known[1]:
                 return known[0]

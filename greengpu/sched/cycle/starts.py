@@ -83,12 +83,14 @@ class StartSteps(Lending):
         self.actions.append(PlaceJob(job.job_id, slots, backfilled))
         return True
 
-    def quota_blocked(self, job: Job, models: tuple[str, ...]) -> Wait | None:
+    def quota_blocked(self, job: Job, models: tuple[str, ...], key: tuple[object, ...] | None = None) -> Wait | None:
+        """Why quota keeps `job` waiting, or None (`key`: its `alike_key`, when the caller has it)."""
         if not self.shortcuts:
             return self._quota_blocked(job, models)
         # The verdict reads only the job's own tenant's usage: kept until that tenant's usage changes.
         version = self.ledger.tenant_version.get(job.tenant, 0)
-        key = alike_key(job)
+        if key is None:
+            key = alike_key(job)
         found = self._quota_memo.get(key)
         if found is not None and found[0] == version:
             return found[1]
