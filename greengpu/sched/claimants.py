@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
-from typing import Protocol
+from typing import Protocol, cast
 
 from greengpu.model import Job, PendingJob
 from greengpu.sched.claims import Claimant
@@ -30,6 +30,18 @@ class QueueByTenant(Protocol):
 
     @property
     def by_priority(self) -> Mapping[tuple[float, str], list[_Entry]]: ...
+
+    @property
+    def kinds_of_tenant(self) -> Mapping[str, Mapping[Hashable, None]]: ...
+
+    @property
+    def levels_of_tenant(self) -> Mapping[str, Mapping[float, None]]: ...
+
+    @property
+    def tenant_stamp(self) -> Mapping[str, int]: ...
+
+    @property
+    def kept_claimants(self) -> dict[str, tuple[int, object]]: ...
 
 
 class ClaimantNeeds:
@@ -77,42 +89,45 @@ class ClaimantNeeds:
 
 
 class ClaimantFinder:
-    """Each tenant's claimant among the kept queue's jobs not in `gone` (the cycle's starts, a set it grows)."""
+    """Each tenant's claimant among the kept queue's jobs not in `gone` (the cycle's starts, a set it grows; their
+    tenants are in `gone_tenants`). A tenant's claimant reads only its own jobs: it is kept in the queue between
+    cycles (`kept_claimants`) while the tenant's jobs are the same and none of them started this cycle, so a
+    cycle finds again only the claimants of the tenants whose jobs came or went."""
 
     def __init__(self, queue: QueueByTenant, gone: Collection[str], models: Iterable[str],
-                 may_reclaim: Callable[[Job, str], bool]) -> None:
+                 may_reclaim: Callable[[Job, str], bool], gone_tenants: Collection[str] = ()) -> None:
         self._queue = queue
         self._gone = gone
+        self._gone_tenants = gone_tenants
         self._models = tuple(models)
         self._may_reclaim = may_reclaim
         """Whether a job may reclaim lent GPUs of a model (greengpu.sched.preemption, reclaims_within_nominal)."""
-        self._lists: tuple[dict[str, list[list[_Entry]]], dict[str, list[list[_Entry]]]] | None = None
-        """Per tenant: its kinds' and its priority levels' job lists in the kept queue (built when first needed)."""
 
-    def _tenant_lists(self) -> tuple[dict[str, list[list[_Entry]]], dict[str, list[list[_Entry]]]]:
-        if self._lists is None:
-            kinds: dict[str, list[list[_Entry]]] = {}
-            for entries in self._queue.by_kind.values():
-                if entries:
-                    kinds.setdefault(entries[0][2].job.tenant, []).append(entries)
-            submits: dict[str, list[list[_Entry]]] = {}
-            for (_, tenant), entries in self._queue.by_priority.items():
-                submits.setdefault(tenant, []).append(entries)
-            self._lists = (kinds, submits)
-        return self._lists
-
-    def tenants(self) -> set[str]:
+    def tenants(self) -> Iterable[str]:
         """The tenants with jobs in the queue."""
-        kinds, submits = self._tenant_lists()
-        return kinds.keys() | submits.keys()
+        return self._queue.kinds_of_tenant.keys()
 
     def profile_of(self, tenant: str) -> Profile | None:
         """The tenant's claimant as greengpu.sched.claims.claimants_of finds it among the jobs not started."""
-        kinds, _ = self._tenant_lists()
+        queue = self._queue
+        settled = tenant not in self._gone_tenants
+        stamp = queue.tenant_stamp.get(tenant, 0)
+        if settled:
+            kept = queue.kept_claimants.get(tenant)
+            if kept is not None and kept[0] == stamp:
+                claimant = kept[1]
+                return None if claimant is None else self.with_models(cast(Claimant, claimant))
+        found = self._claimant_of(tenant)
+        if settled:
+            queue.kept_claimants[tenant] = (stamp, found)
+        return None if found is None else self.with_models(found)
+
+    def _claimant_of(self, tenant: str) -> Claimant | None:
+        by_kind = self._queue.by_kind
         gone = self._gone
         smallest: Job | None = None
-        for entries in kinds.get(tenant, ()):
-            entry = next((e for e in entries if e[1] not in gone), None)
+        for kind in self._queue.kinds_of_tenant.get(tenant, ()):
+            entry = next((e for e in by_kind[kind] if e[1] not in gone), None)
             if entry is None:
                 continue
             job = entry[2].job
@@ -121,13 +136,15 @@ class ClaimantFinder:
                 smallest = job
         if smallest is None:
             return None
-        return self.with_models(Claimant(smallest, self.first_submit_s(tenant)))
+        return Claimant(smallest, self.first_submit_s(tenant))
 
     def first_submit_s(self, tenant: str) -> float:
         """When the tenant's oldest job not started came."""
         gone = self._gone
+        by_priority = self._queue.by_priority
         first_s = math.inf
-        for entries in self._tenant_lists()[1].get(tenant, ()):
+        for priority in self._queue.levels_of_tenant.get(tenant, ()):
+            entries = by_priority[(priority, tenant)]
             first_s = min(first_s, next((e[0] for e in entries if e[1] not in gone), math.inf))
         return first_s
 

@@ -37,7 +37,9 @@ class ClaimsUpkeep:
         self._model_at = {model: at for at, model in enumerate(state.models)}
         self._gone: set[str] = set()
         """The waiting jobs the cycle started (no longer claimants)."""
-        self._finder = ClaimantFinder(queue, self._gone, state.models, may_reclaim)
+        self._gone_tenants: set[str] = set()
+        """Their tenants."""
+        self._finder = ClaimantFinder(queue, self._gone, state.models, may_reclaim, self._gone_tenants)
         self._started_on_node: dict[int, list[RunningJob]] = {}
         self._seen_started = 0
         self._token: Hashable = changes()
@@ -83,6 +85,7 @@ class ClaimsUpkeep:
         index = self.state.index
         for running in new:
             self._gone.add(running.job.job_id)
+            self._gone_tenants.add(running.job.tenant)
             for name in running.nodes:
                 where = index.get(name)
                 if where is not None:

@@ -36,6 +36,8 @@ class PendingIndex:
 
     def __init__(self, alike_key: Callable[[Job], Hashable]) -> None:
         self._alike_key = alike_key
+        self._stamp = 0
+        """Counts every change to the index, never reset: `tenant_stamp` values are never reused."""
         self._clear()
 
     def _clear(self) -> None:
@@ -49,6 +51,15 @@ class PendingIndex:
         """(priority, tenant) -> jobs in (submit time, job id) order."""
         self.by_kind: dict[Hashable, list[_DurationEntry]] = {}
         """alike_key -> jobs in (duration, job id) order."""
+        self.kinds_of_tenant: dict[str, dict[Hashable, None]] = {}
+        """Per tenant, the kinds of its jobs in `by_kind` (an ordered set)."""
+        self.levels_of_tenant: dict[str, dict[float, None]] = {}
+        """Per tenant, the priorities of its jobs in `by_priority` (an ordered set)."""
+        self.tenant_stamp: dict[str, int] = {}
+        """Per tenant, a stamp that moves whenever one of its jobs comes or goes: what is derived from a tenant's
+        jobs alone (its lending claimant: greengpu.sched.claimants) is kept between cycles by it."""
+        self.kept_claimants: dict[str, tuple[int, object]] = {}
+        """Per tenant, its claimant as greengpu.sched.claimants found it, with the tenant's stamp then."""
         self.last: tuple[PendingJob, ...] | None = None
         """The tuple last synced (kept, so that the ids in `last_ids` stay those of live objects)."""
         self.last_ids: tuple[int, ...] = ()
@@ -103,6 +114,13 @@ class PendingIndex:
         kind = self.kind_of[job.job_id] = self._alike_key(job)
         insort(self.by_priority.setdefault((job.priority, job.tenant), []), (job.submit_time_s, job.job_id, item))
         insort(self.by_kind.setdefault(kind, []), (job.duration_s, job.job_id, item))
+        self.kinds_of_tenant.setdefault(job.tenant, {})[kind] = None
+        self.levels_of_tenant.setdefault(job.tenant, {})[job.priority] = None
+        self._changed(job.tenant)
+
+    def _changed(self, tenant: str) -> None:
+        self._stamp += 1
+        self.tenant_stamp[tenant] = self._stamp
 
     def _remove(self, obj_id: int) -> None:
         item = self.by_obj.pop(obj_id)
@@ -111,8 +129,13 @@ class PendingIndex:
         if self.by_job_id.get(job.job_id) is item:
             del self.by_job_id[job.job_id]
             del self.kind_of[job.job_id]
-        _discard(self.by_priority, (job.priority, job.tenant), (job.submit_time_s, job.job_id))
-        _discard(self.by_kind, self._alike_key(job), (job.duration_s, job.job_id))
+        tenant = job.tenant
+        if _discard(self.by_priority, (job.priority, tenant), (job.submit_time_s, job.job_id)):
+            _forget(self.levels_of_tenant, tenant, job.priority)
+        kind = self._alike_key(job)
+        if _discard(self.by_kind, kind, (job.duration_s, job.job_id)):
+            _forget(self.kinds_of_tenant, tenant, kind)
+        self._changed(tenant)
 
     # -------------------------------------------------------------- reads
 
@@ -180,13 +203,23 @@ def _common_run(new: tuple[int, ...], i: int, old: tuple[int, ...], j: int) -> i
 
 
 def _discard(groups: dict[Any, list[tuple[float, str, PendingJob]]], key: Hashable,
-             at: tuple[float, str]) -> None:
+             at: tuple[float, str]) -> bool:
+    """Remove the entry `at` from `groups[key]`; True when that emptied the group (then removed too)."""
     entries = groups[key]
     position = bisect_left(entries, at)  # (value, job id) < (value, job id, item): lands on the entry
     assert entries[position][1] == at[1]
     del entries[position]
     if not entries:
         del groups[key]
+        return True
+    return False
+
+
+def _forget(sets: dict[str, dict[Any, None]], tenant: str, member: Hashable) -> None:
+    members = sets[tenant]
+    del members[member]
+    if not members:
+        del sets[tenant]
 
 
 class _LazyWaits(Mapping[str, Wait]):

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from greengpu.model import Job, PendingJob
 from greengpu.policy import SchedulerPolicy
+from greengpu.sched.claimants import ClaimantFinder
 from greengpu.sched.core import alike_key
 from greengpu.sched.order import queue_order
 from greengpu.sched.pending_index import PendingIndex
@@ -52,6 +53,17 @@ def assert_same(index: PendingIndex, pending: tuple[PendingJob, ...], now_s: flo
     assert index.by_kind == built.by_kind
     assert index.by_job_id == built.by_job_id
     assert set(index.by_obj) == {id(p) for p in pending}
+    assert {t: set(kinds) for t, kinds in index.kinds_of_tenant.items()} == \
+        {t: set(kinds) for t, kinds in built.kinds_of_tenant.items()}
+    assert {t: set(levels) for t, levels in index.levels_of_tenant.items()} == \
+        {t: set(levels) for t, levels in built.levels_of_tenant.items()}
+    # Claimants kept between syncs (by each tenant's stamp) are those found afresh, whatever has started.
+    for gone in (set(), {p.job.job_id for p in pending[::3]}):
+        tenants = {p.job.tenant for p in pending if p.job.job_id in gone}
+        kept_finder = ClaimantFinder(index, gone, ("A100",), lambda job, model: True, tenants)
+        fresh_finder = ClaimantFinder(fresh(pending), gone, ("A100",), lambda job, model: True, tenants)
+        for tenant in "abcd":
+            assert kept_finder.profile_of(tenant) == fresh_finder.profile_of(tenant)
     policy = SchedulerPolicy(age_boost_per_hour=1.0, age_boost_max=2.0)
     # Fair shares read live: a tenant's share grows with each of its jobs taken, as admissions do.
     for name, run in (("lazy", index.ordered), ("sorted", None)):
@@ -104,6 +116,7 @@ def test_the_kept_queue_equals_a_fresh_one_after_every_change(steps, now_s) -> N
         snapshot = tuple(pending)
         assert index.sync(snapshot, capacity_wait)
         assert_same(index, snapshot, now_s)
+        assert_same(index, snapshot, now_s)  # a second read finds the claimants kept by the first
 
 
 def test_the_same_object_twice_is_refused_and_the_next_snapshot_rebuilds() -> None:
