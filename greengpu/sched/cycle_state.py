@@ -95,6 +95,9 @@ class CycleState:
         # EVERYWHERE or the claims' state when it read the lending rule (greengpu.sched.cycle.alike `_kind_valid`).
         self._alike_marks: dict[tuple[object, ...], tuple[int, object]] = {}
         self._claims_probe: object = None
+        self._placed_ahead: tuple[PendingJob, object, tuple[GpuSlot, ...]] | None = None
+        """The job `wait_alike` last found could start, the state it was found on (epoch and layout version) and
+        its slots: `consider` takes them when it decides that job on that state (greengpu.sched.cycle.alike)."""
         self._kind_standing: dict[tuple[object, ...], tuple[int, Wait | None, bool, tuple[str, ...]]] = {}
         """Per kind, what `refused_wait` read of its tenant (usage version, quota verdict, whether it borrows on
         every model it may use) and its models."""

@@ -39,6 +39,10 @@ class AlikeWaits(StartSteps):
             self.waits[job.job_id] = blocked
             return
         excluded = self.excluded_for_job(job)
+        ahead, self._placed_ahead = self._placed_ahead, None
+        if ahead is not None and ahead[0] is item and ahead[1] == (self._epoch(), self._layout_version):
+            self.admit(item, ahead[2], backfilled=False)  # `wait_alike` placed it on the same state just now
+            return
         if not self._lending_refuses(job, models):
             slots = self._lendable(item, excluded, self._place(item, models, excluded))
             if slots is not None:
@@ -220,8 +224,12 @@ class AlikeWaits(StartSteps):
         if wait is None:
             excluded = self.excluded_for_job(job)
             everywhere = self._lending_refuses(job, models)
-            if not everywhere and self._lendable(item, excluded, self._place(item, models, excluded)) is not None:
-                return None
+            if not everywhere:
+                slots = self._lendable(item, excluded, self._place(item, models, excluded))
+                if slots is not None:
+                    # It starts: `consider`, called next on the same state, takes these slots (the same search).
+                    self._placed_ahead = (item, (self._epoch(), self._layout_version), slots)
+                    return None
             if may_backfill and self._backfills_now(item, key, models, ends_at_s):
                 return None
             wait = self.wait(job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
