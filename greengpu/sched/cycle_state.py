@@ -98,9 +98,8 @@ class CycleState:
         self._placed_ahead: tuple[PendingJob, object, tuple[GpuSlot, ...]] | None = None
         """The job `wait_alike` last found could start, the state it was found on (epoch and layout version) and
         its slots: `consider` takes them when it decides that job on that state (greengpu.sched.cycle.alike)."""
-        self._kind_standing: dict[tuple[object, ...], tuple[int, Wait | None, bool, tuple[str, ...]]] = {}
-        """Per kind, what `refused_wait` read of its tenant (usage version, quota verdict, whether it borrows on
-        every model it may use) and its models."""
+        self._kind_standing: dict[tuple[object, ...], tuple[int, Wait | None, Wait | None, tuple[str, ...]]] = {}
+        """Per kind, what `refused_wait` read of its tenant (greengpu.sched.cycle.alike `_standing_of`)."""
         self._everywhere_most: dict[tuple[str, ...], tuple[object, frozenset[str], bool]] = {}
         """Per set of models, the epoch and KeptClaims.owed_everywhere_by_most's answer at it."""
         self._refused_waits: dict[tuple[object, ...], Wait] = {}

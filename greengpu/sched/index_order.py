@@ -66,10 +66,13 @@ class IndexOrder(Iterator[PendingJob]):
         `taken`. The first job it gives None is left to come next. Only waiting jobs are taken, so no share
         moves: each job costs one step of the merge, not a `run` (a thousand tenants' runs are a job long)."""
         share_of = self._share_of
-        while self._ready():
-            heap = self._heap
+        if not self._ready():
+            return
+        heap, queues, heads = self._heap, self._queues, self._heads
+        heapreplace, heappop = heapq.heapreplace, heapq.heappop
+        while True:
             tenant = heap[0][2]
-            queue, head = self._queues[tenant], self._heads[tenant]
+            queue, head = queues[tenant], heads[tenant]
             entry = queue[head]
             wait = wait_of(entry)
             if wait is None:
@@ -77,11 +80,15 @@ class IndexOrder(Iterator[PendingJob]):
             waits[entry[1]] = wait
             taken.append(entry[2])
             head += 1
-            self._heads[tenant] = head
+            heads[tenant] = head
             if head < len(queue):  # it rejoins the merge as `_ready` would rejoin it
-                heapq.heapreplace(heap, (share_of(tenant), queue[head][0], tenant))
+                heapreplace(heap, (share_of(tenant), queue[head][0], tenant))
             else:
-                heapq.heappop(heap)
+                heappop(heap)
+                if not heap:  # the level is done: on to the next one, as `_ready` would go
+                    if not self._next_level():
+                        return
+                    heap, queues, heads = self._heap, self._queues, self._heads
 
     def _ready(self) -> bool:
         """Bring the merge to the next job: the last tenant rejoins it, or the next level starts. False at the end."""

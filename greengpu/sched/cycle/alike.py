@@ -252,27 +252,39 @@ class AlikeWaits(StartSteps):
         but the few whose own claimants set them apart (KeptClaims.owed_everywhere_by_most)."""
         if job.job_id in self.held_for or job.job_id in self.stopping_for:
             return None
-        version = self.ledger.tenant_version.get(job.tenant, 0)
+        tenant = job.tenant
+        version = self.ledger.tenant_version.get(tenant, 0)
         standing = self._kind_standing.get(key)
         if standing is None or standing[0] != version:
-            models = self.models_for(job)
-            blocked = self.quota_blocked(job, models, key)
-            within = self.ledger.within_nominal_after
-            borrows = blocked is None and self._lending_checked and isinstance(self.claims, KeptClaims) and \
-                not any(within(job, model, job.units) for model in models)
-            standing = self._kind_standing[key] = (version, blocked, borrows, models)
-        _, blocked, borrows, models = standing
+            standing = self._kind_standing[key] = self._standing_of(job, key, version)
+        _, blocked, refused, models = standing
         if blocked is not None:
             return blocked
-        if not borrows:
-            return None
-        if not self._owed_everywhere_now(job.tenant, models, epoch):
-            return None
-        wait = self._refused_waits.get(key)
-        if wait is None:
-            wait = self._refused_waits[key] = self.wait(
-                job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
-        return wait
+        if refused is None:
+            return None  # it does not borrow everywhere: the lending rule may lend to it
+        most = self._everywhere_most.get(models)
+        if most is None or most[0] != epoch:
+            return refused if self._owed_everywhere_now(tenant, models, epoch) else None
+        if tenant in most[1]:
+            return refused if self._owed_everywhere_now(tenant, models, epoch) else None
+        return refused if most[2] else None
+
+    def _standing_of(self, job: Job, key: tuple[object, ...], version: int) -> tuple[
+            int, Wait | None, Wait | None, tuple[str, ...]]:
+        """What `refused_wait` reads of a kind's tenant at usage `version`: its quota wait (or None) and, when it
+        borrows on every model it may use, the wait it gets when refused everywhere (capacity or a node to wake,
+        which do not move within a cycle); and its models."""
+        models = self.models_for(job)
+        blocked = self.quota_blocked(job, models, key)
+        within = self.ledger.within_nominal_after
+        refused: Wait | None = None
+        if blocked is None and self._lending_checked and isinstance(self.claims, KeptClaims) and \
+                not any(within(job, model, job.units) for model in models):
+            refused = self._refused_waits.get(key)
+            if refused is None:
+                refused = self._refused_waits[key] = self.wait(
+                    job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
+        return (version, blocked, refused, models)
 
     def _owed_everywhere_now(self, tenant: str, models: tuple[str, ...], epoch: object = None) -> bool:
         """KeptClaims.owed_everywhere, read once per epoch (`epoch`: `_epoch()`, when the caller has it) for every
