@@ -63,9 +63,10 @@ class KnownKinds(AlikeWaits):
     def _skip_known(self, order: IndexOrder, index: PendingIndex, kind_waits: dict[Hashable, tuple[Wait, object]],
                     considered: list[PendingJob]) -> None:
         """Take from `order`, up to the first job that might start, every job the walk would give a wait without
-        asking: its kind's (`kind_waits`, from `_waiting_kinds`, while its memos hold) or the one `_known_wait`
-        gives. Nothing changes while jobs only wait (not the state, nor the shares the order reads, nor whether
-        anything is left to try), so each costs one step of the merge and its wait (IndexOrder.take_while)."""
+        asking: its kind's (`kind_waits`, from `_waiting_kinds`, while its memos hold), the one `_known_wait`
+        gives, or, for a kind with no memo that holds, its quota's or its refusal by the lending rule everywhere
+        (`refused_wait`). Nothing changes while jobs only wait (not the state, nor the shares the order reads, nor
+        whether anything is left to try), so each costs one step of the merge and its wait (IndexOrder.take_while)."""
         if self._alike_state() != self._alike_token:
             return
         kind_of, waits, now_s = index.kind_of, self.waits, self.now_s
