@@ -272,3 +272,67 @@ def test_jobs_that_only_wait_are_taken_a_run_at_a_time_up_to_the_one_that_backfi
     assert placed(result.actions)["b-short"].backfilled
     assert len(result.waits) == 201
     assert one_by_one == ["head", "b-first", "c002", "b-short"]
+
+
+def test_borrowers_refused_everywhere_take_their_wait_from_their_standing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forty tenants with two GPUs of quota each on 10 nodes, 640 jobs waiting: once the tenants below quota
+    have claims on every node with free GPUs, each borrower's job is given its wait from what its kind reads of its
+    tenant and the shared "every free node is owed" answer (`refused_wait`), never asked as a kind. Over cycles
+    with ends and arrivals the Driver checks every action and wait, in order, against a cycle without shortcuts."""
+    from greengpu.sched.cycle.alike import AlikeWaits
+
+    answered = {"refused": 0, "blocked": 0}
+    original = AlikeWaits.refused_wait
+
+    def counting(self, job, key, epoch):  # noqa: ANN001, ANN202
+        wait = original(self, job, key, epoch)
+        if wait is not None:
+            answered["refused" if wait.reason is not WaitReason.QUOTA else "blocked"] += 1
+        return wait
+
+    monkeypatch.setattr(AlikeWaits, "refused_wait", counting)
+    tenants = [Tenant(f"t{i:02d}", quota_gpus=2, weight=1 + i % 3) for i in range(40)]
+    # Reclaim on (the lending rule applies), one victim search a cycle, no reservation.
+    policy = SchedulerPolicy(preemption=PreemptionPolicy(max_attempts_per_cycle=1),
+                             backfill=BackfillPolicy(enabled=False))
+    driver = Driver(make_cluster([(10, node_type(8), "d0")], tenants), policy)
+    sizes = [1, 1, 2, 4, 8]
+    for wave in range(4):
+        driver.submit(*(job(f"w{wave}-{i}", gpus=sizes[i % 5], tenant=f"t{i % 40:02d}", duration_s=300 + 97 * (i % 13),
+                            priority=i % 2) for i in range(160)))
+        driver.tick()
+    for _ in range(6):
+        driver.tick()
+    assert answered["refused"] > 100  # the path is taken, and decides as the reference does
+    assert driver.finished and len(driver.started_at) > 40
+
+
+@pytest.mark.parametrize(("tenants", "quota_share", "seed"), [(30, 0.3, 5), (100, 0.3, 2)])
+def test_many_tenants_with_small_quotas_decide_as_the_reference(tenants: int, quota_share: float, seed: int) -> None:
+    """Tenants whose quotas cover a fraction of the cluster, a deep queue and ends and arrivals between cycles:
+    most tenants borrow, and the few whose own claimants are the smallest read another "every free node is owed"
+    answer than the rest (`KeptClaims.owed_everywhere_by_most`). Every cycle, with the memory kept between them,
+    decides as a cycle without shortcuts: the same actions, and the same waits in the same order."""
+    import random
+
+    from sched_workloads import JobStream, churn, half_full, uniform_pending
+    from transitions import apply_scheduler_actions
+
+    rng = random.Random(seed)
+    nodes = 60 if tenants <= 30 else 200
+    cluster = make_cluster([(nodes, node_type(8), "hall")],
+                           [Tenant(f"t{i}", quota_gpus=nodes * 8 * quota_share / tenants, weight=1 + i % 4)
+                            for i in range(tenants)])
+    pending = 25 * nodes
+    snap = ClusterSnapshot(time_s=0.0, cluster=cluster, running=half_full(cluster, rng, tenants),
+                           pending=tuple(uniform_pending(rng, pending, tenants)))
+    arrivals = JobStream(lambda count, start, _: uniform_pending(rng, count, tenants, start=start), pending)
+    policy = SchedulerPolicy()
+    memory = SchedulerMemory()
+    for _ in range(5):
+        fresh = schedule_cycle(snap, policy, incremental=False)
+        kept = schedule_cycle(snap, policy, memory=memory)
+        assert kept.actions == fresh.actions
+        assert list(kept.waits.items()) == list(fresh.waits.items())
+        assert kept.reservations == fresh.reservations and kept.withdrawn == fresh.withdrawn
+        snap = churn(apply_scheduler_actions(snap, kept.actions), rng, arrivals)
