@@ -82,3 +82,20 @@ class ClusterBody(Protocol):
     def settle(self) -> None:
         """The tick's actions are all carried out (a body that batches its own writes flushes them here)."""
         ...
+
+
+class AgentsOwnTheGpus:
+    """What a body over a real workload manager (Slurm, Kubernetes) answers for the GPUs and jobs it does not own:
+    the node agents cap and read the GPUs, and the workload manager preempts its own jobs."""
+
+    def release_gpus(self, reason: str) -> list[str]:
+        return []  # the node agents own the GPUs and fall back to defaults on their own
+
+    def gpu_energy_j(self) -> dict[str, float]:
+        return {}  # the node agents read the GPUs; the ledger models their energy (docs/DAEMON.md)
+
+    def withdraw_preemptions(self, job_ids: list[str]) -> None:
+        return None  # the workload manager preempts its own jobs; greengpu sends it none
+
+    def settle(self) -> None:
+        return None  # every action went to the workload manager as it was carried out

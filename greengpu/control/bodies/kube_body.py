@@ -17,7 +17,7 @@ from greengpu.backends.kubernetes import KubeError
 from greengpu.backends.sharing_live import live_partitions
 from greengpu.brain.capacity_choice import ChooseCapacity
 from greengpu.brain.control_tick import TickAction
-from greengpu.control.bodies.body import ActionFailed, Observation
+from greengpu.control.bodies.body import ActionFailed, AgentsOwnTheGpus, Observation
 from greengpu.control.bodies.checkpoint_marks import CHECKPOINT_KEY, checkpoint_value
 from greengpu.control.bodies.kube_fence import ActionAborted
 from greengpu.control.hooks.kube_sleep import KubeSleep, pod_job
@@ -36,7 +36,7 @@ from greengpu.model import (
 log = logging.getLogger("greengpu.daemon")
 
 
-class KubeBody:
+class KubeBody(AgentsOwnTheGpus):
     """The cluster as Kubernetes reports it (a `ClusterBody`)."""
 
     name = "kubernetes"
@@ -130,15 +130,3 @@ class KubeBody:
         except (KubeError, ActionAborted) as error:
             raise ActionFailed(str(error)) from None
         raise ActionFailed(f"{type(action).__name__} is not carried out on Kubernetes (the node agents cap GPUs)")
-
-    def release_gpus(self, reason: str) -> list[str]:
-        return []  # the node agents own the GPUs and fall back to defaults on their own
-
-    def gpu_energy_j(self) -> dict[str, float]:
-        return {}  # the node agents read the GPUs; the ledger models their energy (docs/DAEMON.md)
-
-    def withdraw_preemptions(self, job_ids: list[str]) -> None:
-        return None  # the workload manager preempts its own jobs; greengpu sends it none
-
-    def settle(self) -> None:
-        return None  # every action went to Kubernetes as it was carried out

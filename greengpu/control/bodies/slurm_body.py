@@ -23,7 +23,7 @@ from greengpu.backends import slurm
 from greengpu.backends.slurm_config import SuspendExclusions, read_exclusions
 from greengpu.brain.capacity_choice import ChooseCapacity
 from greengpu.brain.control_tick import TickAction
-from greengpu.control.bodies.body import ActionFailed, Observation
+from greengpu.control.bodies.body import ActionFailed, AgentsOwnTheGpus, Observation
 from greengpu.control.bodies.checkpoint_marks import checkpoint_in_comment
 from greengpu.control.bodies.slurm_nodes import fault_reason, node_features, node_partitions, node_power
 from greengpu.control.cloud.spot_steer import SlurmCapacity, steer, steerable
@@ -156,7 +156,7 @@ def awake_since_s(record: Mapping[str, JsonValue] | None, now_s: float) -> float
     return min(boot_s, now_s)
 
 
-class SlurmBody:
+class SlurmBody(AgentsOwnTheGpus):
     """The cluster as Slurm reports it (a `ClusterBody`)."""
 
     name = "slurm"
@@ -306,15 +306,3 @@ class SlurmBody:
         except slurm.SlurmError as error:
             raise ActionFailed(str(error)) from None
         return f"{node}: drained in Slurm"
-
-    def release_gpus(self, reason: str) -> list[str]:
-        return []  # the node agents own the GPUs and fall back to defaults on their own
-
-    def gpu_energy_j(self) -> dict[str, float]:
-        return {}  # the node agents read the GPUs; the ledger models their energy (docs/DAEMON.md)
-
-    def withdraw_preemptions(self, job_ids: list[str]) -> None:
-        return None  # the workload manager preempts its own jobs; greengpu sends it none
-
-    def settle(self) -> None:
-        return None  # every action went to Slurm as it was carried out
