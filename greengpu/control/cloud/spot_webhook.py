@@ -32,6 +32,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, urlsplit
 
+from greengpu.control.daemon.http_serve import send_reply
 from greengpu.json_types import JsonObject
 from greengpu.spot.admission import Verdict, decide_pod, review_response
 from greengpu.spot.pod_facts import CapacityKind, Decide, SpotJobFacts
@@ -229,13 +230,7 @@ class WebhookServer:
 
             def _reply(self, status: int, body: bytes, content_type: str,
                        headers: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(body)
+                send_reply(self, status, body, content_type, headers)
 
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the http.server API)
                 log.debug("spot webhook: " + format, *args)

@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import generate_latest
 
-from greengpu.control.daemon.http_serve import BoundedHandler, BoundedHTTPServer
+from greengpu.control.daemon.http_serve import BoundedHandler, BoundedHTTPServer, send_reply
 from greengpu.control.daemon.report_http import read_report
 from greengpu.control.daemon.service import Daemon
 from greengpu.control.daemon.status import capacity_decision
@@ -113,13 +113,7 @@ class DaemonServer:
         class Handler(BoundedHandler):
             def _answer(self, status: int, body: bytes, content_type: str = "application/json",
                         headers: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(body)
+                send_reply(self, status, body, content_type, headers)
 
             def _json(self, status: int, value: object, headers: dict[str, str] | None = None) -> None:
                 self._answer(status, (json.dumps(value, sort_keys=True) + "\n").encode(), headers=headers)

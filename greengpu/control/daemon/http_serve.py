@@ -101,6 +101,18 @@ class _Writer:
         self.closed = True
 
 
+def send_reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str,
+               headers: dict[str, str] | None = None) -> None:
+    """Answer a request whole: status, content type and length, `headers`, then `body`."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class BoundedHandler(BaseHTTPRequestHandler):
     """A request handler for `BoundedHTTPServer`: its `request` is (socket, head already read)."""
 
