@@ -102,8 +102,6 @@ class CycleState:
         """Per kind, what `refused_wait` read of its tenant (greengpu.sched.cycle.alike `_standing_of`)."""
         self._everywhere_most: dict[tuple[str, ...], tuple[object, frozenset[str], bool]] = {}
         """Per set of models, the epoch and KeptClaims.owed_everywhere_by_most's answer at it."""
-        self._refused_waits: dict[tuple[object, ...], Wait] = {}
-        """Per kind, its wait when refused everywhere (capacity, or a node to wake: neither moves in a cycle)."""
         """What of the lending rule the step being decided read (greengpu.sched.cycle.lending `_claims_read`)."""
         self._valid_at: dict[tuple[object, ...], object] = {}
         """Per kind, the epoch at which its memos were last found to hold (greengpu.sched.cycle.alike `_valid_now`)."""

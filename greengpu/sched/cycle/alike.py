@@ -280,10 +280,7 @@ class AlikeWaits(StartSteps):
         refused: Wait | None = None
         if blocked is None and self._lending_checked and isinstance(self.claims, KeptClaims) and \
                 not any(within(job, model, job.units) for model in models):
-            refused = self._refused_waits.get(key)
-            if refused is None:
-                refused = self._refused_waits[key] = self.wait(
-                    job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
+            refused = self.wait(job, WaitReason.WAKE if self.fits_after_wake(job, models) else WaitReason.CAPACITY)
         return (version, blocked, refused, models)
 
     def _owed_everywhere_now(self, tenant: str, models: tuple[str, ...], epoch: object = None) -> bool:
