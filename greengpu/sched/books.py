@@ -58,6 +58,17 @@ class Books:
     signalled: set[int] = field(default_factory=set)
     """id() of the held running jobs asked to stop (preempt_signalled_s set): most cycles have none."""
     pending: PendingIndex | None = None
+    standings: dict[tuple[object, ...], tuple[int, Wait | None, Wait | None, tuple[str, ...]]] = \
+        field(default_factory=dict)
+    """Per kind of waiting job, what the cycle's `refused_wait` read of its tenant, by the tenant's usage version
+    (greengpu.sched.cycle.alike `_standing_of`); kept while `standings_key` holds."""
+    vouched: dict[tuple[object, ...], tuple[int, Wait]] = field(default_factory=dict)
+    """Per kind with no memo, the wait the walk gives it without asking (greengpu.sched.cycle.known_kinds `_vouch`)."""
+    vouched_refused: dict[tuple[str, ...], set[tuple[object, ...]]] = field(default_factory=dict)
+    """Per set of models, the vouched kinds that are refusals by the lending rule."""
+    standings_key: object = None
+    """What the three above read besides the ledger: whether the lending rule applies, and the nodes that could
+    wake (greengpu.sched.cycle.walk `_keep_standings`)."""
     """The pending queue as of the last cycle (greengpu.sched.pending_index), built on first use."""
     priorities: dict[int, int] = field(default_factory=dict)
     """How many held running jobs have each priority (the victim search asks for the lowest every cycle)."""

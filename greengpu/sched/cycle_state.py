@@ -102,6 +102,12 @@ class CycleState:
         """Per kind, what `refused_wait` read of its tenant (greengpu.sched.cycle.alike `_standing_of`)."""
         self._everywhere_most: dict[tuple[str, ...], tuple[object, frozenset[str], bool]] = {}
         """Per set of models, the epoch and KeptClaims.owed_everywhere_by_most's answer at it."""
+        self._vouched: dict[tuple[object, ...], tuple[int, Wait]] = {}
+        """Per kind with no memo, the wait `refused_wait` gave it and its tenant's usage version then: the walk gives
+        it to the kind's later jobs without asking while both hold (greengpu.sched.cycle.known_kinds `_vouch`)."""
+        self._vouched_refused: dict[tuple[str, ...], set[tuple[object, ...]]] = {}
+        """Per set of models, the vouched kinds that are refusals by the lending rule (they hold per epoch)."""
+        self._vouched_epoch: object = None
         """What of the lending rule the step being decided read (greengpu.sched.cycle.lending `_claims_read`)."""
         self._valid_at: dict[tuple[object, ...], object] = {}
         """Per kind, the epoch at which its memos were last found to hold (greengpu.sched.cycle.alike `_valid_now`)."""

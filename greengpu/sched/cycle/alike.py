@@ -94,6 +94,7 @@ class AlikeWaits(StartSteps):
         self._alike_waits[key] = wait
         self._alike_wait_from[key] = -math.inf
         self._alike_marks[key] = mark
+        self._vouched.pop(key, None)  # a kind with a memo is given its wait by the memo's rules
 
     def _durable_kinds(self) -> dict[tuple[object, ...], tuple[Wait, tuple[int, object]]]:
         """The kinds whose every job waits for a reason that reads neither free GPUs nor held or reserved nodes: a
@@ -122,6 +123,7 @@ class AlikeWaits(StartSteps):
         if before is not None and before[1] is not None and (probe is EVERYWHERE or probe is None):
             probe = before[1]
         self._alike_marks[key] = (self.ledger.tenant_version.get(tenant, 0), probe)
+        self._vouched.pop(key, None)
 
     def _kind_valid(self, key: tuple[object, ...], job: Job, models: tuple[str, ...]) -> bool:
         """Whether the memos of `key` (a kind of job like `job`) still hold; when not, they are dropped."""
@@ -286,16 +288,23 @@ class AlikeWaits(StartSteps):
     def _owed_everywhere_now(self, tenant: str, models: tuple[str, ...], epoch: object = None) -> bool:
         """KeptClaims.owed_everywhere, read once per epoch (`epoch`: `_epoch()`, when the caller has it) for every
         tenant but the few whose own claimants set them apart: a thousand tenants' kinds ask it after every start."""
-        claims = self.claims
-        assert isinstance(claims, KeptClaims)
         if epoch is None:
             epoch = self._epoch()
-        most = self._everywhere_most.get(models)
-        if most is None or most[0] != epoch:
-            most = self._everywhere_most[models] = (epoch, *claims.owed_everywhere_by_most(models))
+        most = self._everywhere_most_at(models, epoch)
         if tenant in most[1]:
+            claims = self.claims
+            assert isinstance(claims, KeptClaims)
             return claims.owed_everywhere(tenant, models)
         return most[2]
+
+    def _everywhere_most_at(self, models: tuple[str, ...], epoch: object) -> tuple[object, frozenset[str], bool]:
+        """KeptClaims.owed_everywhere_by_most for `models` at `epoch` (`_epoch()`), read once per epoch."""
+        most = self._everywhere_most.get(models)
+        if most is None or most[0] != epoch:
+            claims = self.claims
+            assert isinstance(claims, KeptClaims)
+            most = self._everywhere_most[models] = (epoch, *claims.owed_everywhere_by_most(models))
+        return most
 
     def _waits_from(self, key: tuple[object, ...], ends_at_s: float) -> None:
         bound = self._alike_wait_from.get(key)

@@ -15,7 +15,7 @@ from greengpu.model import (
 from greengpu.sched.claims import Claimant, claimants_of
 from greengpu.sched.cycle.alike import AlikeWaits
 from greengpu.sched.cycle.vocabulary import EVERYWHERE
-from greengpu.sched.index_order import IndexOrder
+from greengpu.sched.index_order import IndexOrder, KnownWaits
 from greengpu.sched.pending_index import PendingIndex, RestOfWalk
 from greengpu.sched.waits import (
     Wait,
@@ -75,16 +75,28 @@ class KnownKinds(AlikeWaits):
         valid_at = self._valid_at
         own = self.held_for.keys() | self.stopping_for.keys()  # decided on their own, never as their kind
         refused_wait = self.refused_wait
+        vouched = self._vouched
+        if vouched:
+            self._recheck_vouched(index, epoch)
 
         def wait_of(entry: tuple[float, str, PendingJob]) -> Wait | None:
             job_id = entry[1]
             if own and job_id in own:
                 return None
             key = cast(tuple[object, ...], kind_of[job_id])
-            if valid_at.get(key) != epoch and (key not in marks or not self._valid_now(key, entry[2].job, epoch)):
+            if key not in marks:
+                # No memo of its kind (so none valid at this epoch): the walk asks it, unless it is refused whatever
+                # it asks for; then the rest of its kind take that wait without a call while it holds.
+                if kind_waits:
+                    kind_waits.pop(key, None)
+                job = entry[2].job
+                wait = refused_wait(job, key, epoch)
+                if wait is not None:
+                    self._vouch(key, wait)
+                return wait
+            if valid_at.get(key) != epoch and not self._valid_now(key, entry[2].job, epoch):
                 kind_waits.pop(key, None)
-                # Its kind's memos no longer hold (or were never made): the walk asks it, unless it is refused
-                # whatever it asks for (`refused_wait`).
+                # Its kind's memos no longer hold: the walk asks it, unless it is refused whatever it asks for.
                 return refused_wait(entry[2].job, key, epoch)
             known = kind_waits.get(key)
             if known is not None and marks.get(key) is known[1]:
@@ -94,7 +106,39 @@ class KnownKinds(AlikeWaits):
                 return None  # it might start: the walk asks it
             return alike_waits[key]
 
-        order.take_while(wait_of, cast(dict[str, object], waits), considered)
+        known = KnownWaits(cast(dict[object, tuple[int, object]], vouched), kind_of, self.ledger.tenant_version, own)
+        order.take_while(wait_of, cast(dict[str, object], waits), considered, known)
+
+    def _vouch(self, key: tuple[object, ...], wait: Wait) -> None:
+        """Keep `refused_wait`'s answer for a kind with no memo (`_vouched`), stamped with its tenant's usage version;
+        a refusal is also filed under its models (`_recheck_vouched` drops it once not every free node is owed)."""
+        standing = self._kind_standing[key]
+        self._vouched[key] = (standing[0], wait)
+        if standing[1] is None:
+            self._vouched_refused.setdefault(standing[3], set()).add(key)
+
+    def _recheck_vouched(self, index: PendingIndex, epoch: object) -> None:
+        """Drop the vouched refusals (`_vouch`) that may not hold at `epoch`: all of a set of models once not every
+        free node is owed to another tenant's claimant, and those of the few tenants whose own claimants set them
+        apart (they are asked again). A quota wait holds while its tenant's usage version does (checked per job)."""
+        if self._vouched_epoch == epoch:
+            return
+        self._vouched_epoch = epoch
+        vouched, kinds_of_tenant = self._vouched, index.kinds_of_tenant
+        for models, kinds in self._vouched_refused.items():
+            if not kinds:
+                continue
+            most = self._everywhere_most_at(models, epoch)
+            if not most[2]:
+                for key in kinds:
+                    vouched.pop(key, None)
+                kinds.clear()
+                continue
+            for tenant in most[1]:
+                for kind in kinds_of_tenant.get(tenant, ()):
+                    if kind in kinds:
+                        vouched.pop(cast(tuple[object, ...], kind), None)
+                        kinds.discard(cast(tuple[object, ...], kind))
 
     def _rest_of_walk(self, in_order: Iterator[PendingJob], index: PendingIndex) -> RestOfWalk:
         """The jobs `in_order` has not yet given, in its order, taken only if asked for (after the cycle, maybe)."""

@@ -21,6 +21,7 @@ from greengpu.sched.claims_kept import KeptClaims
 from greengpu.sched.cycle.known_kinds import KnownKinds
 from greengpu.sched.cycle.vocabulary import CycleResult, alike_key
 from greengpu.sched.index_order import IndexOrder
+from greengpu.sched.node_rules import WAKEABLE
 from greengpu.sched.order import queue_order
 from greengpu.sched.pending_index import AlikeRestWaits, PendingIndex, QueueWaits
 from greengpu.sched.steady import MARGIN_S as STEADY_MARGIN_S
@@ -129,6 +130,25 @@ class Cycle(KnownKinds):
             self.claims = KeptClaims(self.state, self.ledger, index, self.finder.reclaims_within_nominal,
                                      self.books.on_node, self.started, self.finder.stopping, self._claims_token,
                                      self.books.running, self.finder.promised_now)
+
+    def _keep_standings(self, index: PendingIndex) -> None:
+        """Take the kinds' standings and vouched waits kept in the books from the last cycles (each stamped with its
+        tenant's usage version, which the books' ledger keeps), unless what else they read has changed: whether the
+        lending rule applies, and which nodes are asleep or on their way (a refused kind waits for capacity or for a
+        node to wake). A thousand tenants' kinds are then not read afresh every cycle, only those whose tenant's
+        usage moved. Cleared too once they hold far more kinds than the queue (kinds long gone)."""
+        states = self.snapshot.node_states
+        wakeable = frozenset(name for name, node_state in states.items()
+                             if node_state.power in WAKEABLE and not node_state.drained) if states else frozenset()
+        key = (self._lending_checked, isinstance(self.claims, KeptClaims), wakeable)
+        books = self.books
+        if books.standings_key != key or len(books.standings) > 4 * len(index.by_kind) + 1000:
+            books.standings.clear()
+            books.vouched.clear()
+            books.vouched_refused.clear()
+            books.standings_key = key
+        self._kind_standing, self._vouched, self._vouched_refused = \
+            books.standings, books.vouched, books.vouched_refused
 
     def _when_full(self, index: PendingIndex | None, considered: list[PendingJob]) -> tuple[
             Callable[[], Sequence[PendingJob]], Callable[[], list[PendingJob]], Mapping[str, Wait]]:

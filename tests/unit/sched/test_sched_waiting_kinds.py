@@ -19,6 +19,7 @@ from greengpu.model import ClusterSnapshot, GpuSlot, NodeState, PendingJob, Powe
 from greengpu.policy import BackfillPolicy, PreemptionPolicy, SchedulerPolicy
 from greengpu.sched import core
 from greengpu.sched.core import SchedulerMemory, schedule_cycle
+from greengpu.sched.index_order import IndexOrder
 from greengpu.sched.waits import WaitReason
 
 NO_TRIES = SchedulerPolicy(preemption=PreemptionPolicy(enabled=False), backfill=BackfillPolicy(enabled=False))
@@ -281,7 +282,7 @@ def test_borrowers_refused_everywhere_take_their_wait_from_their_standing(monkey
     with ends and arrivals the Driver checks every action and wait, in order, against a cycle without shortcuts."""
     from greengpu.sched.cycle.alike import AlikeWaits
 
-    answered = {"refused": 0, "blocked": 0}
+    answered = {"refused": 0, "blocked": 0, "vouched": 0}
     original = AlikeWaits.refused_wait
 
     def counting(self, job, key, epoch):  # noqa: ANN001, ANN202
@@ -291,6 +292,21 @@ def test_borrowers_refused_everywhere_take_their_wait_from_their_standing(monkey
         return wait
 
     monkeypatch.setattr(AlikeWaits, "refused_wait", counting)
+    take_while = IndexOrder.take_while
+
+    def counting_takes(self, wait_of, waits, taken, known=None):  # noqa: ANN001, ANN202
+        asked = []
+
+        def asking(entry):  # noqa: ANN001, ANN202
+            wait = wait_of(entry)
+            asked.append(wait is not None)
+            return wait
+
+        before = len(taken)
+        take_while(self, asking, waits, taken, known)
+        answered["vouched"] += len(taken) - before - sum(asked)
+
+    monkeypatch.setattr(IndexOrder, "take_while", counting_takes)
     tenants = [Tenant(f"t{i:02d}", quota_gpus=2, weight=1 + i % 3) for i in range(40)]
     # Reclaim on (the lending rule applies), one victim search a cycle, no reservation.
     policy = SchedulerPolicy(preemption=PreemptionPolicy(max_attempts_per_cycle=1),
@@ -303,7 +319,10 @@ def test_borrowers_refused_everywhere_take_their_wait_from_their_standing(monkey
         driver.tick()
     for _ in range(6):
         driver.tick()
-    assert answered["refused"] > 100  # the path is taken, and decides as the reference does
+    # The path is taken, and decides as the reference does: the first job of a kind is answered by `refused_wait`,
+    # the rest of its kind by the vouched wait while its tenant's usage and "every free node is owed" hold.
+    assert answered["refused"] > 20
+    assert answered["vouched"] > 100
     assert driver.finished and len(driver.started_at) > 40
 
 
@@ -336,3 +355,39 @@ def test_many_tenants_with_small_quotas_decide_as_the_reference(tenants: int, qu
         assert list(kept.waits.items()) == list(fresh.waits.items())
         assert kept.reservations == fresh.reservations and kept.withdrawn == fresh.withdrawn
         snap = churn(apply_scheduler_actions(snap, kept.actions), rng, arrivals)
+
+
+def test_standings_kept_between_cycles_follow_the_nodes_that_could_wake() -> None:
+    """What a kind reads of its tenant (`refused_wait`'s standing) and the waits vouched from it are kept in the books
+    between cycles, stamped with the tenant's usage version. Whether a refused kind waits for capacity or for a node
+    to wake is not in that stamp: when nodes fall asleep, wake or stay the same between cycles, every cycle with the
+    memory kept decides as one without shortcuts, waits and their order included."""
+    import random
+
+    from sched_workloads import JobStream, churn, half_full, uniform_pending
+    from transitions import apply_scheduler_actions
+
+    rng = random.Random(3)
+    tenants, nodes = 100, 200
+    cluster = make_cluster([(nodes, node_type(8), "hall")],
+                           [Tenant(f"t{i}", quota_gpus=nodes * 8 * 0.3 / tenants, weight=1 + i % 4)
+                            for i in range(tenants)])
+    snap = ClusterSnapshot(time_s=0.0, cluster=cluster, running=half_full(cluster, rng, tenants),
+                           pending=tuple(uniform_pending(rng, 25 * nodes, tenants)))
+    arrivals = JobStream(lambda count, start, _: uniform_pending(rng, count, tenants, start=start), 25 * nodes)
+    policy = SchedulerPolicy()
+    memory = SchedulerMemory()
+    wakes = 0
+    # No node states, then idle nodes asleep (the same ones twice: the kept standings hold), then awake again.
+    for asleep in ((), (1, 3, 5), (1, 3, 5), (7,), ()):
+        busy = {slot.node for running in snap.running for slot in running.slots}
+        names = [f"n{n:04d}" for n in asleep]
+        snap = replace(snap, node_states={name: NodeState(PowerState.ASLEEP) for name in names if name not in busy})
+        fresh = schedule_cycle(snap, policy, incremental=False)
+        kept = schedule_cycle(snap, policy, memory=memory)
+        assert kept.actions == fresh.actions
+        assert list(kept.waits.items()) == list(fresh.waits.items())
+        wakes += sum(wait.reason is WaitReason.WAKE for wait in kept.waits.values())
+        snap = churn(apply_scheduler_actions(snap, kept.actions), rng, arrivals)
+        snap = replace(snap, node_states={})
+    assert wakes > 0  # sleeping nodes did change some waits
