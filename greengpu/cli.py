@@ -26,6 +26,7 @@ from greengpu.commands.simulate import simulate
 from greengpu.commands.slurm import slurm
 from greengpu.commands.spot import spot
 from greengpu.commands.sweep import sweep
+from greengpu.control.log_setup import install_handler, restored_after
 from greengpu.errors import BadInput
 
 ENV_PREFIX = "GREENGPU"
@@ -47,12 +48,15 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     (e.g. GREENGPU_CHECK_CLUSTER, GREENGPU_SLURM_STATUS_JSON); a flag on the command line wins.
     """
     ctx.meta[VERBOSITY] = -1 if quiet else verbose
-    # Set every time (NOTSET: as the command's own logging says), so one invocation never leaks into the next.
+    # The log handler and levels this invocation sets (here or in its command) are undone when it ends, so one
+    # invocation never leaks into the next, nor into the rest of a process that runs the command line.
+    ctx.with_resource(restored_after())
+    # Set every time (NOTSET: as the command's own logging says).
     level = logging.ERROR if quiet else logging.NOTSET if not verbose else logging.INFO if verbose == 1 \
         else logging.DEBUG
     logging.getLogger("greengpu").setLevel(level)
     if verbose and not logging.getLogger().handlers:
-        logging.basicConfig(level=level, format="greengpu: %(message)s", stream=sys.stderr)
+        install_handler(logging.StreamHandler(sys.stderr), level, "greengpu: %(message)s")
 
 
 for _command in (check, report, simulate, sweep, agent, daemon, plan, slurm, kube, node_suspend, cloud, spot):

@@ -80,6 +80,7 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
 
     from greengpu.config.policy import load_policy
     from greengpu.control.agent.agent_main import AgentOptions, parse_gpu_indexes, run_agent
+    from greengpu.control.log_setup import install_handler
 
     busy = parse_gpu_indexes(fake_busy)
     cluster = None
@@ -87,7 +88,7 @@ def agent(policy_name: str, backend: str, classes_file: str | None, class_source
         from greengpu.config.inventory import load_cluster
 
         cluster = load_cluster(cluster_file)
-    logging.basicConfig(level=logging.INFO, format="greengpu agent: %(message)s", stream=sys.stderr, force=True)
+    install_handler(logging.StreamHandler(sys.stderr), logging.INFO, "greengpu agent: %(message)s")
     code = run_agent(AgentOptions(
         policy=load_policy(policy_name), backend=backend, fake_gpus=fake_gpus, fake_state=fake_state,
         fake_busy=busy, fake_not_root=fake_not_root, classes_file=classes_file, class_source=class_source,

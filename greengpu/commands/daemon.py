@@ -86,13 +86,14 @@ def daemon(cluster_file: str, policy_name: str, source: str | None, backend: str
     source = source or "fake"
     from greengpu.config.policy import load_policy
     from greengpu.control.daemon.daemon_main import DaemonOptions, run_daemon
+    from greengpu.control.log_setup import install_handler
     from greengpu.report.monthly_main import write_scheduled_reports
 
     # A daemon logs what it does (info) unless -q asks for errors only; -vv adds debug. APScheduler's own
     # info lines ("Running job ...", "... executed successfully") come every tick and say nothing the
     # daemon's lines do not: they show from -vv on.
     level = {-1: logging.ERROR, 0: logging.INFO, 1: logging.INFO}.get(verbosity(), logging.DEBUG)
-    logging.basicConfig(level=level, format="greengpu daemon: %(message)s", stream=sys.stderr, force=True)
+    install_handler(logging.StreamHandler(sys.stderr), level, "greengpu daemon: %(message)s")
     logging.getLogger("greengpu").setLevel(level)
     logging.getLogger("apscheduler").setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
     code = run_daemon(DaemonOptions(

@@ -5,7 +5,6 @@ runtime failure, in one line) or exactly one line and exit 2; never a traceback,
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,18 +20,6 @@ NODE = ("{gpus: 2, gpu_model: A100, gpu_idle_w: 52, gpu_max_w: 400, gpu_min_limi
         "host_sleep_w: 8, boot_s: 180, gpu_max_clock_mhz: 1410}")
 POOLS = ("pools:\n  sp: {type: g2, spot: true, price_per_hour: 4.0, max_nodes: 2}\n"
          "  od: {type: g2, price_per_hour: 9.0, max_nodes: 1}\n")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _logging_as_it_was() -> Iterator[None]:
-    """The daemon command, run in this process, sets up logging for a daemon (levels, handlers): put it back
-    for the tests that come after (their caplog)."""
-    root, ours = logging.getLogger(), logging.getLogger("greengpu")
-    handlers, levels = list(root.handlers), (root.level, ours.level)
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(levels[0])
-    ours.setLevel(levels[1])
 
 
 @pytest.fixture(scope="module")

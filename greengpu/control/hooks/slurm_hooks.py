@@ -35,6 +35,7 @@ from greengpu.backends.wol import Waker
 from greengpu.control.hooks.sleep_control import SUSPEND_TIMEOUT_S, SleepControl
 from greengpu.control.hooks.slurm_suspend import fork_watcher, watch_suspends
 from greengpu.control.hooks.state_store import StateStore
+from greengpu.control.log_setup import greengpu_handlers, install_handler
 from greengpu.errors import BadInput
 from greengpu.model import Cluster
 from greengpu.policy import SleepPolicy
@@ -69,7 +70,7 @@ def logged_outcome(what: str, logger: logging.Logger = log) -> Iterator[None]:
     (one line, exit 1). Without a log file the log is stderr, where the command's own line says it:
     the log then gets nothing, so stderr holds that one line.
     """
-    to_file = any(isinstance(h, logging.FileHandler) for h in logging.getLogger().handlers)
+    to_file = any(isinstance(h, logging.FileHandler) for h in greengpu_handlers())
     try:
         yield
     except BadInput as error:
@@ -83,15 +84,19 @@ def logged_outcome(what: str, logger: logging.Logger = log) -> Iterator[None]:
 
 
 def setup_logging(log_file: str | None) -> None:
-    """Log to `log_file` (hooks have no stderr); to stderr when there is one and no file is given."""
-    handlers: list[logging.Handler] = []
+    """Log to `log_file` (hooks have no stderr); to stderr when there is one and no file is given.
+
+    The handler is greengpu's one on the root logger (greengpu.control.log_setup): set up again, it is replaced,
+    never stacked."""
+    handler: logging.Handler
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file))
+        handler = logging.FileHandler(log_file)
     elif sys.stderr is not None:
-        handlers.append(logging.StreamHandler(sys.stderr))
-    logging.basicConfig(level=logging.INFO, handlers=handlers or [logging.NullHandler()], force=True,
-                        format="%(asctime)s greengpu[%(process)d] %(message)s")
+        handler = logging.StreamHandler(sys.stderr)
+    else:
+        handler = logging.NullHandler()
+    install_handler(handler, logging.INFO, "%(asctime)s greengpu[%(process)d] %(message)s")
 
 
 def expand(expression: str, cluster: Cluster) -> list[str]:

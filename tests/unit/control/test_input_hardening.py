@@ -589,16 +589,34 @@ def test_verbose_and_quiet_set_the_log_level_of_that_invocation_only(
     journal.write_text("null\n")
     agent = ["agent", "--backend", "fake", "--fake-gpus", "1xA100", "--once", "--journal", str(journal),
              "--listen", "127.0.0.1:0", "--dry-run"]
+    ours = logging.getLogger("greengpu")
+    before = ours.level
     code, _, err = cli(capsys, "-q", *agent)
     assert code == 0 and "skipped line 1" not in err  # a warning: -q leaves only errors
-    assert logging.getLogger("greengpu").level == logging.ERROR
+    assert ours.level == before  # put back when the invocation ended
     code, _, err = cli(capsys, *agent)
     assert code == 0 and "skipped line 1" in err  # the next invocation is not quiet
+
+    class LevelWhenLogged(logging.Handler):
+        """greengpu's level as each record of the invocation is logged."""
+        def __init__(self) -> None:
+            super().__init__()
+            self.levels: set[int] = set()
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.levels.add(ours.level)
+
+    seen = LevelWhenLogged()
+    logging.getLogger().addHandler(seen)
+    try:
+        assert cli(capsys, "-vv", *agent)[0] == 0
+    finally:
+        logging.getLogger().removeHandler(seen)
+    assert seen.levels == {logging.DEBUG} and ours.level == before
     missing = ["report", "--ledger", str(tmp_path / "none.db"), "--month", "2024-01"]
     assert cli(capsys, "-vv", *missing)[0] == 2
-    assert logging.getLogger("greengpu").level == logging.DEBUG
     assert cli(capsys, *missing)[0] == 2
-    assert logging.getLogger("greengpu").level == logging.NOTSET
+    assert ours.level == before
 
 
 def test_report_out_never_overwrites_the_ledger(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
