@@ -58,6 +58,7 @@ class Books:
     signalled: set[int] = field(default_factory=set)
     """id() of the held running jobs asked to stop (preempt_signalled_s set): most cycles have none."""
     pending: PendingIndex | None = None
+    """The pending queue as of the last cycle (greengpu.sched.pending_index), built on first use."""
     standings: dict[tuple[object, ...], tuple[int, Wait | None, Wait | None, tuple[str, ...]]] = \
         field(default_factory=dict)
     """Per kind of waiting job, what the cycle's `refused_wait` read of its tenant, by the tenant's usage version
@@ -69,7 +70,6 @@ class Books:
     standings_key: object = None
     """What the three above read besides the ledger: whether the lending rule applies, and the nodes that could
     wake (greengpu.sched.cycle.walk `_keep_standings`)."""
-    """The pending queue as of the last cycle (greengpu.sched.pending_index), built on first use."""
     priorities: dict[int, int] = field(default_factory=dict)
     """How many held running jobs have each priority (the victim search asks for the lowest every cycle)."""
     grouped: list[object] = field(default_factory=list)

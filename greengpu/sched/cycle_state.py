@@ -95,6 +95,7 @@ class CycleState:
         # EVERYWHERE or the claims' state when it read the lending rule (greengpu.sched.cycle.alike `_kind_valid`).
         self._alike_marks: dict[tuple[object, ...], tuple[int, object]] = {}
         self._claims_probe: object = None
+        """What of the lending rule the step being decided read (greengpu.sched.cycle.lending `_claims_read`)."""
         self._placed_ahead: tuple[PendingJob, object, tuple[GpuSlot, ...]] | None = None
         """The job `wait_alike` last found could start, the state it was found on (epoch and layout version) and
         its slots: `consider` takes them when it decides that job on that state (greengpu.sched.cycle.alike)."""
@@ -108,7 +109,6 @@ class CycleState:
         self._vouched_refused: dict[tuple[str, ...], set[tuple[object, ...]]] = {}
         """Per set of models, the vouched kinds that are refusals by the lending rule (they hold per epoch)."""
         self._vouched_epoch: object = None
-        """What of the lending rule the step being decided read (greengpu.sched.cycle.lending `_claims_read`)."""
         self._valid_at: dict[tuple[object, ...], object] = {}
         """Per kind, the epoch at which its memos were last found to hold (greengpu.sched.cycle.alike `_valid_now`)."""
         self._refuses: dict[tuple[str, tuple[str, ...], int], tuple[object, bool]] = {}
