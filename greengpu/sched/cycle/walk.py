@@ -79,6 +79,8 @@ class Cycle(KnownKinds):
         models_for = self.models_for
         in_order, index = self._queue_in_order()
         self._read_lending_rule(index)
+        if index is not None:
+            self._keep_standings(index)
         considered: list[PendingJob] = []
         if index is not None:
             self._carried_kinds(index)

@@ -357,7 +357,7 @@ def test_many_tenants_with_small_quotas_decide_as_the_reference(tenants: int, qu
         snap = churn(apply_scheduler_actions(snap, kept.actions), rng, arrivals)
 
 
-def test_standings_kept_between_cycles_follow_the_nodes_that_could_wake() -> None:
+def test_standings_kept_between_cycles_follow_the_nodes_that_could_wake(monkeypatch: pytest.MonkeyPatch) -> None:
     """What a kind reads of its tenant (`refused_wait`'s standing) and the waits vouched from it are kept in the books
     between cycles, stamped with the tenant's usage version. Whether a refused kind waits for capacity or for a node
     to wake is not in that stamp: when nodes fall asleep, wake or stay the same between cycles, every cycle with the
@@ -367,6 +367,16 @@ def test_standings_kept_between_cycles_follow_the_nodes_that_could_wake() -> Non
     from sched_workloads import JobStream, churn, half_full, uniform_pending
     from transitions import apply_scheduler_actions
 
+    from greengpu.sched.cycle.alike import AlikeWaits
+
+    read = [0]
+    standing_of = AlikeWaits._standing_of
+
+    def counting(self, *args):  # noqa: ANN001, ANN002, ANN202
+        read[0] += 1
+        return standing_of(self, *args)
+
+    monkeypatch.setattr(AlikeWaits, "_standing_of", counting)
     rng = random.Random(3)
     tenants, nodes = 100, 200
     cluster = make_cluster([(nodes, node_type(8), "hall")],
@@ -378,16 +388,22 @@ def test_standings_kept_between_cycles_follow_the_nodes_that_could_wake() -> Non
     policy = SchedulerPolicy()
     memory = SchedulerMemory()
     wakes = 0
+    reads = []
     # No node states, then idle nodes asleep (the same ones twice: the kept standings hold), then awake again.
     for asleep in ((), (1, 3, 5), (1, 3, 5), (7,), ()):
+        read[0] = 0
         busy = {slot.node for running in snap.running for slot in running.slots}
         names = [f"n{n:04d}" for n in asleep]
         snap = replace(snap, node_states={name: NodeState(PowerState.ASLEEP) for name in names if name not in busy})
         fresh = schedule_cycle(snap, policy, incremental=False)
+        read[0] = 0
         kept = schedule_cycle(snap, policy, memory=memory)
+        reads.append(read[0])
         assert kept.actions == fresh.actions
         assert list(kept.waits.items()) == list(fresh.waits.items())
         wakes += sum(wait.reason is WaitReason.WAKE for wait in kept.waits.values())
         snap = churn(apply_scheduler_actions(snap, kept.actions), rng, arrivals)
         snap = replace(snap, node_states={})
     assert wakes > 0  # sleeping nodes did change some waits
+    # With the same sleeping nodes the standings are kept: only kinds whose tenant's usage moved are read again.
+    assert reads[2] < reads[1] / 2, reads
