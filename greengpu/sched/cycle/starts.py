@@ -3,7 +3,7 @@ reserved nodes, wait for the victims stopping for it, preempt, or reserve nodes 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 
 from greengpu.model import (
@@ -29,11 +29,14 @@ from greengpu.sched.waits import (
 class StartSteps(Lending):
     """Each way one waiting job may start, be held for, or be reserved for."""
 
-    def expire_grace(self, pending: tuple[PendingJob, ...]) -> None:
+    def expire_grace(self, pending: tuple[PendingJob, ...], waiting_ids: Collection[str] | None = None) -> None:
+        """Take in the running jobs asked to stop: withdraw those whose beneficiary no longer waits, hold the nodes of
+        the rest for it, and stop those whose grace has run out. `waiting_ids`: the ids of `pending`, when the caller
+        has them (else built here, only if some job was asked to stop)."""
         if self.shortcuts and not self.books.signalled:
             return  # no running job was asked to stop (the books know without walking them)
         grace_s = self.policy.preemption.grace_s
-        pending_ids: set[str] | None = None  # built only when some job was asked to stop
+        pending_ids = waiting_ids
         for running in self.snapshot.running:
             if running.preempt_signalled_s is None:
                 continue

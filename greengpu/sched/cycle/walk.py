@@ -72,12 +72,14 @@ class Cycle(KnownKinds):
 
     def run(self) -> CycleResult:
         """The cycle's steps, in order (greengpu.sched.core's docstring)."""
-        self.expire_grace(self.snapshot.pending)
+        index = self._synced_index()
+        # The kept queue knows the waiting jobs by id: a queue of 50,000 is not walked to look up a few beneficiaries.
+        self.expire_grace(self.snapshot.pending, index.by_job_id if index is not None else None)
         policy = self.policy
         self.attempts_left = policy.preemption.max_attempts_per_cycle if policy.preemption.enabled else 0
         self.reservations_left = policy.backfill.reservations if policy.backfill.enabled else 0
         models_for = self.models_for
-        in_order, index = self._queue_in_order()
+        in_order = self._queue_in_order(index)
         self._read_lending_rule(index)
         if index is not None:
             self._keep_standings(index)
@@ -106,18 +108,21 @@ class Cycle(KnownKinds):
         return CycleResult(tuple(self.actions), waits_out, tuple(self.reservations), tuple(self.withdrawn),
                            self._unchanged_until_s(index))
 
-    def _queue_in_order(self) -> tuple[Iterator[PendingJob], PendingIndex | None]:
-        """The waiting jobs in queue order, taken lazily from the queue kept between cycles where there is one."""
-        pending, policy = self.snapshot.pending, self.policy
+    def _synced_index(self) -> PendingIndex | None:
+        """The queue kept between cycles, brought up to this snapshot's; None without shortcuts, or when it cannot
+        stand for the snapshot (the same job object twice: this cycle walks the snapshot itself)."""
         if not self.shortcuts:
-            return queue_order(pending, self.now_s, policy, self.share_of), None
+            return None
         index = self.books.pending
         if index is None:
             index = self.books.pending = PendingIndex(alike_key)
-        if index.sync(pending, self._capacity_wait):
-            return index.ordered(self.now_s, policy, self.share_of), index
-        # The same job object twice: this cycle walks the snapshot itself.
-        return queue_order(pending, self.now_s, policy, self.share_of), None
+        return index if index.sync(self.snapshot.pending, self._capacity_wait) else None
+
+    def _queue_in_order(self, index: PendingIndex | None) -> Iterator[PendingJob]:
+        """The waiting jobs in queue order, taken lazily from the queue kept between cycles where there is one."""
+        if index is None:
+            return queue_order(self.snapshot.pending, self.now_s, self.policy, self.share_of)
+        return index.ordered(self.now_s, self.policy, self.share_of)
 
     def _read_lending_rule(self, index: PendingIndex | None) -> None:
         """The nodes owed to claimants within their quota, found anew or kept between starts (the same answers,
