@@ -90,8 +90,11 @@ class ForecastCaps:
         return self.last
 
     def refused_in(self, snapshot: ClusterSnapshot, gpus: Iterable[GpuObservation],
-                   arrived_gpus: float | None = None) -> frozenset[str]:
-        """`refused` for a body that observes a snapshot and its GPUs (the daemon)."""
+                   arrived_gpus: float | None = None, demand_gpus: float | None = None) -> frozenset[str]:
+        """`refused` for a body that observes a snapshot and its GPUs (the daemon). `demand_gpus`: the snapshot's
+        `offered_gpus`, when the caller has summed it already."""
         now_s = snapshot.time_s
-        return self.refused(now_s, offered_gpus(snapshot), snapshot.cluster.total_gpus, lambda: gpu_candidates(
+        if demand_gpus is None:
+            demand_gpus = offered_gpus(snapshot) if self.active else 0.0
+        return self.refused(now_s, demand_gpus, snapshot.cluster.total_gpus, lambda: gpu_candidates(
             gpus, snapshot.running, self.policy.capping, now_s), arrived_gpus)

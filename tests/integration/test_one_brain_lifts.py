@@ -157,3 +157,44 @@ def test_an_agent_lifts_every_cap_while_work_waits_when_the_daemon_does_not_name
     assert named.lifts_cap("unknown") and named.lifts_cap(None)  # not judged: lifted while work waits
     assert not WorkWaiting((), uncapped=frozenset(), judged=frozenset({"b"})).lifts_cap("unknown")  # nothing waits
     assert named.with_no_slack(True).lifts_cap("b")  # no slack: every cap lifts
+
+
+@pytest.mark.parametrize(("forecasts", "sums"), [(True, 1), (False, 0)])
+def test_the_daemon_sums_the_demand_once_a_tick_and_only_when_a_forecast_reads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forecasts: bool, sums: int) -> None:
+    """The capping forecast and the sleep forecast both observe running + pending GPUs: an O(jobs) sum, taken once a
+    tick for both, and not at all when neither forecast is on. The tick's decisions are the same either way."""
+    from dataclasses import replace
+
+    import greengpu.capping.forecast_caps as forecast_caps
+    import greengpu.control.daemon.service as service
+
+    cluster, jobs, _ = quota_case(tmp_path)
+    policy = load_policy("default")
+    if forecasts:  # the shipped default asks the capping forecast; the sleep forecast is turned on as well
+        policy = replace(policy, sleep=replace(policy.sleep, use_forecast=True))
+    else:
+        policy = replace(policy, capping=replace(policy.capping, forecast_slack=False),
+                         sleep=replace(policy.sleep, use_forecast=False, warm_reserve_from_forecast=False))
+    summed = [0]
+    offered_gpus = forecast_caps.offered_gpus
+
+    def counting(snapshot):  # noqa: ANN001, ANN202
+        summed[0] += 1
+        return offered_gpus(snapshot)
+
+    monkeypatch.setattr(service, "offered_gpus", counting)
+    monkeypatch.setattr(forecast_caps, "offered_gpus", counting)
+    clock = ManualClock(T0)
+    state = tmp_path / "state"
+    state.mkdir()
+    body = FakeCluster(cluster, jobs, state, start_s=T0)
+    audit = AuditLog(state / "audit.jsonl")
+    daemon = Daemon(body, policy, DaemonStore(state), audit, Alerts(audit), clock=clock)
+    assert daemon.caps.active == forecasts
+    assert (policy.sleep.enabled and policy.sleep.forecasts_demand) == forecasts
+    for tick in range(1, 4):
+        clock.now_s += 60
+        assert daemon.tick().ok
+        assert summed[0] == sums * tick
+    assert len(body.running) == 2  # the quota case's two jobs run, the third waits

@@ -164,9 +164,14 @@ class Daemon:
             self._check_wakes(seen, now_s)
             check_faults(self, seen, now_s)
         # Decided on every replica (the agents may ask any for what waits), carried out by the leader only.
-        result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s),
+        # The demand both forecasts observe (running + pending GPUs): summed once a tick, and only if one asks.
+        sleep_policy = self.policy.sleep
+        wanted = self.caps.active or (sleep_policy.enabled and sleep_policy.forecasts_demand)
+        offered = offered_gpus(seen.snapshot) if wanted else 0.0
+        result = control_tick(seen.snapshot, self.policy, seen.gpus, self._with_forecast(seen, now_s, offered),
                               seen.gpu_settings, seen.capacity_facts,
-                              self.caps.refused_in(seen.snapshot, seen.gpus, self.arrivals.gpus(now_s)), self.memory)
+                              self.caps.refused_in(seen.snapshot, seen.gpus, self.arrivals.gpus(now_s), offered),
+                              self.memory)
         self.last_result = result
         self.metrics.waiting.set(len(result.scheduled.waiting.job_ids))
         if not self.leading:
@@ -208,8 +213,9 @@ class Daemon:
         self._meter(metered)
         self._ledger(metered, now_s)
 
-    def _with_forecast(self, seen: Observation, now_s: float) -> SleepObservation:
-        """The sleep observation with the last day's arrivals and the demand forecast's reserve (the warm reserve's)."""
+    def _with_forecast(self, seen: Observation, now_s: float, offered: float) -> SleepObservation:
+        """The sleep observation with the last day's arrivals and the demand forecast's reserve (the warm reserve's).
+        `offered`: the demand the snapshot shows (running + pending GPUs)."""
         snapshot = seen.snapshot
         self.arrivals.note_snapshot(now_s, snapshot)
         sleep = replace(seen.sleep, arrived_gpus=self.arrivals.gpus(now_s))
@@ -218,7 +224,6 @@ class Daemon:
             return sleep
         if self.rise_forecast is None:
             self.rise_forecast = cluster_reserve_forecaster(sleep_policy.warm_reserve_from_forecast, snapshot.cluster)
-        offered = offered_gpus(snapshot)
         self.rise_forecast.observe(now_s, offered)
         return replace(sleep, forecast_headroom_gpus=self.rise_forecast.reserve_gpus(
             now_s, offered, sleep_policy.warm_reserve_from_forecast))
