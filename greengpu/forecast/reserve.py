@@ -19,6 +19,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from greengpu.localtime import UTC_NAME, weekday_and_minute
 from greengpu.model import Cluster
 
 HOUR_S = 3600.0
@@ -38,7 +39,11 @@ class DemandRiseForecaster:
     level: float = 0.95
     window_days: int = 14
     min_samples: int = 3
-    utc_offset_s: float = 0.0
+    timezone: str = UTC_NAME
+    """The site's IANA time zone: hours of day are its wall clock's (people's mornings follow it across daylight
+    saving; in UTC they would move by an hour twice a year, and the history learnt for an hour with them)."""
+    _local_hours: dict[int, int] = field(default_factory=dict)
+    """Per hour since the epoch, its hour of day on the site's wall clock (outside UTC: zoneinfo, once each)."""
     _rises: dict[int, deque[float]] = field(default_factory=dict)
     _hour: int | None = None
     _start_gpus: float = 0.0
@@ -57,7 +62,13 @@ class DemandRiseForecaster:
     """Highest rise over `horizon_s` so far in the current hour."""
 
     def hour_of_day(self, hour_index: int) -> int:
-        return int((hour_index + self.utc_offset_s / HOUR_S) % 24)
+        """The hour of day on the site's wall clock that the hour `hour_index` (since the epoch) begins in."""
+        if self.timezone == UTC_NAME:
+            return hour_index % 24
+        hour = self._local_hours.get(hour_index)
+        if hour is None:
+            hour = self._local_hours[hour_index] = weekday_and_minute(hour_index * HOUR_S, self.timezone)[1] // 60
+        return hour
 
     def _slot(self, hour_index: int, demand_gpus: float) -> int:
         """Rises are learnt per hour of day or, with `band_gpus`, per band of demand at the hour's start."""
@@ -131,13 +142,15 @@ RESERVE_BAND_SHARE = 0.1
 """`warm_reserve_from_forecast` learns rises per band of demand one tenth of the cluster's GPUs wide."""
 
 
-def reserve_forecaster(from_forecast: bool, boot_s: float, total_gpus: float) -> DemandRiseForecaster:
+def reserve_forecaster(from_forecast: bool, boot_s: float, total_gpus: float,
+                       timezone: str = UTC_NAME) -> DemandRiseForecaster:
     """The forecaster a body keeps for its warm reserve. `use_forecast`: the rise within the hour, per hour of
     day. `warm_reserve_from_forecast`: the rise within a boot (`boot_s`, the slowest node's: what may arrive
     before a sleeping node could be up), learnt per band of demand (bursts come when the cluster is busy, at
-    any hour: per hour of day, the 1,000-GPU replay's p95 wait was 256 s), at `RESERVE_LEVEL`."""
+    any hour: per hour of day, the 1,000-GPU replay's p95 wait was 256 s), at `RESERVE_LEVEL`. `timezone`: the
+    site's, whose wall clock the hours of day are read on."""
     if not from_forecast:
-        return DemandRiseForecaster()
+        return DemandRiseForecaster(timezone=timezone)
     return DemandRiseForecaster(level=RESERVE_LEVEL, horizon_s=min(boot_s, HOUR_S),
                                 band_gpus=RESERVE_BAND_SHARE * total_gpus)
 
@@ -145,5 +158,5 @@ def reserve_forecaster(from_forecast: bool, boot_s: float, total_gpus: float) ->
 def cluster_reserve_forecaster(from_forecast: bool, cluster: Cluster) -> DemandRiseForecaster:
     """`reserve_forecaster` for the on-premises nodes of `cluster` (a body that has the inventory: the daemon)."""
     return reserve_forecaster(from_forecast, max((cluster.node_type(n).boot_s for n in cluster.nodes), default=HOUR_S),
-                              sum(cluster.node_type(n).gpus for n in cluster.nodes))
+                              sum(cluster.node_type(n).gpus for n in cluster.nodes), cluster.site.timezone)
 

@@ -45,7 +45,7 @@ class SleepBody:
         """GPUs asked by the last day's arrivals (greengpu.sleep.arrivals); None: the reserve follows use alone."""
         self.rise_forecast = (reserve_forecaster(self.sleep.warm_reserve_from_forecast,
                                                  max((n.boot_s for n in fleet.nodes.values()), default=HOUR_S),
-                                                 sum(n.gpus for n in fleet.nodes.values()))
+                                                 sum(n.gpus for n in fleet.nodes.values()), timezone)
                               if self.sleep.enabled and self.sleep.forecasts_demand else None)
         self.wake_tracks: dict[str, WakeTrack] = {}
         self.failed_nodes: list[str] = []

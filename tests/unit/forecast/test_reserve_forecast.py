@@ -98,8 +98,8 @@ def test_the_simulator_wakes_nodes_for_the_forecast_ramp_before_jobs_wait() -> N
 
 def test_hours_of_day_follow_the_sites_offset() -> None:
     assert DemandRiseForecaster().hour_of_day(24 * 100 + 9) == 9
-    assert DemandRiseForecaster(utc_offset_s=2 * HOUR_S).hour_of_day(24 * 100 + 9) == 11
-    assert DemandRiseForecaster(utc_offset_s=-10 * HOUR_S).hour_of_day(24 * 100 + 9) == 23
+    assert DemandRiseForecaster(timezone="Etc/GMT-2").hour_of_day(24 * 100 + 9) == 11  # UTC+2 (POSIX signs)
+    assert DemandRiseForecaster(timezone="Etc/GMT+10").hour_of_day(24 * 100 + 9) == 23  # UTC-10
 
 
 def test_quiet_hours_count_as_no_rise_and_the_window_keeps_the_last_days() -> None:
@@ -250,3 +250,40 @@ def test_the_daemon_builds_the_same_reserve_forecaster_from_its_inventory() -> N
     assert cluster_reserve_forecaster(True, cluster) == reserve_forecaster(True, 300.0, 20.0)
     assert cluster_reserve_forecaster(True, cluster).band_gpus == 2.0
     assert cluster_reserve_forecaster(False, cluster) == DemandRiseForecaster()
+
+
+def test_hours_of_day_are_the_sites_wall_clock_across_daylight_saving() -> None:
+    """People's mornings follow the site's clock: in New York a ramp at 09:20 local is 14:20 UTC in winter and
+    13:20 UTC in summer. A forecaster on the site's clock learns it in winter and knows it the morning after the
+    clocks go forward (2024-03-10); one on UTC looks for it an hour late, where it has learnt nothing."""
+    import datetime as dt
+
+    from greengpu.localtime import moment_s
+
+    def ramp_on(forecaster: DemandRiseForecaster, date: dt.date) -> None:
+        forecaster.observe(moment_s(date, 9 * 60 + 20, "America/New_York"), 50.0)
+        forecaster.observe(moment_s(date, 17 * 60, "America/New_York"), 10.0)
+
+    local = DemandRiseForecaster(min_samples=3, timezone="America/New_York")
+    utc = DemandRiseForecaster(min_samples=3)
+    start = moment_s(dt.date(2024, 3, 4), 0, "America/New_York")
+    for forecaster in (local, utc):
+        forecaster.observe(start, 10.0)
+        for day in range(4, 10):  # Monday 4 March to Saturday 9 March: standard time (UTC-5)
+            ramp_on(forecaster, dt.date(2024, 3, day))
+    nine_local = moment_s(dt.date(2024, 3, 11), 9 * 60, "America/New_York")  # Monday, daylight time (UTC-4)
+    assert nine_local % HOUR_S == 0.0
+    for forecaster in (local, utc):
+        forecaster.observe(nine_local, 10.0)
+    assert local.hour_of_day(int(nine_local // HOUR_S)) == 9
+    assert local.knows(nine_local) and local.upper_rise_gpus(nine_local) == 40.0
+    assert utc.upper_rise_gpus(nine_local) == 0.0  # 13:00 UTC: the ramp was learnt at 14:00 UTC
+    # The hour the ramp was learnt at in UTC is 10:00 local now: the site's forecaster has no rise there.
+    assert local.upper_rise_gpus(nine_local + HOUR_S) == 0.0
+
+
+def test_a_body_keeps_its_reserve_forecast_on_the_sites_clock() -> None:
+    from greengpu.forecast.reserve import cluster_reserve_forecaster
+
+    cluster = replace(ramp_cluster(2), site=Site(timezone="Europe/Berlin"))
+    assert cluster_reserve_forecaster(False, cluster).timezone == "Europe/Berlin"
