@@ -43,6 +43,10 @@ class QueueByTenant(Protocol):
     @property
     def kept_claimants(self) -> dict[str, tuple[int, object]]: ...
 
+    def smallest_waiting(self, tenant: str) -> Job | None: ...
+
+    def oldest_submit_s(self, tenant: str) -> float: ...
+
 
 class ClaimantNeeds:
     """What a model's claimants need of a node on its free GPUs alone, kept sorted as claimants come and go:
@@ -123,6 +127,9 @@ class ClaimantFinder:
         return None if found is None else self.with_models(found)
 
     def _claimant_of(self, tenant: str) -> Claimant | None:
+        if tenant not in self._gone_tenants:  # none of its jobs started this cycle: the queue keeps both answers
+            smallest_job = self._queue.smallest_waiting(tenant)
+            return None if smallest_job is None else Claimant(smallest_job, self._queue.oldest_submit_s(tenant))
         by_kind = self._queue.by_kind
         gone = self._gone
         smallest: Job | None = None
@@ -140,6 +147,8 @@ class ClaimantFinder:
 
     def first_submit_s(self, tenant: str) -> float:
         """When the tenant's oldest job not started came."""
+        if tenant not in self._gone_tenants:
+            return self._queue.oldest_submit_s(tenant)
         gone = self._gone
         by_priority = self._queue.by_priority
         first_s = math.inf

@@ -18,6 +18,7 @@ Nothing is decided here: the cycle reads the index instead of re-walking the sna
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Any
@@ -58,6 +59,11 @@ class PendingIndex:
         self.tenant_stamp: dict[str, int] = {}
         """Per tenant, a stamp that moves whenever one of its jobs comes or goes: what is derived from a tenant's
         jobs alone (its lending claimant: greengpu.sched.claimants) is kept between cycles by it."""
+        self.smallest_of: dict[str, tuple[int, float, str, Job]] = {}
+        """Per tenant, (units, duration, job id, job) of its smallest waiting job, when known: a smaller one arriving
+        replaces it, its leaving forgets it (found again when asked: `smallest_waiting`)."""
+        self.oldest_of: dict[str, float] = {}
+        """Per tenant, the submit time of its oldest waiting job, when known (kept as `smallest_of` is)."""
         self.kept_claimants: dict[str, tuple[int, object]] = {}
         """Per tenant, its claimant as greengpu.sched.claimants found it, with the tenant's stamp then."""
         self.last: tuple[PendingJob, ...] | None = None
@@ -116,6 +122,12 @@ class PendingIndex:
         insort(self.by_kind.setdefault(kind, []), (job.duration_s, job.job_id, item))
         self.kinds_of_tenant.setdefault(job.tenant, {})[kind] = None
         self.levels_of_tenant.setdefault(job.tenant, {})[job.priority] = None
+        smallest = self.smallest_of.get(job.tenant)
+        if smallest is not None and (job.units, job.duration_s, job.job_id) < smallest[:3]:
+            self.smallest_of[job.tenant] = (job.units, job.duration_s, job.job_id, job)
+        oldest_s = self.oldest_of.get(job.tenant)
+        if oldest_s is not None and job.submit_time_s < oldest_s:
+            self.oldest_of[job.tenant] = job.submit_time_s
         self._changed(job.tenant)
 
     def _changed(self, tenant: str) -> None:
@@ -135,9 +147,37 @@ class PendingIndex:
         kind = self._alike_key(job)
         if _discard(self.by_kind, kind, (job.duration_s, job.job_id)):
             _forget(self.kinds_of_tenant, tenant, kind)
+        smallest = self.smallest_of.get(tenant)
+        if smallest is not None and smallest[2] == job.job_id:
+            del self.smallest_of[tenant]
+        if self.oldest_of.get(tenant) == job.submit_time_s:
+            del self.oldest_of[tenant]
         self._changed(tenant)
 
     # -------------------------------------------------------------- reads
+
+    def smallest_waiting(self, tenant: str) -> Job | None:
+        """The tenant's smallest waiting job by (units, duration, job id), as greengpu.sched.claims.claimants_of
+        picks a claimant: each kind's first job (its shortest) is a candidate. Kept between changes."""
+        found = self.smallest_of.get(tenant)
+        if found is None:
+            for kind in self.kinds_of_tenant.get(tenant, ()):
+                job = self.by_kind[kind][0][2].job
+                if found is None or (job.units, job.duration_s, job.job_id) < found[:3]:
+                    found = (job.units, job.duration_s, job.job_id, job)
+            if found is None:
+                return None
+            self.smallest_of[tenant] = found
+        return found[3]
+
+    def oldest_submit_s(self, tenant: str) -> float:
+        """When the tenant's oldest waiting job came (inf: none waits). Kept between changes."""
+        found = self.oldest_of.get(tenant)
+        if found is None:
+            found = min((self.by_priority[(priority, tenant)][0][0]
+                         for priority in self.levels_of_tenant.get(tenant, ())), default=math.inf)
+            self.oldest_of[tenant] = found
+        return found
 
     def kind_waits(self, skip: Callable[[str], bool], covered: Mapping[Hashable, int] | None = None) -> list[Wait]:
         """The capacity waits of the kinds of job with at least one job for which `skip(job_id)` is False,
