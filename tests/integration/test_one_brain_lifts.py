@@ -37,6 +37,7 @@ from greengpu.control.daemon.service import Daemon
 from greengpu.control.daemon.store import DaemonStore
 from greengpu.control.fakes.fake_cluster import FakeCluster
 from greengpu.model import Cluster, Job
+from greengpu.policy import Policy
 from greengpu.sim.engine import Simulation
 from greengpu.sleep.work_waiting import NOTHING_WAITS, WorkWaiting
 
@@ -73,6 +74,17 @@ def reservation_case(tmp_path: Path) -> tuple[Cluster, list[Job], set[str]]:
     return cluster, jobs, {"x"}
 
 
+def daemon_on_fake_cluster(tmp_path: Path, cluster: Cluster, jobs: list[Job],
+                           policy: Policy) -> tuple[ManualClock, FakeCluster, Daemon]:
+    """The daemon over `jobs` on the fake cluster, its state under `tmp_path`, on a manual clock at T0."""
+    clock = ManualClock(T0)
+    state = tmp_path / "state"
+    state.mkdir()
+    body = FakeCluster(cluster, jobs, state, start_s=T0)
+    audit = AuditLog(state / "audit.jsonl")
+    return clock, body, Daemon(body, policy, DaemonStore(state), audit, Alerts(audit), clock=clock)
+
+
 class DaemonJobsOnNode:
     """A class source that knows which of the daemon's jobs run on this node's GPUs (as a Slurm or pod
     source does: the same job ids the daemon sees)."""
@@ -103,12 +115,7 @@ def test_the_replay_the_daemon_and_the_agents_lift_the_caps_of_the_same_jobs(
     assert set(replay.pacer.lifted) == expected  # one of the two running jobs, as the slack rule says
 
     # The daemon on the fake cluster, ticking each minute over the same jobs.
-    clock = ManualClock(T0)
-    state = tmp_path / "state"
-    state.mkdir()
-    body = FakeCluster(cluster, jobs, state, start_s=T0)
-    audit = AuditLog(state / "audit.jsonl")
-    daemon = Daemon(body, policy, DaemonStore(state), audit, Alerts(audit), clock=clock)
+    clock, body, daemon = daemon_on_fake_cluster(tmp_path, cluster, jobs, policy)
     while clock.now_s < T0 + UNTIL_S:
         clock.now_s += 60
         assert daemon.tick().ok
@@ -185,12 +192,7 @@ def test_the_daemon_sums_the_demand_once_a_tick_and_only_when_a_forecast_reads_i
 
     monkeypatch.setattr(service, "offered_gpus", counting)
     monkeypatch.setattr(forecast_caps, "offered_gpus", counting)
-    clock = ManualClock(T0)
-    state = tmp_path / "state"
-    state.mkdir()
-    body = FakeCluster(cluster, jobs, state, start_s=T0)
-    audit = AuditLog(state / "audit.jsonl")
-    daemon = Daemon(body, policy, DaemonStore(state), audit, Alerts(audit), clock=clock)
+    clock, body, daemon = daemon_on_fake_cluster(tmp_path, cluster, jobs, policy)
     assert daemon.caps.active == forecasts
     assert (policy.sleep.enabled and policy.sleep.forecasts_demand) == forecasts
     for tick in range(1, 4):
