@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
-from typing import Protocol, cast
+from typing import Protocol
 
 from greengpu.model import Job, PendingJob
 from greengpu.sched.claims import Claimant
@@ -36,12 +36,6 @@ class QueueByTenant(Protocol):
 
     @property
     def levels_of_tenant(self) -> Mapping[str, Mapping[float, None]]: ...
-
-    @property
-    def tenant_stamp(self) -> Mapping[str, int]: ...
-
-    @property
-    def kept_claimants(self) -> dict[str, tuple[int, object]]: ...
 
     def smallest_waiting(self, tenant: str) -> Job | None: ...
 
@@ -94,9 +88,9 @@ class ClaimantNeeds:
 
 class ClaimantFinder:
     """Each tenant's claimant among the kept queue's jobs not in `gone` (the cycle's starts, a set it grows; their
-    tenants are in `gone_tenants`). A tenant's claimant reads only its own jobs: it is kept in the queue between
-    cycles (`kept_claimants`) while the tenant's jobs are the same and none of them started this cycle, so a
-    cycle finds again only the claimants of the tenants whose jobs came or went."""
+    tenants are in `gone_tenants`). A tenant's claimant reads only its own jobs: for a tenant none of whose jobs
+    started this cycle, the queue keeps its parts between cycles (`smallest_waiting`, `oldest_submit_s`), so only
+    the tenants whose claimant left are looked at job by job."""
 
     def __init__(self, queue: QueueByTenant, gone: Collection[str], models: Iterable[str],
                  may_reclaim: Callable[[Job, str], bool], gone_tenants: Collection[str] = ()) -> None:
@@ -113,23 +107,13 @@ class ClaimantFinder:
 
     def profile_of(self, tenant: str) -> Profile | None:
         """The tenant's claimant as greengpu.sched.claims.claimants_of finds it among the jobs not started."""
-        queue = self._queue
-        settled = tenant not in self._gone_tenants
-        stamp = queue.tenant_stamp.get(tenant, 0)
-        if settled:
-            kept = queue.kept_claimants.get(tenant)
-            if kept is not None and kept[0] == stamp:
-                claimant = kept[1]
-                return None if claimant is None else self.with_models(cast(Claimant, claimant))
         found = self._claimant_of(tenant)
-        if settled:
-            queue.kept_claimants[tenant] = (stamp, found)
         return None if found is None else self.with_models(found)
 
     def _claimant_of(self, tenant: str) -> Claimant | None:
-        if tenant not in self._gone_tenants:  # none of its jobs started this cycle: the queue keeps both answers
+        if tenant not in self._gone_tenants:  # none of its jobs started this cycle: the queue keeps its smallest
             smallest_job = self._queue.smallest_waiting(tenant)
-            return None if smallest_job is None else Claimant(smallest_job, self._queue.oldest_submit_s(tenant))
+            return None if smallest_job is None else Claimant(smallest_job, self.first_submit_s(tenant))
         by_kind = self._queue.by_kind
         gone = self._gone
         smallest: Job | None = None

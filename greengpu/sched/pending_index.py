@@ -37,8 +37,6 @@ class PendingIndex:
 
     def __init__(self, alike_key: Callable[[Job], Hashable]) -> None:
         self._alike_key = alike_key
-        self._stamp = 0
-        """Counts every change to the index, never reset: `tenant_stamp` values are never reused."""
         self._clear()
 
     def _clear(self) -> None:
@@ -56,16 +54,11 @@ class PendingIndex:
         """Per tenant, the kinds of its jobs in `by_kind` (an ordered set)."""
         self.levels_of_tenant: dict[str, dict[float, None]] = {}
         """Per tenant, the priorities of its jobs in `by_priority` (an ordered set)."""
-        self.tenant_stamp: dict[str, int] = {}
-        """Per tenant, a stamp that moves whenever one of its jobs comes or goes: what is derived from a tenant's
-        jobs alone (its lending claimant: greengpu.sched.claimants) is kept between cycles by it."""
         self.smallest_of: dict[str, tuple[int, float, str, Job]] = {}
         """Per tenant, (units, duration, job id, job) of its smallest waiting job, when known: a smaller one arriving
         replaces it, its leaving forgets it (found again when asked: `smallest_waiting`)."""
         self.oldest_of: dict[str, float] = {}
         """Per tenant, the submit time of its oldest waiting job, when known (kept as `smallest_of` is)."""
-        self.kept_claimants: dict[str, tuple[int, object]] = {}
-        """Per tenant, its claimant as greengpu.sched.claimants found it, with the tenant's stamp then."""
         self.last: tuple[PendingJob, ...] | None = None
         """The tuple last synced (kept, so that the ids in `last_ids` stay those of live objects)."""
         self.last_ids: tuple[int, ...] = ()
@@ -128,11 +121,6 @@ class PendingIndex:
         oldest_s = self.oldest_of.get(job.tenant)
         if oldest_s is not None and job.submit_time_s < oldest_s:
             self.oldest_of[job.tenant] = job.submit_time_s
-        self._changed(job.tenant)
-
-    def _changed(self, tenant: str) -> None:
-        self._stamp += 1
-        self.tenant_stamp[tenant] = self._stamp
 
     def _remove(self, obj_id: int) -> None:
         item = self.by_obj.pop(obj_id)
@@ -152,7 +140,6 @@ class PendingIndex:
             del self.smallest_of[tenant]
         if self.oldest_of.get(tenant) == job.submit_time_s:
             del self.oldest_of[tenant]
-        self._changed(tenant)
 
     # -------------------------------------------------------------- reads
 

@@ -57,7 +57,7 @@ def assert_same(index: PendingIndex, pending: tuple[PendingJob, ...], now_s: flo
         {t: set(kinds) for t, kinds in built.kinds_of_tenant.items()}
     assert {t: set(levels) for t, levels in index.levels_of_tenant.items()} == \
         {t: set(levels) for t, levels in built.levels_of_tenant.items()}
-    # Claimants kept between syncs (by each tenant's stamp) are those found afresh, whatever has started.
+    # Claimants from the queue's kept smallest and oldest jobs are those found afresh, whatever has started.
     for gone in (set(), {p.job.job_id for p in pending[::3]}):
         tenants = {p.job.tenant for p in pending if p.job.job_id in gone}
         kept_finder = ClaimantFinder(index, gone, ("A100",), lambda job, model: True, tenants)
@@ -116,7 +116,7 @@ def test_the_kept_queue_equals_a_fresh_one_after_every_change(steps, now_s) -> N
         snapshot = tuple(pending)
         assert index.sync(snapshot, capacity_wait)
         assert_same(index, snapshot, now_s)
-        assert_same(index, snapshot, now_s)  # a second read finds the claimants kept by the first
+        assert_same(index, snapshot, now_s)  # a second read finds the smallest and oldest jobs the first kept
 
 
 def test_the_same_object_twice_is_refused_and_the_next_snapshot_rebuilds() -> None:
