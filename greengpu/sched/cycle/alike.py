@@ -264,12 +264,7 @@ class AlikeWaits(StartSteps):
             return blocked
         if refused is None:
             return None  # it does not borrow everywhere: the lending rule may lend to it
-        most = self._everywhere_most.get(models)
-        if most is None or most[0] != epoch:
-            return refused if self._owed_everywhere_now(tenant, models, epoch) else None
-        if tenant in most[1]:
-            return refused if self._owed_everywhere_now(tenant, models, epoch) else None
-        return refused if most[2] else None
+        return refused if self._owed_everywhere_now(tenant, models, epoch) else None
 
     def _standing_of(self, job: Job, key: tuple[object, ...], version: int) -> tuple[
             int, Wait | None, Wait | None, tuple[str, ...]]:
