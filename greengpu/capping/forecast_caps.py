@@ -89,12 +89,10 @@ class ForecastCaps:
         self.last = frozenset(c.job_id for c in listed if c.job_id not in capped)
         return self.last
 
-    def refused_in(self, snapshot: ClusterSnapshot, gpus: Iterable[GpuObservation],
-                   arrived_gpus: float | None = None, demand_gpus: float | None = None) -> frozenset[str]:
+    def refused_in(self, snapshot: ClusterSnapshot, gpus: Iterable[GpuObservation], arrived_gpus: float | None,
+                   demand_gpus: float) -> frozenset[str]:
         """`refused` for a body that observes a snapshot and its GPUs (the daemon). `demand_gpus`: the snapshot's
-        `offered_gpus`, when the caller has summed it already."""
+        `offered_gpus`, which the caller sums once for both forecasts (read only while this one is active)."""
         now_s = snapshot.time_s
-        if demand_gpus is None:
-            demand_gpus = offered_gpus(snapshot) if self.active else 0.0
         return self.refused(now_s, demand_gpus, snapshot.cluster.total_gpus, lambda: gpu_candidates(
             gpus, snapshot.running, self.policy.capping, now_s), arrived_gpus)
