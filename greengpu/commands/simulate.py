@@ -14,6 +14,7 @@ from greengpu.accounting.ledger_url import cluster_name as name_of_cluster
 from greengpu.commands.common import checked_ledger_path, note, verbosity
 from greengpu.errors import BadInput
 from greengpu.json_types import JsonObject
+from greengpu.sim.replicas import MAX_REPLICAS, replica_jobs, summary
 from greengpu.sim.results import SimResult
 
 if TYPE_CHECKING:
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
               "cluster (counted) instead of stopping.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed for randomised events (spot interruptions); the same inputs and seed give the same results.")
+@click.option("--replicas", type=click.IntRange(1, MAX_REPLICAS), default=1, show_default=True, metavar="N",
+              help="Replay each policy N times: the trace as given, then with every submit time moved by under a "
+                   "second (seeded by --seed); prints the median and range of each figure over the N. One replay of a "
+                   "busy queue is one draw: compare policies on the medians (docs/SIMULATOR.md).")
 @click.option("--ledger", "ledger_file", default=None, metavar="FILE.db|postgresql://...",
               help="Also record energy, cost and CO2 per job, tenant and node in this ledger: an SQLite file, or a "
                    "PostgreSQL database shared by a fleet (the fleet extra); one run per policy; read it with "
@@ -42,7 +47,7 @@ if TYPE_CHECKING:
               help="The cluster the ledger's runs are recorded under (default: the inventory file's name without "
                    ".cluster.yaml).")
 def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tuple[str, ...], as_json: bool,
-             until_s: float | None, skip_bad_rows: bool, seed: int, ledger_file: str | None,
+             until_s: float | None, skip_bad_rows: bool, seed: int, replicas: int, ledger_file: str | None,
              cluster_name: str | None) -> None:
     """Replay a job trace under one or more policies and compare energy, cost, CO2, waits and safety.
 
@@ -90,7 +95,15 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
             run_id = write_run(ledger_path, simulation.attribution, kind="simulate", policy=policy.name,
                                source=str(trace_file), cluster=recorded_cluster, cloud=cloud_rows)
             written.append(f"{run_id} ({policy.name})")
-        runs.append(SimulateRun(result, run_id, trace.skipped + len(never), seed))
+        spread = None
+        if replicas > 1:
+            replayed = [result]
+            for replica in range(1, replicas):
+                with _progress(f"simulating {policy.name}, replica {replica + 1} of {replicas}", len(jobs)) as report:
+                    replayed.append(Simulation(cluster, policy, replica_jobs(jobs, replica, seed), until_s=until_s,
+                                           progress=report, seed=seed).run())
+            spread = summary(replayed)
+        runs.append(SimulateRun(result, run_id, trace.skipped + len(never), seed, spread))
     if ledger_path is not None:
         note(f"wrote run{'s' if len(written) > 1 else ''} {', '.join(written)} to {ledger_path}; read one with "
              f"greengpu report --ledger {ledger_path} --run N --month YYYY-MM")
@@ -98,6 +111,8 @@ def simulate(trace_file: str, trace_format: str, cluster_file: str, policies: tu
         click.echo(json.dumps({"results": [run.to_json() for run in runs]}, sort_keys=False))
         return
     _print_simulation([run.result for run in runs])
+    if replicas > 1:
+        _print_replicas(runs)
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,8 @@ class SimulateRun:
     ledger_run_id: int | None
     skipped_rows: int
     seed: int
+    replicas: JsonObject | None = None
+    """The median, least and most of each figure over `--replicas` replays (greengpu.sim.replicas.summary)."""
 
     def to_json(self) -> JsonObject:
         out = self.result.to_json()
@@ -115,6 +132,8 @@ class SimulateRun:
             out["ledger_run_id"] = self.ledger_run_id
         out["skipped_rows"] = self.skipped_rows
         out["seed"] = self.seed
+        if self.replicas is not None:
+            out["replicas"] = self.replicas
         return out
 
 
@@ -194,6 +213,38 @@ def _print_simulation(results: list[SimResult]) -> None:
     for other in results[1:]:
         if base.energy_kwh:
             Console().print(headline(headline_figures(other), headline_figures(base)))
+
+
+def _print_replicas(runs: list[SimulateRun]) -> None:
+    """The median and range over the replicas of the figures a comparison of policies rests on."""
+    from rich.console import Console
+    from rich.table import Table
+
+    first = runs[0].replicas
+    count = first["count"] if first is not None else 1
+    table = Table(title=f"Median (least - most) over {count} replicas: submit times moved by under a second")
+    table.add_column("figure")
+    for run in runs:
+        table.add_column(str(run.result.policy), justify="right")
+    figures = (("facility energy (kWh)", ("energy_kwh",), 1), ("wait p95 (s)", ("wait_s", "p95"), 0),
+               ("wait p99 (s)", ("wait_s", "p99"), 0), ("preemptions", ("preemptions",), 0),
+               ("lost GPU-hours", ("lost_gpu_hours",), 1), ("SLA violations", ("sla_violations",), 0),
+               ("invariant violations", ("invariant_violations",), 0))
+    for label, path, digits in figures:
+        table.add_row(label, *[_replica_cell(run.replicas, path, digits) for run in runs])
+    Console().print(table)
+
+
+def _replica_cell(spread: JsonObject | None, path: tuple[str, ...], digits: int) -> str:
+    if spread is None:
+        return "-"
+    values = []
+    for name in ("median", "min", "max"):
+        value: object = spread[name]
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        values.append(fmt(float(value), digits) if isinstance(value, (int, float)) else "-")
+    return f"{values[0]} ({values[1]} - {values[2]})"
 
 
 class HeadlineFigures(TypedDict):

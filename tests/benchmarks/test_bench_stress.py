@@ -1,6 +1,8 @@
 """Stress scenarios: the public Philly trace on clusters from comfortable to overloaded, plus the lab example.
 
-Run on demand (about 10-15 minutes on a 2-core machine):
+Run on demand (about 35 minutes on a 2-core machine with the default 5 replicas; GREENGPU_STRESS_REPLICAS=1
+replays each policy once, on the trace as given, in about 10; GREENGPU_STRESS_JSON=FILE also writes every
+replica's figures there, a line per scenario and policy):
     nice -n 10 python3 -m pytest tests/benchmarks/test_bench_stress.py -s
 
 Scenarios (public data only, docs/SIMULATOR.md "Stress scenarios"):
@@ -12,13 +14,18 @@ Scenarios (public data only, docs/SIMULATOR.md "Stress scenarios"):
 b, c and d replay a contiguous window of the trace (WINDOW below) so that the whole benchmark fits
 in its time budget on 2 cores; a is the whole trace. For always-on, idle-timeout and default each
 prints: facility energy ratio to always-on, wait p50/p95/p99, preemptions, lost GPU-hours, SLA
-violations, energy per completed GPU-hour and wall time (and the same for the default with capping off);
-then checks issue 35's conditions.
+violations, energy per completed GPU-hour and CPU time (and the same for the default with capping off), each
+the median over REPLICAS replays with submit times moved by under a second; then checks issue 35's conditions
+on those medians.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
 import math
+import multiprocessing
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -33,6 +40,8 @@ from greengpu.config.policy import load_policy
 from greengpu.model import Cluster, Job, Node
 from greengpu.policy import Policy
 from greengpu.sim.engine import Simulation
+from greengpu.sim.replicas import replica_jobs, summary
+from greengpu.sim.results import SimResult
 from greengpu.sim.traces import read_trace
 
 POLICIES = ("always-on", "idle-timeout", "default")
@@ -96,7 +105,13 @@ SCENARIOS = {
                     lambda: read_trace(REPO / "examples" / "lab-a100.week.trace.csv").jobs),
 }
 
+REPLICAS = int(os.environ.get("GREENGPU_STRESS_REPLICAS", "5"))
+"""Replays per scenario and policy: the trace as given, then with submit times moved by under a second
+(greengpu.sim.replicas). The figures compared are their medians: one replay of a busy queue is one draw (on c,
+always-on's own p95 wait spans 37,650-44,257 s over five replicas, its lost work 413-3,003 GPU-hours)."""
+
 _RESULTS: dict[tuple[str, str], dict[str, Any]] = {}
+_LOADED: dict[str, tuple[Cluster, list[Job]]] = {}
 
 
 def policy_named(name: str) -> Policy:
@@ -107,28 +122,62 @@ def policy_named(name: str) -> Policy:
     return load_policy(name)
 
 
-def replay(scenario: str, policy: str) -> dict[str, Any]:
-    key = (scenario, policy)
-    if key not in _RESULTS:
+def _inputs(scenario: str) -> tuple[Cluster, list[Job]]:
+    if scenario not in _LOADED:
         chosen = SCENARIOS[scenario]
-        cluster, jobs = chosen.cluster(), chosen.jobs()
-        started = time.perf_counter()
-        result = Simulation(cluster, policy_named(policy), jobs).run().to_json()
-        result["bench_wall_s"] = time.perf_counter() - started
-        _RESULTS[key] = result
-    return _RESULTS[key]
+        _LOADED[scenario] = (chosen.cluster(), chosen.jobs())
+    return _LOADED[scenario]
+
+
+def _replay_one(scenario: str, policy: str, replica: int) -> tuple[SimResult, float]:
+    """One replica's result and the CPU seconds it took."""
+    cluster, jobs = _inputs(scenario)
+    started = time.process_time()
+    result = Simulation(cluster, policy_named(policy), replica_jobs(jobs, replica)).run()
+    return result, time.process_time() - started
+
+
+def _replay_scenario(scenario: str) -> None:
+    """Every compared policy's replicas of `scenario`, on two forked workers (inputs loaded first, shared)."""
+    _inputs(scenario)
+    tasks = [(policy, replica) for policy in COMPARED for replica in range(REPLICAS)]
+    context = multiprocessing.get_context("fork")
+    workers = min(2, os.cpu_count() or 1)
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        done = list(pool.map(_replay_one, [scenario] * len(tasks), [p for p, _ in tasks], [r for _, r in tasks]))
+    for policy in COMPARED:
+        runs = [found for (p, _), found in zip(tasks, done, strict=True) if p == policy]
+        medians = summary([result for result, _ in runs])["median"]
+        assert isinstance(medians, dict)
+        first, first_cpu_s = runs[0]
+        _RESULTS[(scenario, policy)] = {**first.to_json(), **medians, "bench_cpu_s": first_cpu_s,
+                                        "replicas": [result.to_json() for result, _ in runs]}
+        if os.environ.get("GREENGPU_STRESS_JSON"):  # every replica's figures, one line per policy (for the docs)
+            with open(os.environ["GREENGPU_STRESS_JSON"], "a", encoding="utf-8") as out:
+                out.write(json.dumps({"scenario": scenario, "policy": policy,
+                                      "replicas": _RESULTS[(scenario, policy)]["replicas"]}) + "\n")
+
+
+def replay(scenario: str, policy: str) -> dict[str, Any]:
+    """The medians of `policy`'s replicas of `scenario` (other keys: the trace as given; `bench_cpu_s`: its CPU)."""
+    if (scenario, policy) not in _RESULTS:
+        _replay_scenario(scenario)
+    return _RESULTS[(scenario, policy)]
 
 
 def _row(scenario: str, policy: str) -> str:
     r = replay(scenario, policy)
     base = replay(scenario, "always-on")
     w = r["wait_s"]
-    per_job_ms = 1000 * r["bench_wall_s"] / max(1, r["jobs"])
+    per_job_ms = 1000 * r["bench_cpu_s"] / max(1, r["jobs"])
+    spread = [x["wait_s"]["p95"] for x in r["replicas"]]
     return (f"[stress] {scenario:3s} {policy:12s} energy {r['energy_kwh'] / base['energy_kwh']:.3f} "
             f"({r['energy_kwh']:,.0f} kWh)  wait p50/p95/p99 {w['p50']:.0f}/{w['p95']:.0f}/{w['p99']:.0f} s  "
-            f"preemptions {r['preemptions']}  lost {r['lost_gpu_hours']:,.1f} GPU-h  SLA {r['sla_violations']}  "
-            f"{r['energy_kwh_per_gpu_hour']:.3f} kWh/GPU-h  wall {r['bench_wall_s']:.1f} s ({per_job_ms:.2f} ms/job)  "
-            f"invariants {r['invariant_violations']}")
+            f"preemptions {r['preemptions']:.0f}  lost {r['lost_gpu_hours']:,.1f} GPU-h  "
+            f"SLA {r['sla_violations']:.0f}  "
+            f"{r['energy_kwh_per_gpu_hour']:.3f} kWh/GPU-h  CPU {r['bench_cpu_s']:.1f} s ({per_job_ms:.2f} ms/job)  "
+            f"invariants {r['invariant_violations']:.0f}  "
+            f"(medians of {len(spread)}; p95 {min(spread):.0f}-{max(spread):.0f} s)")
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
@@ -137,7 +186,7 @@ def test_stress_scenario(scenario: str) -> None:
     for policy in COMPARED:
         print(_row(scenario, policy))
     for policy in COMPARED:
-        assert replay(scenario, policy)["invariant_violations"] == 0
+        assert all(r["invariant_violations"] == 0 for r in replay(scenario, policy)["replicas"])
 
 
 def _within(value: float, reference: float, factor: float, plus_s: float = 0.0) -> bool:
@@ -151,7 +200,7 @@ def test_default_spends_slack_never_queue_time(scenario: str) -> None:
     checks = {
         "energy <= always-on's": default["energy_kwh"] <= always_on["energy_kwh"],
         "SLA violations <= always-on's": default["sla_violations"] <= always_on["sla_violations"],
-        "0 invariant violations": default["invariant_violations"] == 0,
+        "0 invariant violations (every replica)": all(r["invariant_violations"] == 0 for r in default["replicas"]),
     }
     if idle["node_sleep_hours"] > 0:  # the cluster has idle time: the levers must save energy there
         checks["energy < idle-timeout's"] = default["energy_kwh"] < idle["energy_kwh"]
@@ -166,7 +215,7 @@ def test_default_spends_slack_never_queue_time(scenario: str) -> None:
             "lost GPU-hours <= 1.05x always-on's":
                 _within(default["lost_gpu_hours"], always_on["lost_gpu_hours"], 1.05),
             "preemptions <= 1.05x always-on's": _within(default["preemptions"], always_on["preemptions"], 1.05),
-            "0 SLA violations": default["sla_violations"] == 0,
+            "0 SLA violations (every replica)": all(r["sla_violations"] == 0 for r in default["replicas"]),
         })
     if scenario == "a":  # issue 35 retired the 30% of issue 15 (measured against a baseline that re-ran killed work)
         checks["saves >= 25% of always-on's energy"] = default["energy_kwh"] <= 0.75 * always_on["energy_kwh"]
@@ -177,14 +226,12 @@ def test_default_spends_slack_never_queue_time(scenario: str) -> None:
 
 def test_saturated_replays_cost_at_most_three_times_per_job() -> None:
     light = replay("a", "default")
-    light_ms = light["bench_wall_s"] / light["jobs"]
+    light_ms = light["bench_cpu_s"] / light["jobs"]
     worst = 0.0
     for scenario in ("b", "c", "d"):
         for policy in POLICIES:
             r = replay(scenario, policy)
-            worst = max(worst, r["bench_wall_s"] / r["jobs"] / light_ms)
-    total_s = sum(r["bench_wall_s"] for r in _RESULTS.values())
-    print(f"\n[stress] worst saturated wall time per job: {worst:.1f} x the 1,000-GPU example's; "
-          f"all replays {total_s:.0f} s")
+            worst = max(worst, r["bench_cpu_s"] / r["jobs"] / light_ms)
+    print(f"\n[stress] worst saturated CPU time per job: {worst:.1f} x the 1,000-GPU example's")
     assert math.isfinite(worst)
     assert worst <= 3.0

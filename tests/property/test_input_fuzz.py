@@ -440,6 +440,26 @@ def test_a_trace_read_in_any_format(workdir: Path, trace_format: str, read_as: s
     assert (code == 0) == (trace_format == read_as), err
 
 
+@fuzz(40)
+@given(value=st.one_of(st.integers(-3, 4).map(str), st.sampled_from(["100", "101", "1e3", "2.5", "", "five"]),
+                       st.text(max_size=6)))
+def test_replicas_flag(workdir: Path, value: str) -> None:
+    """--replicas takes 1-100 replays; anything else is one line and exit 2, before any replay."""
+    (workdir / "cluster.yaml").write_text(CLUSTER, encoding="utf-8")
+    (workdir / "trace.csv").write_text(TRACES["csv"][0], encoding="utf-8")
+    code, out, err = run_cli("simulate", "--trace", str(workdir / "trace.csv"), "--cluster",
+                             str(workdir / "cluster.yaml"), "--policy", "always-on", "--until", "86400",
+                             "--replicas", value, "--json")
+    assert_clean(code, err, out=out)
+    valid = value.strip().lstrip("+-").isdigit() and 1 <= int(value) <= 100
+    assert (code == 0) == valid, (value, err)
+    if valid:
+        spread = json.loads(out)["results"][0].get("replicas")
+        assert (spread is None) == (int(value) == 1)
+        if spread is not None:
+            assert spread["count"] == int(value)
+
+
 # ------------------------------------------------------------------ series an inventory names
 
 @fuzz(60)
