@@ -246,8 +246,11 @@ def test_the_daemon_process_meters_its_cloud_runs_into_the_ledger(tmp_path: Path
             time.sleep(0.5)
             if ledger.exists():
                 with sqlite3.connect(ledger) as db:
-                    ended = db.execute("SELECT end_s FROM job_runs WHERE job_id = 'spotty' AND pool = 'aws-spot' AND "
-                                       "outcome = 'completed'").fetchone()
+                    try:
+                        ended = db.execute("SELECT end_s FROM job_runs WHERE job_id = 'spotty' AND pool = 'aws-spot' "
+                                           "AND outcome = 'completed'").fetchone()
+                    except sqlite3.OperationalError:  # the file is there, its tables not yet: ask again
+                        continue
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=STOP_WAIT_S + 30) == 0  # a tick in flight may hold the stop
     finally:
