@@ -5,7 +5,7 @@ A replay is deterministic, but a busy queue is chaotic: which job a reclaim pick
 node, which tenant's sweep goes first all hang on the order of events a second apart. Moving every submit time by
 a random fraction of a second (a trace's times are whole seconds, so this is below what it records) leaves the
 workload as it was and changes those ties. On the public Philly trace at 1.4 times a 640-GPU cluster's load,
-always-on alone gives a p95 wait from 37,650 to 44,257 s and lost work from 413 to 3,003 GPU-hours over five
+always-on alone gives a p95 wait from 37,650 to 42,641 s and lost work from 545 to 3,003 GPU-hours over five
 such replicas (docs/SIMULATOR.md, "One replay is one draw"). So two policies' waits and losses are compared on
 the median of several replicas, never on one replay; energy moves less (about 1% between replicas), and is
 compared the same way.

@@ -108,7 +108,7 @@ SCENARIOS = {
 REPLICAS = int(os.environ.get("GREENGPU_STRESS_REPLICAS", "5"))
 """Replays per scenario and policy: the trace as given, then with submit times moved by under a second
 (greengpu.sim.replicas). The figures compared are their medians: one replay of a busy queue is one draw (on c,
-always-on's own p95 wait spans 37,650-44,257 s over five replicas, its lost work 413-3,003 GPU-hours)."""
+always-on's own p95 wait spans 37,650-42,641 s over five replicas, its lost work 545-3,003 GPU-hours)."""
 
 _RESULTS: dict[tuple[str, str], dict[str, Any]] = {}
 _LOADED: dict[str, tuple[Cluster, list[Job]]] = {}
