@@ -322,7 +322,14 @@ PartitionName=gpu Nodes={self.nodes[0][:-1]}[1-{len(self.nodes)}] Default=YES Ma
                               timeout=30, check=check, cwd=self.root)
 
     def states(self) -> dict[str, set[str]]:
-        out = self.run("scontrol", "-o", "show", "node", check=False).stdout
+        # slurmctld can miss one query while it applies an update (scontrol then exits non-zero with no nodes):
+        # ask again for a few seconds rather than answer with no nodes at all.
+        for _ in range(10):
+            done = self.run("scontrol", "-o", "show", "node", check=False)
+            if done.returncode == 0 and "NodeName=" in done.stdout:
+                break
+            time.sleep(0.5)
+        out = done.stdout
         states = {}
         for line in out.splitlines():
             fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
