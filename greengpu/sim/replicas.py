@@ -7,8 +7,8 @@ a random fraction of a second (a trace's times are whole seconds, so this is bel
 workload as it was and changes those ties. On the public Philly trace at 1.4 times a 640-GPU cluster's load,
 always-on alone gives a p95 wait from 37,650 to 42,641 s and lost work from 545 to 3,003 GPU-hours over five
 such replicas (docs/SIMULATOR.md, "One replay is one draw"). So two policies' waits and losses are compared on
-the median of several replicas, never on one replay; energy moves less (about 1% between replicas), and is
-compared the same way.
+the median of several replicas, never on one replay; energy moves less (up to 2% between replicas there), and
+is compared the same way.
 
 Replica 0 is the trace as given; replica k > 0 draws its offsets from a stream seeded by the run's seed and k,
 so the same inputs and seed give the same replicas.
