@@ -1,8 +1,8 @@
 """Stress scenarios: the public Philly trace on clusters from comfortable to overloaded, plus the lab example.
 
-Run on demand (about 35 minutes on a 2-core machine with the default 5 replicas; GREENGPU_STRESS_REPLICAS=1
-replays each policy once, on the trace as given, in about 10; GREENGPU_STRESS_JSON=FILE also writes every
-replica's figures there, a line per scenario and policy):
+Run on demand (about 20 minutes on a 2-core machine with the default 5 replicas: 20 min 31 s on 2026-12-07;
+GREENGPU_STRESS_REPLICAS=1 replays each policy once, on the trace as given, in about 10; GREENGPU_STRESS_JSON=FILE
+also writes every replica's figures there, a line per scenario and policy):
     nice -n 10 python3 -m pytest tests/benchmarks/test_bench_stress.py -s
 
 Scenarios (public data only, docs/SIMULATOR.md "Stress scenarios"):
