@@ -43,6 +43,18 @@ def weekday_and_minute(time_s: float, timezone: str = UTC_NAME) -> tuple[int, in
     return local.weekday(), local.hour * 60 + local.minute
 
 
+def local_hour_of_day(hour_index: int, timezone: str, memo: dict[int, int]) -> int:
+    """The hour of day on the wall clock of `timezone` that the hour `hour_index` (hours since the epoch) begins in.
+    Outside UTC each hour is read through zoneinfo once and kept in `memo` (the caller's, per hour index): the
+    forecasts that learn per hour of day ask it at every observation."""
+    if timezone == UTC_NAME:
+        return hour_index % 24
+    hour = memo.get(hour_index)
+    if hour is None:
+        hour = memo[hour_index] = weekday_and_minute(hour_index * 3600, timezone)[1] // 60
+    return hour
+
+
 def local_day(time_s: float, timezone: str = UTC_NAME) -> tuple[dt.date, int]:
     """The local date of `time_s` on the wall clock of `timezone`, and its weekday (0 is Monday)."""
     if timezone == UTC_NAME:

@@ -2,7 +2,8 @@
 next hours, with a calibrated upper bound. Pure and online, the same in every body: a body feeds it the
 demand it observes (`observe`) and reads the upper bound ahead (`peak_ahead`).
 
-Demand has a daily shape, so the forecast is per hour of day, like the sleep planner's rise forecast
+Demand has a daily shape, so the forecast is per hour of day on the site's wall clock (`timezone`: people's
+working hours follow it across daylight saving), like the sleep planner's rise forecast
 (greengpu.forecast.reserve), but of the level rather than the rise: for each past hour, the highest demand
 seen in it. The upper bound for an hour of day is the split-conformal upper quantile of those peaks over the
 last `window_days` days. An hour with fewer than `min_samples` days of history is not known (None): the
@@ -17,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from greengpu.forecast.reserve import HOUR_S, conformal_upper
+from greengpu.localtime import UTC_NAME, local_hour_of_day
 
 DAY_HOURS = 24
 
@@ -26,6 +28,12 @@ class DemandPeakForecaster:
     level: float = 0.95
     window_days: int = 14
     min_samples: int = 3
+    timezone: str = UTC_NAME
+    """The site's IANA time zone, whose wall clock the hours of day are read on. In UTC a site's busy morning
+    moves by an hour twice a year, and for the `window_days` after each change the forecast would look for it
+    an hour away from where it comes."""
+    _local_hours: dict[int, int] = field(default_factory=dict)
+    """Per hour since the epoch, its hour of day on the site's wall clock (outside UTC: zoneinfo, once each)."""
     _peaks: dict[int, deque[float]] = field(default_factory=dict)
     _upper: dict[int, float] = field(default_factory=dict)
     """The upper bound per hour of day, kept up to date as each hour closes."""
@@ -34,7 +42,8 @@ class DemandPeakForecaster:
     _last_gpus: float = 0.0
 
     def hour_of_day(self, hour_index: int) -> int:
-        return hour_index % DAY_HOURS
+        """The hour of day on the site's wall clock that the hour `hour_index` (since the epoch) begins in."""
+        return local_hour_of_day(hour_index, self.timezone, self._local_hours)
 
     def _record(self, hour_index: int, peak_gpus: float) -> None:
         slot = self.hour_of_day(hour_index)

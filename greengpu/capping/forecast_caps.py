@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from greengpu.capping.demand_forecast import DemandPeakForecaster
 from greengpu.capping.gpu_power import GpuObservation, gpu_setting
 from greengpu.capping.occupancy import CapCandidate, free_gpus, jobs_to_cap
+from greengpu.localtime import UTC_NAME
 from greengpu.model import ClusterSnapshot, RunningJob
 from greengpu.policy import CappingPolicy, Policy
 from greengpu.sleep.suspends import warm_reserve_target_gpus
@@ -53,11 +54,12 @@ def offered_gpus(snapshot: ClusterSnapshot) -> float:
 class ForecastCaps:
     """The forecast and the rule's last verdict for one body."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, timezone: str = UTC_NAME) -> None:
+        """`timezone`: the site's, whose wall clock the forecast's hours of day are read on."""
         self.active = policy.capping.relaxes_when_queued and policy.capping.forecast_slack
         """Asked only where the policy asks for it (`capping.forecast_slack`, with `relax_when_queued`)."""
         self.policy = policy
-        self.forecaster = DemandPeakForecaster()
+        self.forecaster = DemandPeakForecaster(timezone=timezone)
         self.next_s = float("-inf")
         self.last: frozenset[str] = frozenset()
         """The jobs whose caps the last verdict refused."""
@@ -89,10 +91,18 @@ class ForecastCaps:
         self.last = frozenset(c.job_id for c in listed if c.job_id not in capped)
         return self.last
 
+    def follow_site(self, timezone: str) -> None:
+        """Read hours on `timezone`'s wall clock from now on (a body that learns the site from its inventory: the
+        daemon). A change of zone (an edited inventory) starts the forecast over: its history was learnt on the
+        other clock, and until it knows an hour again the present's rules hold alone, as on the first day."""
+        if timezone != self.forecaster.timezone:
+            self.forecaster = DemandPeakForecaster(timezone=timezone)
+
     def refused_in(self, snapshot: ClusterSnapshot, gpus: Iterable[GpuObservation], arrived_gpus: float | None,
                    demand_gpus: float) -> frozenset[str]:
         """`refused` for a body that observes a snapshot and its GPUs (the daemon). `demand_gpus`: the snapshot's
         `offered_gpus`, which the caller sums once for both forecasts (read only while this one is active)."""
         now_s = snapshot.time_s
+        self.follow_site(snapshot.cluster.site.timezone)
         return self.refused(now_s, demand_gpus, snapshot.cluster.total_gpus, lambda: gpu_candidates(
             gpus, snapshot.running, self.policy.capping, now_s), arrived_gpus)

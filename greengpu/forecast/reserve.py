@@ -19,7 +19,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from greengpu.localtime import UTC_NAME, weekday_and_minute
+from greengpu.localtime import UTC_NAME, local_hour_of_day
 from greengpu.model import Cluster
 
 HOUR_S = 3600.0
@@ -63,12 +63,7 @@ class DemandRiseForecaster:
 
     def hour_of_day(self, hour_index: int) -> int:
         """The hour of day on the site's wall clock that the hour `hour_index` (since the epoch) begins in."""
-        if self.timezone == UTC_NAME:
-            return hour_index % 24
-        hour = self._local_hours.get(hour_index)
-        if hour is None:
-            hour = self._local_hours[hour_index] = weekday_and_minute(hour_index * HOUR_S, self.timezone)[1] // 60
-        return hour
+        return local_hour_of_day(hour_index, self.timezone, self._local_hours)
 
     def _slot(self, hour_index: int, demand_gpus: float) -> int:
         """Rises are learnt per hour of day or, with `band_gpus`, per band of demand at the hour's start."""

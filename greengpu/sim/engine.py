@@ -118,7 +118,7 @@ class Simulation:
         self.stalled = False
         """Set when only work that can never be placed is left: the replay stops instead of retrying forever."""
         self._lifts_caps = policy.capping.relaxes_when_queued
-        self.caps = ForecastCaps(policy)
+        self.caps = ForecastCaps(policy, cluster.site.timezone)
         self.memory = SchedulerMemory()  # the scheduling core's, kept for the replay (greengpu.sched.memory)
         self._model_of = model_of_nodes(cluster, self.memory)
         self.dirty = False

@@ -121,3 +121,57 @@ def test_the_budget_spends_gpu_seconds_per_hour() -> None:
 def test_a_cap_that_costs_no_time_is_always_kept() -> None:
     assert jobs_to_cap([CapCandidate("free", 8, 100 * HOUR_S, 0.0)], 0.0, lambda hour: 0.0) == {"free"}
     assert jobs_to_cap([CapCandidate("slow", 8, 100 * HOUR_S, 0.05)], 0.0, lambda hour: 0.0) == frozenset()
+
+
+def test_the_peak_forecast_reads_hours_on_the_sites_clock_across_daylight_saving() -> None:
+    """New York is busy from 09:00 to 18:00 on its own clock: 14:00-23:00 UTC in winter, 13:00-22:00 UTC once the
+    clocks go forward (2024-03-10). A forecast on the site's clock knows the Monday after that 09:00 is busy; one
+    on UTC finds 13:00 quiet in its history and would leave a long job capped into the busy morning."""
+    import datetime as dt
+
+    from greengpu.localtime import moment_s, weekday_and_minute
+
+    site = "America/New_York"
+    local, utc = DemandPeakForecaster(timezone=site), DemandPeakForecaster()
+    start = moment_s(dt.date(2024, 3, 4), 0, site)  # Monday, standard time (UTC-5)
+    learnt_until = moment_s(dt.date(2024, 3, 10), 0, site)  # a week of standard time, to Saturday's end
+    nine_local = moment_s(dt.date(2024, 3, 11), 9 * 60, site)  # the Monday after, daylight time (UTC-4)
+    assert nine_local % HOUR_S == 0.0
+    for hour in range(int(start // HOUR_S), int(learnt_until // HOUR_S)):
+        time_s = hour * HOUR_S + 1
+        local_hour = weekday_and_minute(time_s, site)[1] // 60
+        for forecaster in (local, utc):
+            forecaster.observe(time_s, BUSY if RISE_HOUR <= local_hour < RISE_HOUR + 9 else QUIET)
+    hour_index = int(nine_local // HOUR_S)
+    assert local.hour_of_day(hour_index) == 9 and utc.hour_of_day(hour_index) == 13
+    assert local.upper_gpus(hour_index) == BUSY
+    assert utc.upper_gpus(hour_index) == QUIET
+    assert local.upper_gpus(hour_index - 1) == QUIET  # 08:00 local: before the working day
+
+
+def test_the_bodies_keep_the_peak_forecast_on_the_sites_clock() -> None:
+    """The simulator takes the site's zone from the cluster it replays; the daemon from each snapshot's cluster, and
+    starts over (knowing no hour) when an edited inventory moves the site to another zone."""
+    from dataclasses import replace
+
+    from greengpu.capping.forecast_caps import ForecastCaps
+    from greengpu.config.policy import load_policy
+    from greengpu.model import Cluster, Node, NodeType, Site
+    from greengpu.sim.engine import Simulation
+
+    node_type = NodeType(name="four", gpus=4, gpu_model="A100", gpu_idle_w=50, gpu_max_w=300, gpu_min_limit_w=100,
+                         host_idle_w=200, host_sleep_w=10, boot_s=300)
+    cluster = Cluster(site=Site(pue=1.0, price_per_kwh=0.1, carbon_g_per_kwh=100, timezone="Europe/Berlin"),
+                      node_types={"four": node_type}, nodes=(Node("n0", "four"),), tenants={})
+    policy = load_policy("default")
+    assert Simulation(cluster, policy, []).caps.forecaster.timezone == "Europe/Berlin"
+    assert Simulation(replace(cluster, site=Site()), policy, []).caps.forecaster.timezone == "UTC"
+    caps = ForecastCaps(policy)
+    caps.follow_site("Europe/Berlin")
+    learnt_here = caps.forecaster
+    for hour in range(4 * 24):
+        learnt_here.observe(hour * HOUR_S + 1, busy(hour))
+    caps.follow_site("Europe/Berlin")
+    assert caps.forecaster is learnt_here and caps.forecaster.upper_gpus(4 * 24 + 8) is not None
+    caps.follow_site("Asia/Tokyo")
+    assert caps.forecaster.timezone == "Asia/Tokyo" and caps.forecaster.upper_gpus(4 * 24 + 8) is None
