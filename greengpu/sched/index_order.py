@@ -54,9 +54,10 @@ class IndexOrder(Iterator[PendingJob]):
         self._queues: dict[str, list[_Entry]] = {}
         self._heads: dict[str, int] = {}
         self._heap: list[tuple[float, float, str]] = []
-        self._levels: list[tuple[float, int]] | None = None
-        """Per group with jobs left, (minus the effective priority of its next job, its place): the next level's
-        groups are the heap's top, so a level costs its own groups, not every tenant's (built when first read)."""
+        self._levels: dict[float, list[int]] | None = None
+        """The groups with jobs left, by the effective priority of their next job (built when first read): the next
+        level's groups are the highest key's, so a level costs its own groups, not every tenant's; a priority
+        level's few values make a dict cheaper than a heap of thousands of groups."""
         self._returning: str | None = None
         """The tenant whose job was taken last: it rejoins the merge with its share read when the next job
         is asked for (after the caller has decided the last one, as a generator resumed would)."""
@@ -143,27 +144,35 @@ class IndexOrder(Iterator[PendingJob]):
 
         levels = self._levels
         if levels is None:  # each group's oldest job left has its highest effective priority
-            levels = self._levels = [(-effective(priority, entries[taken[g]][0]), g)
-                                     for g, (priority, _, entries) in enumerate(groups) if taken[g] < len(entries)]
-            heapq.heapify(levels)
+            levels = self._levels = {}
+            for g, (priority, _, entries) in enumerate(groups):
+                if taken[g] < len(entries):
+                    levels.setdefault(effective(priority, entries[taken[g]][0]), []).append(g)
         if not levels:
             return False
-        top = levels[0][0]
-        level = -top
-        parts: dict[str, list[list[_Entry]]] = {}
-        while levels and levels[0][0] == top:
-            g = heapq.heappop(levels)[1]
+        level = max(levels)
+        queues: dict[str, list[_Entry]] = {}
+        merged: dict[str, list[list[_Entry]]] = {}  # tenants with jobs of two base priorities at this level
+        for g in sorted(levels.pop(level)):  # in group order, as a heap of (level, group) would give them
             priority, tenant, entries = groups[g]
-            start = taken[g]
-            # Effective priority falls along the list (older first): this level is a prefix of what is left.
-            end = bisect_left(entries, True, start, key=self._below(priority, level))
+            start, size = taken[g], len(entries)
+            # Effective priority falls along the list (older first): this level is a prefix of what is left, and
+            # all of it when its newest job is at the level too.
+            if effective(priority, entries[-1][0]) == level:
+                end = size
+            else:
+                end = bisect_left(entries, True, start, key=self._below(priority, level))
+                levels.setdefault(effective(priority, entries[end][0]), []).append(g)  # a lower level: later
             taken[g] = end
-            parts.setdefault(tenant, []).append(entries[start:end])
-            if end < len(entries):
-                heapq.heappush(levels, (-effective(priority, entries[end][0]), g))
-        self._queues = {tenant: lists[0] if len(lists) == 1 else sorted(e for part in lists for e in part)
-                        for tenant, lists in parts.items()}
-        self._heads = dict.fromkeys(self._queues, 0)
-        self._heap = [(self._share_of(t), q[0][0], t) for t, q in self._queues.items()]
+            part = entries if start == 0 and end == size else entries[start:end]
+            if tenant in queues:
+                merged.setdefault(tenant, [queues[tenant]]).append(part)
+            else:
+                queues[tenant] = part
+        for tenant, lists in merged.items():
+            queues[tenant] = sorted(e for part in lists for e in part)
+        self._queues = queues
+        self._heads = dict.fromkeys(queues, 0)
+        self._heap = [(self._share_of(t), q[0][0], t) for t, q in queues.items()]
         heapq.heapify(self._heap)
         return True
