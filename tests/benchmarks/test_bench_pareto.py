@@ -14,8 +14,6 @@ forms). Figures in docs/SIMULATOR.md.
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import os
 import time
 from collections.abc import Callable
@@ -23,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from forked import forked_map
 from test_bench_stress import SCENARIOS, WINDOW, philly_jobs, scaled_philly_cluster
 
 from greengpu.config.policy import load_policy
@@ -71,10 +70,7 @@ def _replay(scenario: str, policy: Policy) -> tuple[dict, float]:
 def _replays(scenario: str, policies: list[tuple[str, Policy]]) -> tuple[list[dict], float]:
     """Results in the grid's order, on two forked workers (inputs loaded first, shared); total CPU seconds."""
     _replay(scenario, policies[0][1])  # load the inputs in this process: the workers fork with them
-    context = multiprocessing.get_context("fork")
-    workers = min(2, os.cpu_count() or 1)
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        done = list(pool.map(_replay, [scenario] * len(policies), [p for _, p in policies]))
+    done = forked_map(_replay, [scenario] * len(policies), [p for _, p in policies])
     return [r for r, _ in done], sum(cpu for _, cpu in done)
 
 

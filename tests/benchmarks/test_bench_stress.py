@@ -22,10 +22,8 @@ the median over `replicas_of(scenario)` replays with submit times moved by under
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import math
-import multiprocessing
 import os
 import time
 from collections.abc import Callable
@@ -35,6 +33,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, public_data
+from forked import forked_map
 
 from greengpu.config.inventory import load_cluster
 from greengpu.config.policy import load_policy
@@ -155,10 +154,7 @@ def _replay_scenario(scenario: str) -> None:
     """Every compared policy's replicas of `scenario`, on two forked workers (inputs loaded first, shared)."""
     _inputs(scenario)
     tasks = [(policy, replica) for policy in COMPARED for replica in range(replicas_of(scenario))]
-    context = multiprocessing.get_context("fork")
-    workers = min(2, os.cpu_count() or 1)
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        done = list(pool.map(_replay_one, [scenario] * len(tasks), [p for p, _ in tasks], [r for _, r in tasks]))
+    done = forked_map(_replay_one, [scenario] * len(tasks), [p for p, _ in tasks], [r for _, r in tasks])
     for policy in COMPARED:
         runs = [found for (p, _), found in zip(tasks, done, strict=True) if p == policy]
         medians = summary([result for result, _ in runs])["median"]
